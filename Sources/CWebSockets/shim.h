@@ -1,0 +1,39 @@
+#ifndef TABD_CWEBSOCKETS_SHIM_H
+#define TABD_CWEBSOCKETS_SHIM_H
+
+#include <libwebsockets.h>
+#include <signal.h>
+
+/// LWS_PRE does not import into Swift: the headroom lws needs before every payload.
+static inline size_t tabd_lws_pre(void) { return LWS_PRE; }
+
+/// Writes bytes that are already framed (or an HTTP response) as they are, in one send.
+/// LWS_WRITE_RAW (= LWS_WRITE_HTTP) bypasses ws framing; lws only reads `buf` and buffers any
+/// unsent tail itself, so `buf` may be shared, immutable storage.
+static inline int tabd_lws_write_raw(struct lws *wsi, const void *buf, size_t len) {
+	return lws_write(wsi, (unsigned char *)buf, len, LWS_WRITE_RAW);
+}
+
+/// Sets the close code and reason (at most 123 bytes) that the next close of `wsi` sends.
+static inline void tabd_lws_close_reason(struct lws *wsi, unsigned short code,
+					 const void *reason, size_t len) {
+	if (len > 123)
+		len = 123;
+	lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)reason, len);
+}
+
+/// Closes `wsi` (without a close frame) once `secs` pass, unless it closes first.
+static inline void tabd_lws_kill_after(struct lws *wsi, int secs) {
+	lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, secs);
+}
+
+/// The lws log masks (macros, not imported).
+static inline int tabd_lll_err(void) { return LLL_ERR; }
+static inline int tabd_lll_warn(void) { return LLL_WARN; }
+static inline int tabd_lll_notice(void) { return LLL_NOTICE; }
+static inline int tabd_lll_info(void) { return LLL_INFO; }
+
+/// SIGPIPE must not kill the process when a peer vanishes mid-write.
+static inline void tabd_ignore_sigpipe(void) { signal(SIGPIPE, SIG_IGN); }
+
+#endif

@@ -1,0 +1,71 @@
+/// A JSON value that round-trips exactly.
+///
+/// Numbers keep the literal text they arrived with (`1.50` stays `1.50`, `10` never
+/// becomes `10.0`), objects keep their key order, so a value stored with `set` comes
+/// back byte for byte in its compact form. Build one with ``JSONParser`` or by hand.
+public enum JSONValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    /// A number, as its JSON literal (validated by the parser or built from a Swift number).
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    /// Members in their original order; keys are unique (the parser keeps the last duplicate).
+    case object([(String, JSONValue)])
+
+    public static func == (lhs: JSONValue, rhs: JSONValue) -> Bool {
+        switch (lhs, rhs) {
+        case (.null, .null): return true
+        case let (.bool(a), .bool(b)): return a == b
+        case let (.number(a), .number(b)): return a == b
+        case let (.string(a), .string(b)): return a == b
+        case let (.array(a), .array(b)): return a == b
+        case let (.object(a), .object(b)):
+            return a.count == b.count && zip(a, b).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        default: return false
+        }
+    }
+
+    public static func int(_ value: Int) -> JSONValue { .number(String(value)) }
+
+    /// A finite double in its shortest round-tripping form.
+    public static func double(_ value: Double) -> JSONValue {
+        precondition(value.isFinite, "JSON has no infinities or NaN")
+        if value == value.rounded(), abs(value) < 1e15 { return .number(String(Int(value))) }
+        return .number(String(value))
+    }
+
+    public static func string(_ value: String?) -> JSONValue { value.map(JSONValue.string) ?? .null }
+
+    /// The member `key` of an object, or nil (also for non-objects).
+    public subscript(key: String) -> JSONValue? {
+        guard case let .object(members) = self else { return nil }
+        return members.first { $0.0 == key }?.1
+    }
+
+    public var stringValue: String? { if case let .string(s) = self { return s }; return nil }
+    public var boolValue: Bool? { if case let .bool(b) = self { return b }; return nil }
+    public var arrayValue: [JSONValue]? { if case let .array(a) = self { return a }; return nil }
+    public var objectValue: [(String, JSONValue)]? { if case let .object(o) = self { return o }; return nil }
+    public var isNull: Bool { if case .null = self { return true }; return false }
+
+    /// The number as a Double (nil for non-numbers; may be infinite for huge literals).
+    public var doubleValue: Double? { if case let .number(n) = self { return Double(n) }; return nil }
+
+    /// The number as an Int, only when the literal is an exact integer (`3`, `3.0`, `3e0`).
+    public var intValue: Int? {
+        guard case let .number(n) = self else { return nil }
+        if let i = Int(n) { return i }
+        guard let d = Double(n), d.isFinite, d == d.rounded(), abs(d) < 9.0e15 else { return nil }
+        return Int(d)
+    }
+
+    /// Compact UTF-8 JSON text.
+    public var compactBytes: [UInt8] {
+        var w = JSONWriter()
+        w.write(self)
+        return w.bytes
+    }
+
+    public var compactString: String { String(decoding: compactBytes, as: UTF8.self) }
+}

@@ -1,0 +1,70 @@
+/// One thing that happened to the shared tab state. The kinds and fields are those of
+/// PROTOCOL.md; the order in which commands produce them is SEMANTICS.md's table.
+public enum Event: Sendable, Equatable {
+    case selected(from: TabID, to: TabID)
+    case firstAppear(tab: TabID, page: PageID)
+    case appear(tab: TabID, page: PageID)
+    case disappear(tab: TabID, page: PageID)
+    case pushed(tab: TabID, page: PageID, route: String)
+    /// Removed pages, top first.
+    case popped(tab: TabID, pages: [PageID])
+    /// `count` is the shared counter's new value.
+    case scrollToTop(tab: TabID, count: Int)
+    case scrolled(tab: TabID, offset: Double)
+    /// `value == .null` removed the key.
+    case valueSet(tab: TabID, key: String, value: JSONValue)
+    /// The full new tab, as a snapshot shows it, and its position.
+    case tabAdded(TabState, index: Int)
+    /// The full tab after the update.
+    case tabUpdated(TabState)
+    /// `index` is the tab's position after the move.
+    case tabMoved(tab: TabID, index: Int)
+    case tabRemoved(tab: TabID)
+    case clientJoined(ClientInfo)
+    case clientLeft(ClientID)
+
+    /// The wire name of the event's kind.
+    public var kind: String {
+        switch self {
+        case .selected: "selected"
+        case .firstAppear: "firstAppear"
+        case .appear: "appear"
+        case .disappear: "disappear"
+        case .pushed: "pushed"
+        case .popped: "popped"
+        case .scrollToTop: "scrollToTop"
+        case .scrolled: "scrolled"
+        case .valueSet: "valueSet"
+        case .tabAdded: "tabAdded"
+        case .tabUpdated: "tabUpdated"
+        case .tabMoved: "tabMoved"
+        case .tabRemoved: "tabRemoved"
+        case .clientJoined: "clientJoined"
+        case .clientLeft: "clientLeft"
+        }
+    }
+}
+
+/// An event with its place in the total order.
+public struct SequencedEvent: Sendable, Equatable {
+    public var seq: Int
+    public var event: Event
+    public init(seq: Int, event: Event) { self.seq = seq; self.event = event }
+}
+
+/// The events of one command (or one presence batch): consecutive seqs, never empty,
+/// sent to every client as one `events` frame.
+public struct EventBatch: Sendable, Equatable {
+    /// The client whose command caused them, or ``Coordinator/daemonID``.
+    public var by: ClientID
+    /// The command's `ref`, if it had one.
+    public var ref: String?
+    public var events: [SequencedEvent]
+
+    public init(by: ClientID, ref: String?, events: [SequencedEvent]) {
+        self.by = by; self.ref = ref; self.events = events
+    }
+
+    public var firstSeq: Int { events.first!.seq }
+    public var lastSeq: Int { events.last!.seq }
+}

@@ -1,0 +1,82 @@
+/// The limits of PROTOCOL.md, checked by ``Limits/validate…`` functions that throw `invalid`.
+/// Lengths count Unicode scalars.
+public enum Limits {
+    public static let maxTabs = 32
+    public static let maxTabIDLength = 32
+    public static let maxTitleLength = 64
+    public static let maxIconLength = 64
+    public static let maxBadgeLength = 8
+    public static let maxRouteLength = 128
+    public static let maxStackDepth = 64
+    public static let maxKeyLength = 64
+    public static let maxValueBytes = 4096
+    public static let maxKeysPerTab = 256
+    public static let maxRefLength = 64
+    public static let maxClientNameLength = 64
+    /// How many clients a snapshot lists (`clientCount` counts them all).
+    public static let maxClientsInSnapshot = 100
+
+    static func validateTabID(_ id: String) throws(CommandError) {
+        let n = id.unicodeScalars.count
+        guard n >= 1, n <= maxTabIDLength,
+              id.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" || $0 == "-" })
+        else { throw .invalid("tab id must match [a-z0-9_-]{1,32}, got '\(id.prefix(40))'") }
+    }
+
+    static func validateTitle(_ title: String) throws(CommandError) {
+        let n = title.unicodeScalars.count
+        guard n >= 1, n <= maxTitleLength else { throw .invalid("title must be 1–64 characters, got \(n)") }
+    }
+
+    static func validateIcon(_ icon: String) throws(CommandError) {
+        let n = icon.unicodeScalars.count
+        guard n >= 1, n <= maxIconLength,
+              icon.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "." })
+        else { throw .invalid("icon must match [a-z0-9.]{1,64}, got '\(icon.prefix(70))'") }
+    }
+
+    /// Returns the color in upper case.
+    static func normalizeColor(_ color: String) throws(CommandError) -> String {
+        let scalars = Array(color.unicodeScalars)
+        guard scalars.count == 7, scalars[0] == "#",
+              scalars.dropFirst().allSatisfy({ $0.properties.isASCIIHexDigit })
+        else { throw .invalid("color must be #RRGGBB, got '\(color.prefix(20))'") }
+        return color.uppercased()
+    }
+
+    static func validateBadge(_ badge: String?) throws(CommandError) {
+        guard let badge else { return }
+        let n = badge.unicodeScalars.count
+        guard n >= 1, n <= maxBadgeLength else { throw .invalid("badge must be null or 1–8 characters, got \(n)") }
+    }
+
+    static func validateRoute(_ route: String) throws(CommandError) {
+        let n = route.unicodeScalars.count
+        guard n >= 1, n <= maxRouteLength else { throw .invalid("route must be 1–128 characters, got \(n)") }
+    }
+
+    static func validateOffset(_ offset: Double) throws(CommandError) {
+        guard offset.isFinite, offset >= 0 else { throw .invalid("offset must be a finite number ≥ 0") }
+    }
+
+    static func validateKey(_ key: String) throws(CommandError) {
+        let n = key.unicodeScalars.count
+        guard n >= 1, n <= maxKeyLength else { throw .invalid("key must be 1–64 characters, got \(n)") }
+    }
+
+    static func validateValue(_ value: JSONValue) throws(CommandError) {
+        let size = value.compactBytes.count
+        guard size <= maxValueBytes else { throw .invalid("value is \(size) bytes as compact JSON, the limit is 4096") }
+    }
+
+    /// Validates every field of a new tab; returns it with its color normalized.
+    static func validate(_ info: TabInfo) throws(CommandError) -> TabInfo {
+        try validateTabID(info.id)
+        try validateTitle(info.title)
+        try validateIcon(info.icon)
+        var info = info
+        info.color = try normalizeColor(info.color)
+        try validateBadge(info.badge)
+        return info
+    }
+}

@@ -1,0 +1,28 @@
+/// The error codes of PROTOCOL.md, in the order of precedence: when a command has
+/// several faults, the first code in this list is the one reported.
+public enum ErrorCode: String, Sendable, CaseIterable, Comparable {
+    case rateLimited = "rate_limited"
+    case badJSON = "bad_json"
+    case badCommand = "bad_command"
+    case unavailable
+    case unknownTab = "unknown_tab"
+    case invalid
+
+    private var rank: Int { Self.allCases.firstIndex(of: self)! }
+    public static func < (a: ErrorCode, b: ErrorCode) -> Bool { a.rank < b.rank }
+}
+
+/// Why a command was refused. Nothing of a refused command is applied.
+public struct CommandError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var code: ErrorCode
+    public var message: String
+
+    public init(_ code: ErrorCode, _ message: String) { self.code = code; self.message = message }
+
+    public static func badCommand(_ m: String) -> CommandError { .init(.badCommand, m) }
+    public static func unknownTab(_ id: TabID) -> CommandError { .init(.unknownTab, "no tab '\(id.prefix(40))'") }
+    public static func invalid(_ m: String) -> CommandError { .init(.invalid, m) }
+    public static func unavailable(_ m: String) -> CommandError { .init(.unavailable, m) }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}

@@ -1,0 +1,83 @@
+/// The first frame a connection gets: who it is, and either a snapshot or the
+/// batches it missed (which follow as `events` frames).
+public struct Welcome: Sendable, Equatable {
+    public var client: ClientInfo
+    public var epoch: String
+    public var resumed: Bool
+    /// Present when `resumed` is false.
+    public var snapshot: Snapshot?
+    /// When `resumed`, the missed batches, to send right after the welcome.
+    public var replay: [EventBatch]
+    /// The last seq the welcome covers: later batches are the connection's live stream.
+    public var seq: Int
+}
+
+/// Every frame the server sends (PROTOCOL.md "Server → client").
+public enum ServerFrame: Sendable, Equatable {
+    case welcome(Welcome, server: String)
+    case events(EventBatch)
+    case ack(ref: String?, seq: Int)
+    case error(ref: String?, CommandError)
+    case snapshot(ref: String?, Snapshot)
+    case pong(ref: String?)
+
+    public static let protocolVersion = 1
+
+    public var json: JSONValue {
+        switch self {
+        case let .welcome(w, server):
+            var m: [(String, JSONValue)] = [
+                ("type", .string("welcome")), ("protocol", .int(Self.protocolVersion)), ("server", .string(server)),
+                ("client", .string(w.client.id)), ("epoch", .string(w.epoch)), ("resumed", .bool(w.resumed)),
+            ]
+            if let s = w.snapshot { m.append(("snapshot", s.json)) }
+            return .object(m)
+        case let .events(b):
+            return .object([("type", .string("events")), ("by", .string(b.by)), ("ref", .string(b.ref)),
+                            ("events", .array(b.events.map(\.json)))])
+        case let .ack(ref, seq):
+            return .object([("type", .string("ack")), ("ref", .string(ref)), ("seq", .int(seq))])
+        case let .error(ref, e):
+            return .object([("type", .string("error")), ("ref", .string(ref)), ("code", .string(e.code.rawValue)),
+                            ("message", .string(e.message))])
+        case let .snapshot(ref, s):
+            return .object([("type", .string("snapshot")), ("ref", .string(ref)), ("snapshot", s.json)])
+        case let .pong(ref):
+            return .object([("type", .string("pong")), ("ref", .string(ref))])
+        }
+    }
+
+    /// The frame's compact UTF-8 text, ready to send.
+    public var bytes: [UInt8] { json.compactBytes }
+
+    /// Decodes a frame a client received (tests, tools). A welcome's `replay` is
+    /// empty here: on the wire the missed batches follow as `events` frames.
+    public init(json j: JSONValue) throws(WireError) {
+        switch try j.string("type") {
+        case "welcome":
+            let snapshot: Snapshot? = try j["snapshot"].map { (s) throws(WireError) in try Snapshot(json: s) }
+            let w = Welcome(client: ClientInfo(id: try j.string("client"), name: ""), epoch: try j.string("epoch"),
+                            resumed: try j.field("resumed").boolValue ?? false, snapshot: snapshot, replay: [],
+                            seq: snapshot?.seq ?? 0)
+            self = .welcome(w, server: try j.string("server"))
+        case "events":
+            var events: [SequencedEvent] = []
+            for e in try j.array("events") { events.append(try SequencedEvent(json: e)) }
+            guard !events.isEmpty else { throw WireError("empty events frame") }
+            self = .events(EventBatch(by: try j.string("by"), ref: try j.optionalString("ref"), events: events))
+        case "ack": self = .ack(ref: try j.optionalString("ref"), seq: try j.int("seq"))
+        case "error":
+            guard let code = ErrorCode(rawValue: try j.string("code")) else { throw WireError("unknown error code") }
+            self = .error(ref: try j.optionalString("ref"), CommandError(code, try j.string("message")))
+        case "snapshot": self = .snapshot(ref: try j.optionalString("ref"), try Snapshot(json: try j.field("snapshot")))
+        case "pong": self = .pong(ref: try j.optionalString("ref"))
+        case let type: throw WireError("unknown frame type '\(type)'")
+        }
+    }
+
+    public init(bytes: [UInt8]) throws(WireError) {
+        let json: JSONValue
+        do { json = try JSONParser.parse(bytes) } catch { throw WireError("not JSON: \(error)") }
+        try self.init(json: json)
+    }
+}
