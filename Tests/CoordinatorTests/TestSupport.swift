@@ -80,3 +80,11 @@ struct StreamChecker {
         }
     }
 }
+
+import Foundation
+
+extension String {
+    func write(toFile path: String) throws {
+        try Data(utf8).write(to: URL(fileURLWithPath: path))
+    }
+}

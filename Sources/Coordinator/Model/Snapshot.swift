@@ -70,7 +70,9 @@ extension Snapshot {
                 tab.stack[tab.stack.count - 1].appearCount += 1
             }
         case let .disappear(t, p):
-            guard t == selected, tab(t)?.top.id == p else { throw fail("disappear of \(p) which is not visible") }
+            // It changes no state. Its place in the batch (after `selected`, after
+            // `pushed`) is the lifecycle order, checked by whoever watches the stream.
+            guard let tab = tab(t), tab.stack.contains(where: { $0.id == p }) else { throw fail("disappear of unknown page \(p)") }
         case let .pushed(t, p, route):
             try withTab(t) { tab in tab.stack.append(Page(id: p, route: route)) }
         case let .popped(t, pages):
