@@ -1,1 +1,91 @@
-print("tabd")
+import Coordinator
+import Dispatch
+import Foundation
+import WebSockets
+
+// tabd: parse options, build the coordinator, serve, stop cleanly on SIGINT/SIGTERM.
+
+let options: Options
+switch Options.parse(Array(CommandLine.arguments.dropFirst())) {
+case let .run(o): options = o
+case let .exit(text, code):
+    if code == 0 { print(text) } else { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+    exit(code)
+}
+
+let log = Log(level: options.logLevel)
+
+func fail(_ message: String) -> Never {
+    log.error(message)
+    exit(1)
+}
+
+let tabs: [TabInfo]
+do { tabs = try options.tabsFile.map { try TabInfo.load(contentsOf: $0) } ?? TabInfo.defaults } catch { fail("\(error)") }
+
+let webRoot: String
+switch options.resolvedWebRoot() {
+case let .success(path): webRoot = path
+case let .failure(error): fail(error.message)
+}
+
+let coordinator: Coordinator
+do { coordinator = try Coordinator(tabs: tabs, configuration: .init(resumeWindow: options.resumeWindow)) } catch { fail("tabs: \(error.message)") }
+
+let metrics = Metrics()
+metrics.started(seq: await coordinator.currentSeq, scrollToTop: 0)
+let (inputs, inbox) = AsyncStream.makeStream(of: Gateway.Input.self)
+let gateway = Gateway(options: options, metrics: metrics, log: log, inbox: inbox)
+
+let server: WebSocketServer
+do {
+    let lwsLevel: Configuration.LogLevel = switch options.logLevel {
+    case .error: .error
+    case .warn, .info: .warn
+    case .debug: .debug
+    }
+    server = try WebSocketServer(configuration: Configuration(
+        host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/metrics"],
+        queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
+        logLevel: lwsLevel, maxConnections: options.maxClients
+    ), handler: gateway)
+} catch {
+    fail("cannot start: \(error)")
+}
+
+// Every batch is encoded once and handed to every connection as the same bytes.
+await coordinator.addObserver { batch in
+    metrics.published(batch)
+    server.broadcast(OutgoingFrame(ServerFrame.events(batch).bytes), seq: batch.lastSeq)
+}
+
+let dispatcher = Dispatcher(coordinator: coordinator, server: server, gateway: gateway)
+let dispatching = Task { await dispatcher.run(inputs) }
+
+server.start()
+// The first line on stdout, written unbuffered: scripts wait for it.
+let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)/\n"
+FileHandle.standardOutput.write(Data(listening.utf8))
+log.info("serving \(webRoot), epoch \(coordinator.epoch), tabs \(tabs.map(\.id).joined(separator: ","))")
+
+// Wait for SIGINT or SIGTERM.
+signal(SIGINT, SIG_IGN)
+signal(SIGTERM, SIG_IGN)
+let signals = [SIGINT, SIGTERM]
+let signalSources = signals.map { DispatchSource.makeSignalSource(signal: $0, queue: .global()) }
+let received: Int32 = await withCheckedContinuation { continuation in
+    let once = OnceFlag()
+    for (source, sig) in zip(signalSources, signals) {
+        source.setEventHandler { if once.claim() { continuation.resume(returning: sig) } }
+        source.resume()
+    }
+}
+
+log.info("received signal \(received), stopping: closing every client with 1001")
+gateway.stopping.store(true, ordering: .relaxed)
+await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))
+inbox.finish()
+await dispatching.value
+let finalSeq = await coordinator.currentSeq
+log.info("stopped at seq \(finalSeq)")
+exit(0)

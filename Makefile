@@ -1,0 +1,52 @@
+# tabd: the two commands are `make run` and `make test`; each installs what is missing.
+SWIFT      ?= swift
+PYTHON     ?= python3
+HOST       ?= 127.0.0.1
+PORT       ?= 8080
+# Warnings are errors here, as in CI.
+SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
+TSAN_DIR   ?= .build-tsan
+
+.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e clean
+
+help:
+	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
+	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end)"
+	@echo "make clean  remove build products"
+
+deps:
+	@scripts/install-deps
+
+test-deps:
+	@scripts/install-test-deps
+
+build: deps
+	$(SWIFT) build $(SWIFTFLAGS)
+
+release: deps
+	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
+
+## Start tabd in the foreground; it prints the URL to open. ARGS="--log-level debug" adds options.
+run: release
+	@echo "Starting tabd (Ctrl-C stops it)."
+	.build/release/tabd --host $(HOST) --port $(PORT) $(ARGS)
+
+test: test-deps test-swift test-tsan test-e2e
+	@echo "make test: all suites passed"
+
+## Unit, scenario and stress tests of the Swift targets.
+test-swift:
+	$(SWIFT) build --build-tests $(SWIFTFLAGS)
+	$(SWIFT) test --skip-build $(SWIFTFLAGS)
+
+## The concurrency suites again under ThreadSanitizer (own scratch path, so the normal build stays).
+test-tsan:
+	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_DIR) --filter CoordinatorTests
+
+## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
+test-e2e:
+	$(SWIFT) build $(SWIFTFLAGS) --product tabd
+	TABD_BIN=$(CURDIR)/.build/debug/tabd $(PYTHON) -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf .build $(TSAN_DIR)

@@ -1,0 +1,134 @@
+import Coordinator
+import Synchronization
+import WebSockets
+
+/// The libwebsockets side of tabd: decides who may connect, answers `/healthz` and
+/// `/metrics`, and turns connections and messages into ``Dispatcher`` input.
+///
+/// Called on the server's service thread, so it never waits: it only checks, counts and
+/// queues. Joins and leaves are gathered in a pending list and handed over as one
+/// `presence` item, so connections that arrive together share one `clientJoined` batch.
+final class Gateway: WebSocketServerHandler {
+    enum Input: Sendable {
+        /// Take the pending joins and leaves (see ``takePresence()``).
+        case presence
+        case message(ConnectionID, [UInt8])
+    }
+
+    struct Join: Sendable {
+        let connection: ConnectionID
+        let request: Coordinator.JoinRequest
+        let peer: String
+    }
+
+    private struct Pending {
+        var joins: [Join] = []
+        var leaves: [ConnectionID] = []
+        var scheduled = false
+    }
+
+    let options: Options
+    let metrics: Metrics
+    let log: Log
+    let inbox: AsyncStream<Input>.Continuation
+    /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
+    let stopping = Atomic<Bool>(false)
+    private let connections = Atomic<Int>(0)
+    private let pending = Mutex(Pending())
+
+    init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<Input>.Continuation) {
+        self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox
+    }
+
+    // MARK: Who may connect
+
+    func shouldAccept(_ request: UpgradeRequest) -> UpgradeDecision {
+        if !authorized(query: request.query, authorization: request.authorization) {
+            log.warn("refused upgrade from \(request.peer): missing or wrong token (401)")
+            return .reject(status: 401)
+        }
+        if let origin = request.origin, !originAllowed(origin, host: request.host) {
+            log.warn("refused upgrade from \(request.peer): origin '\(origin)' does not match host '\(request.host ?? "")' (403)")
+            return .reject(status: 403)
+        }
+        if stopping.load(ordering: .relaxed) { return .reject(status: 503) }
+        if connections.load(ordering: .relaxed) >= options.maxClients {
+            log.warn("refused upgrade from \(request.peer): --max-clients \(options.maxClients) reached (503)")
+            return .reject(status: 503)
+        }
+        return .accept
+    }
+
+    func authorized(query: [String: String], authorization: String?) -> Bool {
+        guard let token = options.token else { return true }
+        return query["token"] == token || authorization == "Bearer \(token)"
+    }
+
+    /// A browser is accepted from the address it asked for, or from an `--allow-origin`.
+    func originAllowed(_ origin: String, host: String?) -> Bool {
+        if options.allowOrigins.contains(origin) { return true }
+        guard let host, !host.isEmpty else { return false }
+        return origin == "http://\(host)" || origin == "https://\(host)"
+    }
+
+    // MARK: Connections
+
+    func connected(_ id: ConnectionID, request: UpgradeRequest) {
+        connections.add(1, ordering: .relaxed)
+        metrics.clientsChanged(by: 1)
+        let resume = request.query["resume"].flatMap { Int($0) }
+        let join = Join(connection: id, request: .init(name: request.query["name"], resume: resume, epoch: request.query["epoch"]),
+                        peer: request.peer)
+        schedule { $0.joins.append(join) }
+    }
+
+    func received(_ id: ConnectionID, message: [UInt8]) {
+        inbox.yield(.message(id, message))
+    }
+
+    func disconnected(_ id: ConnectionID, code: CloseCode?, reason: String) {
+        connections.subtract(1, ordering: .relaxed)
+        metrics.clientsChanged(by: -1)
+        if code == .policyViolation, reason == "too slow" { metrics.slowClientClosed() }
+        log.info("connection \(id) closed, code \(code.map { String($0.rawValue) } ?? "none")\(reason.isEmpty ? "" : " (\(reason))")")
+        schedule { p in
+            // Gone before it was welcomed: it never joined, so it does not leave either.
+            if let i = p.joins.firstIndex(where: { $0.connection == id }) { p.joins.remove(at: i) } else { p.leaves.append(id) }
+        }
+    }
+
+    private func schedule(_ change: (inout Pending) -> Void) {
+        let wake = pending.withLock { p in
+            change(&p)
+            defer { p.scheduled = true }
+            return !p.scheduled
+        }
+        if wake { inbox.yield(.presence) }
+    }
+
+    /// Everything that connected or disconnected since the last call.
+    func takePresence() -> (joins: [Join], leaves: [ConnectionID]) {
+        pending.withLock { p in
+            defer { p = Pending() }
+            return (p.joins, p.leaves)
+        }
+    }
+
+    // MARK: HTTP
+
+    func httpRequest(_ request: HTTPRequest) -> HTTPResponse? {
+        switch request.path {
+        case "/healthz":
+            return stopping.load(ordering: .relaxed)
+                ? HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8))
+                : HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8))
+        case "/metrics":
+            guard authorized(query: request.query, authorization: request.authorization) else {
+                return HTTPResponse(status: 401, contentType: "text/plain", body: Array("token required\n".utf8))
+            }
+            return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(metrics.render().utf8))
+        default:
+            return nil
+        }
+    }
+}

@@ -1,0 +1,29 @@
+import Foundation
+import Synchronization
+
+/// One line per event to stderr, with a level and a UTC timestamp.
+final class Log: Sendable {
+    enum Level: String, Comparable, Sendable {
+        case error, warn, info, debug
+        private var rank: Int { [Level.error, .warn, .info, .debug].firstIndex(of: self)! }
+        static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
+    }
+
+    let level: Level
+    private let lock = Mutex(())
+
+    init(level: Level) { self.level = level }
+
+    func enabled(_ l: Level) -> Bool { l <= level }
+
+    func log(_ l: Level, _ message: @autoclosure () -> String) {
+        guard enabled(l) else { return }
+        let line = "\(Date().formatted(.iso8601)) \(l.rawValue.uppercased()) \(message())\n"
+        lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
+    }
+
+    func error(_ m: @autoclosure () -> String) { log(.error, m()) }
+    func warn(_ m: @autoclosure () -> String) { log(.warn, m()) }
+    func info(_ m: @autoclosure () -> String) { log(.info, m()) }
+    func debug(_ m: @autoclosure () -> String) { log(.debug, m()) }
+}

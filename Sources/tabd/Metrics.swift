@@ -1,0 +1,61 @@
+import Coordinator
+import Synchronization
+
+/// The counters behind `/metrics`, in Prometheus text format.
+final class Metrics: Sendable {
+    private struct State {
+        var clients = 0
+        var seq = 0
+        var scrollToTop = 0
+        var events = 0
+        var commands: [String: Int] = Dictionary(uniqueKeysWithValues: Command.allTypes.map { ($0, 0) })
+        var errors: [String: Int] = Dictionary(uniqueKeysWithValues: ErrorCode.allCases.map { ($0.rawValue, 0) })
+        var slowClientsClosed = 0
+    }
+
+    private let state = Mutex(State())
+
+    func published(_ batch: EventBatch) {
+        state.withLock { s in
+            s.events += batch.events.count
+            s.seq = batch.lastSeq
+            for e in batch.events {
+                if case let .scrollToTop(_, count) = e.event { s.scrollToTop = count }
+            }
+        }
+    }
+
+    func started(seq: Int, scrollToTop: Int) { state.withLock { $0.seq = seq; $0.scrollToTop = scrollToTop } }
+    func command(_ type: String) { state.withLock { $0.commands[type, default: 0] += 1 } }
+    func error(_ code: ErrorCode) { state.withLock { $0.errors[code.rawValue, default: 0] += 1 } }
+    func clientsChanged(by delta: Int) { state.withLock { $0.clients += delta } }
+    func slowClientClosed() { state.withLock { $0.slowClientsClosed += 1 } }
+
+    func render() -> String {
+        let s = state.withLock { $0 }
+        var out = """
+        # HELP tabd_clients Connected WebSocket clients.
+        # TYPE tabd_clients gauge
+        tabd_clients \(s.clients)
+        # HELP tabd_seq The last event sequence number.
+        # TYPE tabd_seq gauge
+        tabd_seq \(s.seq)
+        # HELP tabd_scroll_to_top_count The shared scroll-to-top counter.
+        # TYPE tabd_scroll_to_top_count gauge
+        tabd_scroll_to_top_count \(s.scrollToTop)
+        # HELP tabd_events_total Events published.
+        # TYPE tabd_events_total counter
+        tabd_events_total \(s.events)
+        # HELP tabd_slow_clients_closed_total Connections closed with 1008 because they fell behind.
+        # TYPE tabd_slow_clients_closed_total counter
+        tabd_slow_clients_closed_total \(s.slowClientsClosed)
+        # HELP tabd_commands_total Commands received, by type.
+        # TYPE tabd_commands_total counter
+
+        """
+        for (type, n) in s.commands.sorted(by: { $0.key < $1.key }) { out += "tabd_commands_total{type=\"\(type)\"} \(n)\n" }
+        out += "# HELP tabd_errors_total Errors answered, by code.\n# TYPE tabd_errors_total counter\n"
+        for (code, n) in s.errors.sorted(by: { $0.key < $1.key }) { out += "tabd_errors_total{code=\"\(code)\"} \(n)\n" }
+        return out
+    }
+}

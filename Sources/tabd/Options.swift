@@ -1,0 +1,127 @@
+import Foundation
+import WebSockets
+
+/// tabd's command line (PROTOCOL.md "The daemon").
+struct Options: Sendable {
+    var host = "127.0.0.1"
+    var port = 8080
+    var webRoot: String?
+    var tabsFile: String?
+    var maxClients = 10_000
+    var logLevel = Log.Level.info
+    var resumeWindow = 10_000
+    var queueLimit = 10_000
+    var rateLimit = 100
+    var allowOrigins: [String] = []
+    var token: String?
+    var pingInterval = 30
+
+    static let version = "0.1.0"
+
+    static let help = """
+    tabd \(version): a tab coordinator that streams tab selection and lifecycle events over WebSocket.
+
+    USAGE: tabd [options]
+
+    OPTIONS:
+      --host HOST            address to listen on (default 127.0.0.1)
+      --port PORT            port to listen on; 0 picks a free one (default 8080)
+      --web-root PATH        the web client's files (default: the checkout's web/)
+      --tabs FILE            initial tabs, a JSON array of {id,title,icon,color,badge?}
+                             (default: home, favorites, profile)
+      --resume-window N      events kept for clients that resume (default 10000)
+      --queue-limit N        frames queued for one connection before it is closed
+                             as too slow, code 1008 (default 10000)
+      --rate-limit N         commands per second per connection, bursts of 2N;
+                             0 = no limit (default 100)
+      --max-clients N        connections beyond it are refused with 503 (default 10000)
+      --allow-origin ORIGIN  also accept browsers from this origin (repeatable)
+      --token TOKEN          require ?token=TOKEN or 'Authorization: Bearer TOKEN'
+                             on /ws and /metrics
+      --ping-interval SECS   ping a silent peer after SECS, drop it after 2×SECS (default 30)
+      --log-level LEVEL      error, warn, info or debug (default info)
+      -h, --help             show this help
+      --version              show the version
+
+    The first line on stdout once listening is: tabd listening on http://HOST:PORT/
+    """
+
+    enum ParseResult { case run(Options), exit(String, code: Int32) }
+
+    static func parse(_ args: [String]) -> ParseResult {
+        var o = Options()
+        var i = 0
+        func value(_ name: String) throws -> String {
+            i += 1
+            guard i < args.count else { throw UsageError("\(name) needs a value") }
+            return args[i]
+        }
+        func int(_ name: String, min: Int, max: Int = Int.max) throws -> Int {
+            let v = try value(name)
+            guard let n = Int(v), n >= min, n <= max else { throw UsageError("\(name) must be an integer from \(min) to \(max), got '\(v)'") }
+            return n
+        }
+        do {
+            while i < args.count {
+                let arg = args[i]
+                switch arg {
+                case "-h", "--help": return .exit(help, code: 0)
+                case "--version": return .exit("tabd \(version)", code: 0)
+                case "--host": o.host = try value(arg)
+                case "--port": o.port = try int(arg, min: 0, max: 65535)
+                case "--web-root": o.webRoot = try value(arg)
+                case "--tabs": o.tabsFile = try value(arg)
+                case "--max-clients": o.maxClients = try int(arg, min: 1)
+                case "--resume-window": o.resumeWindow = try int(arg, min: 0)
+                case "--queue-limit": o.queueLimit = try int(arg, min: 1)
+                case "--rate-limit": o.rateLimit = try int(arg, min: 0)
+                case "--allow-origin": o.allowOrigins.append(try value(arg))
+                case "--token":
+                    let t = try value(arg)
+                    guard !t.isEmpty else { throw UsageError("--token must not be empty") }
+                    o.token = t
+                case "--ping-interval": o.pingInterval = try int(arg, min: 1, max: 3600)
+                case "--log-level":
+                    let v = try value(arg)
+                    guard let level = Log.Level(rawValue: v) else { throw UsageError("--log-level must be error, warn, info or debug, got '\(v)'") }
+                    o.logLevel = level
+                default: throw UsageError("unknown option '\(arg)'")
+                }
+                i += 1
+            }
+        } catch let e as UsageError {
+            return .exit("tabd: \(e.message)\nRun 'tabd --help' for the options.", code: 2)
+        } catch {
+            return .exit("tabd: \(error)", code: 2)
+        }
+        return .run(o)
+    }
+
+    /// The web root to serve: the option, else `web/` in the current directory or in the
+    /// checkout that holds this executable (`.build/<config>/tabd`). Nil if none exists.
+    func resolvedWebRoot() -> Result<String, UsageError> {
+        let fm = FileManager.default
+        func isDir(_ p: String) -> Bool {
+            var d: ObjCBool = false
+            return fm.fileExists(atPath: p, isDirectory: &d) && d.boolValue
+        }
+        if let webRoot {
+            return isDir(webRoot) ? .success(webRoot) : .failure(UsageError("web root '\(webRoot)' is not a directory"))
+        }
+        var candidates = [fm.currentDirectoryPath + "/web"]
+        if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+            for _ in 0..<4 {
+                dir = dir.deletingLastPathComponent()
+                candidates.append(dir.path + "/web")
+            }
+        }
+        for c in candidates where isDir(c) && fm.fileExists(atPath: c + "/index.html") { return .success(c) }
+        return .failure(UsageError("no web root: none of \(candidates.joined(separator: ", ")) exists; pass --web-root PATH"))
+    }
+}
+
+struct UsageError: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
+}

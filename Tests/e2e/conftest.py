@@ -1,0 +1,160 @@
+"""Fixtures for the end-to-end tests: a real tabd on a free port, and WebSocket clients.
+
+TABD_BIN names the binary (make test builds it); each test that needs a daemon gets a
+fresh one, so tests never see each other's state.
+"""
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+import websockets
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TABD = os.environ.get("TABD_BIN", os.path.join(ROOT, ".build", "debug", "tabd"))
+WAIT = 10.0  # seconds any single expected frame may take before a test fails
+
+
+class Daemon:
+    """A tabd process started with `args`; `url` is set once it printed its listening line."""
+
+    def __init__(self, *args):
+        self.proc = subprocess.Popen([TABD, "--port", "0", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, cwd=ROOT)
+        line = self.proc.stdout.readline()
+        m = re.match(r"tabd listening on http://([^/]+)/$", line.strip())
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"tabd did not start: {line!r} {self.proc.stderr.read()}")
+        self.host = m.group(1)
+        self.http = f"http://{self.host}"
+        self.ws = f"ws://{self.host}/ws"
+
+    def get(self, path, headers=None):
+        """(status, body) of an HTTP GET."""
+        req = urllib.request.Request(self.http + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=WAIT) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon()
+    yield d
+    d.stop()
+
+
+@pytest.fixture
+def make_daemon():
+    started = []
+
+    def make(*args):
+        d = Daemon(*args)
+        started.append(d)
+        return d
+    yield make
+    for d in started:
+        d.stop()
+
+
+class Client:
+    """A protocol client: sends commands, reads frames, keeps the event stream it saw."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.welcome = None
+        self.batches = []   # every events frame, in order
+        self.frames = []    # every frame, in order
+        self._n = 0
+
+    @classmethod
+    async def connect(cls, url, **params):
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        ws = await websockets.connect(url + ("?" + query if query else ""), max_size=None)
+        c = cls(ws)
+        c.welcome = await c.recv()
+        assert c.welcome["type"] == "welcome", c.welcome
+        return c
+
+    async def recv(self, timeout=WAIT):
+        frame = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        self.frames.append(frame)
+        if frame["type"] == "events":
+            self.batches.append(frame)
+        return frame
+
+    async def send(self, type_, **fields):
+        self._n += 1
+        ref = fields.pop("ref", f"r{self._n}")
+        msg = {"type": type_, **fields}
+        if ref is not None:
+            msg["ref"] = ref
+        await self.ws.send(json.dumps(msg))
+        return ref
+
+    async def command(self, type_, **fields):
+        """Sends a command and reads up to its reply; returns (events frame or None, reply)."""
+        ref = await self.send(type_, **fields)
+        events = None
+        while True:
+            f = await self.recv()
+            if f["type"] == "events" and f.get("ref") == ref and f["by"] == self.welcome["client"]:
+                events = f
+            elif f["type"] in ("ack", "error", "snapshot", "pong") and f.get("ref") == ref:
+                return events, f
+
+    async def until_seq(self, seq):
+        """Reads until the stream reached `seq`."""
+        while self.last_seq() < seq:
+            await self.recv()
+
+    def last_seq(self):
+        if self.batches:
+            return self.batches[-1]["events"][-1]["seq"]
+        return self.welcome["snapshot"]["seq"] if self.welcome.get("snapshot") else 0
+
+    async def close(self):
+        await self.ws.close()
+
+
+def kinds(frame):
+    return [e["kind"] for e in frame["events"]]
+
+
+def strip_seq(frame):
+    return [{k: v for k, v in e.items() if k != "seq"} for e in frame["events"]]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Runs `async def` tests on a fresh event loop (no plugin needed)."""
+    if asyncio.iscoroutinefunction(pyfuncitem.obj):
+        args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), 120))
+        return True
+    return None
