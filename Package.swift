@@ -26,6 +26,7 @@ let package = Package(
         // The daemon.
         .executableTarget(name: "tabd", dependencies: ["Coordinator", "WebSockets"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator"], swiftSettings: strict),
+        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )

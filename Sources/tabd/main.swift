@@ -68,19 +68,7 @@ let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(opt
 FileHandle.standardOutput.write(Data(listening.utf8))
 log.info("serving \(webRoot), epoch \(coordinator.epoch), tabs \(tabs.map(\.id).joined(separator: ","))")
 
-// Wait for SIGINT or SIGTERM.
-signal(SIGINT, SIG_IGN)
-signal(SIGTERM, SIG_IGN)
-let signals = [SIGINT, SIGTERM]
-let signalSources = signals.map { DispatchSource.makeSignalSource(signal: $0, queue: .global()) }
-let received: Int32 = await withCheckedContinuation { continuation in
-    let once = OnceFlag()
-    for (source, sig) in zip(signalSources, signals) {
-        source.setEventHandler { if once.claim() { continuation.resume(returning: sig) } }
-        source.resume()
-    }
-}
-
+let received = await waitForTerminationSignal()
 log.info("received signal \(received), stopping: closing every client with 1001")
 gateway.stopping.store(true, ordering: .relaxed)
 await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))

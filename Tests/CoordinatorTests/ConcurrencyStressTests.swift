@@ -70,7 +70,7 @@ actor FinalSeq {
                     await c.subscribe(after: 0, bufferLimit: 1_000_000),
                     await c.subscribe(after: 0, bufferLimit: 1_000_000)]
 
-        let (results, snapshots, lateStart) = try await withThrowingTaskGroup(of: Void.self) { group in
+        let (results, snapshots, lateStart) = await { () async -> ([(EventBatch?, ClientID, String)], ([Snapshot], [[EventBatch]]), (Int, [EventBatch])) in
             let collectors = subs.map { sub in Task { await collect(sub, through: target) } }
             // Commands, each task with its own seeded generator; every outcome is checked.
             let outcomes = Task {
@@ -111,9 +111,8 @@ actor FinalSeq {
             await final.set(await c.currentSeq)
             var streams: [[EventBatch]] = []
             for collector in collectors { streams.append(await collector.value) }
-            group.cancelAll()
             return (results, (await readers.value, streams), await late.value)
-        }
+        }()
         let streams = snapshots.1
         let finalSnapshot = await c.snapshot()
 

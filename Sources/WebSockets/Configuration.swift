@@ -1,0 +1,101 @@
+/// Everything a `WebSocketServer` is set up with; fixed once the server exists.
+public struct Configuration: Sendable {
+    /// How much libwebsockets logs to stderr.
+    public enum LogLevel: String, Sendable, CaseIterable {
+        /// Errors only.
+        case error
+        /// Errors and warnings.
+        case warn
+        /// Same as `warn` for libwebsockets: its info output is chatter.
+        case info
+        /// Errors, warnings, notices and libwebsockets' info output.
+        case debug
+    }
+
+    /// The address to listen on: an IPv4/IPv6 literal, or `0.0.0.0` / `*` / `""` for all.
+    public var host: String = "127.0.0.1"
+    /// The port; 0 picks a free one (read it back from `WebSocketServer.port`).
+    public var port: Int = 8080
+    /// A directory served at `/` (index `index.html`); nil serves no files.
+    /// Missing files answer 404.
+    public var webRoot: String? = nil
+    /// Exact paths answered by `WebSocketServerHandler.httpRequest`, e.g. `["/healthz", "/metrics"]`.
+    public var dynamicPaths: [String] = []
+    /// The only path a WebSocket upgrade is accepted on; others answer 404.
+    public var webSocketPath: String = "/ws"
+    /// The subprotocol accepted when offered; not required (a plain `new WebSocket(url)` works).
+    /// A client offering only other subprotocols is refused with 400.
+    public var subprotocol: String = "tabd.v1"
+    /// The largest message accepted, counted across fragments; a larger one closes with 1009.
+    public var maxMessageBytes: Int = 65_536
+    /// Frames that may wait for one connection (broadcasts not yet written plus direct sends);
+    /// a connection further behind is closed with 1008 `too slow`.
+    public var queueLimit: Int = 10_000
+    /// Seconds without traffic from a peer before the server pings it.
+    public var pingIntervalSeconds: Int = 30
+    /// Seconds without traffic from a peer (including pongs) before the server hangs up.
+    public var hangupSeconds: Int = 60
+    /// How much libwebsockets logs.
+    public var logLevel: LogLevel = .warn
+    /// Adds libwebsockets' strict security headers (a CSP that forbids inline script and style).
+    public var strictSecurityHeaders: Bool = false
+    /// When set, creating the server fails unless this many connections fit under the
+    /// open-file limit (the soft limit is raised toward the hard one if needed).
+    public var maxConnections: Int? = nil
+
+    public init(
+        host: String = "127.0.0.1",
+        port: Int = 8080,
+        webRoot: String? = nil,
+        dynamicPaths: [String] = [],
+        webSocketPath: String = "/ws",
+        subprotocol: String = "tabd.v1",
+        maxMessageBytes: Int = 65_536,
+        queueLimit: Int = 10_000,
+        pingIntervalSeconds: Int = 30,
+        hangupSeconds: Int = 60,
+        logLevel: LogLevel = .warn,
+        strictSecurityHeaders: Bool = false,
+        maxConnections: Int? = nil
+    ) {
+        self.host = host
+        self.port = port
+        self.webRoot = webRoot
+        self.dynamicPaths = dynamicPaths
+        self.webSocketPath = webSocketPath
+        self.subprotocol = subprotocol
+        self.maxMessageBytes = maxMessageBytes
+        self.queueLimit = queueLimit
+        self.pingIntervalSeconds = pingIntervalSeconds
+        self.hangupSeconds = hangupSeconds
+        self.logLevel = logLevel
+        self.strictSecurityHeaders = strictSecurityHeaders
+        self.maxConnections = maxConnections
+    }
+
+    /// Throws `WebSocketServerError.invalidConfiguration` for values out of range.
+    func validate() throws(WebSocketServerError) {
+        func check(_ ok: Bool, _ message: @autoclosure () -> String) throws(WebSocketServerError) {
+            if !ok { throw .invalidConfiguration(message()) }
+        }
+        try check((0...65_535).contains(port), "port \(port) is not in 0...65535")
+        try check(webSocketPath.hasPrefix("/"), "webSocketPath must start with /")
+        for path in dynamicPaths {
+            try check(path.hasPrefix("/") && path.count > 1, "dynamic path \(path) must start with / and not be /")
+            try check(path != webSocketPath, "dynamic path \(path) is also the WebSocket path")
+        }
+        try check(
+            !subprotocol.isEmpty && subprotocol.utf8.count < 64
+                && subprotocol.unicodeScalars.allSatisfy { $0.isASCII && $0 != "," && $0 != " " },
+            "subprotocol must be a short ASCII token")
+        try check(maxMessageBytes > 0, "maxMessageBytes must be positive")
+        try check(queueLimit > 0, "queueLimit must be positive")
+        try check((1...65_535).contains(pingIntervalSeconds), "pingIntervalSeconds must be in 1...65535")
+        try check(
+            (1...65_535).contains(hangupSeconds) && hangupSeconds > pingIntervalSeconds,
+            "hangupSeconds must be in 1...65535 and larger than pingIntervalSeconds")
+        if let maxConnections {
+            try check(maxConnections > 0, "maxConnections must be positive")
+        }
+    }
+}

@@ -1,0 +1,227 @@
+import CWebSockets
+
+/// The protocol callback lws calls, on the service thread, for everything on our vhost.
+/// A top-level function because `lws_callback_function` must be a C function pointer.
+func tabdLWSCallback(
+    _ wsi: OpaquePointer?,
+    _ reason: lws_callback_reasons,
+    _ user: UnsafeMutableRawPointer?,
+    _ input: UnsafeMutableRawPointer?,
+    _ length: Int
+) -> Int32 {
+    switch reason {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_HTTP_CONFIRM_UPGRADE, LWS_CALLBACK_HTTP,
+        LWS_CALLBACK_ESTABLISHED, LWS_CALLBACK_RECEIVE, LWS_CALLBACK_SERVER_WRITEABLE,
+        LWS_CALLBACK_WS_PEER_INITIATED_CLOSE, LWS_CALLBACK_CLOSED:
+        // Only these touch the ServiceLoop, so context setup and teardown never do.
+        guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return -1 }
+        let loop = Unmanaged<ServiceLoop>.fromOpaque(contextUser).takeUnretainedValue()
+        return loop.handle(wsi, reason, user, input, length)
+    default:
+        // Plain HTTP and file serving: lws' own handling (404 for missing files).
+        return lws_callback_http_dummy(wsi, reason, user, input, length)
+    }
+}
+
+extension ServiceLoop {
+    func handle(
+        _ wsi: OpaquePointer,
+        _ reason: lws_callback_reasons,
+        _ user: UnsafeMutableRawPointer?,
+        _ input: UnsafeMutableRawPointer?,
+        _ length: Int
+    ) -> Int32 {
+        switch reason {
+        case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+            wake()
+            return 0
+        case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
+            return confirmUpgrade(wsi, to: input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) })
+        case LWS_CALLBACK_HTTP:
+            return answerHTTP(wsi)
+        case LWS_CALLBACK_ESTABLISHED:
+            return established(wsi, user)
+        case LWS_CALLBACK_RECEIVE:
+            guard let session = session(user) else { return -1 }
+            return receive(session, UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
+        case LWS_CALLBACK_SERVER_WRITEABLE:
+            guard let session = session(user) else { return 0 }
+            return writeable(session)
+        case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+            session(user)?.peerClose = Self.parseClose(UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
+            return 0
+        case LWS_CALLBACK_CLOSED:
+            closed(user)
+            return 0
+        default:
+            return lws_callback_http_dummy(wsi, reason, user, input, length)
+        }
+    }
+
+    /// The session whose unretained pointer sits in this connection's lws user area.
+    private func session(_ user: UnsafeMutableRawPointer?) -> Session? {
+        guard let raw = user?.load(as: UnsafeMutableRawPointer?.self) else { return nil }
+        return Unmanaged<Session>.fromOpaque(raw).takeUnretainedValue()
+    }
+
+    /// Another thread changed the table: ask lws for the writable callbacks it needs.
+    private func wake() {
+        let work = table.withLock { $0.takeWakeWork() }
+        if work.writableAll {
+            lws_callback_on_writable_all_protocol_vhost(lws.vhost, lws.wsProtocol)
+        }
+        for id in work.writable {
+            if let session = sessions[id] { lws_callback_on_writable(session.wsi) }
+        }
+        for id in work.closing {
+            // Its socket may stay choked: drop it if the close frame cannot go out in time.
+            if let session = sessions[id] { tabd_lws_kill_after(session.wsi, Self.closeTimeoutSeconds) }
+        }
+    }
+
+    private func established(_ wsi: OpaquePointer, _ user: UnsafeMutableRawPointer?) -> Int32 {
+        let request: UpgradeRequest
+        if let last = lastUpgrade, last.wsi == wsi {
+            request = last.request
+        } else {
+            request = upgradeRequest(wsi)
+        }
+        lastUpgrade = nil
+        guard let user, let id = table.withLock({ $0.open() }) else {
+            Self.setCloseReason(wsi, .goingAway, "server stopping")
+            return -1
+        }
+        let session = Session(id: id, wsi: wsi)
+        sessions[id] = session
+        user.storeBytes(of: Unmanaged.passUnretained(session).toOpaque(), as: UnsafeMutableRawPointer?.self)
+        handler.connected(id, request: request)
+        return 0
+    }
+
+    private func receive(_ session: Session, _ bytes: UnsafeRawBufferPointer) -> Int32 {
+        // Closing already: lws has sent our close frame and waits for the peer's. Discard
+        // what still arrives; failing the connection here would reset the socket, and the
+        // peer would lose our close frame (it would see 1006 instead of our code).
+        guard session.localClose == nil else { return 0 }
+        let wsi = session.wsi
+        if lws_frame_is_binary(wsi) != 0 {
+            return closeNow(session, .unsupportedData, "binary frames are not supported")
+        }
+        let final = lws_is_final_fragment(wsi) != 0
+        if let dropped = session.oversized ?? (session.message.count + bytes.count > configuration.maxMessageBytes ? 0 : nil) {
+            // Too big: throw it away as it arrives and close with 1009 once the peer has
+            // sent all of it. Closing mid-message would reset the socket while the peer is
+            // still writing, and it would never read our close frame. A peer that goes on
+            // past 1 MiB more is closed at once.
+            session.message = []
+            session.oversized = dropped + bytes.count
+            guard final || dropped + bytes.count > Self.oversizedDiscardLimit else { return 0 }
+            return closeNow(session, .messageTooBig, "message too big")
+        }
+        if final && session.message.isEmpty {
+            handler.received(session.id, message: Array(bytes))
+        } else {
+            session.message.append(contentsOf: bytes)
+            if final {
+                let message = session.message
+                session.message = []
+                handler.received(session.id, message: message)
+            }
+        }
+        return 0
+    }
+
+    /// How much of an oversized message is read and dropped before closing anyway.
+    static let oversizedDiscardLimit = 1 << 20
+
+    /// Sets the close code and makes lws close the connection (return the result from the callback).
+    private func closeNow(_ session: Session, _ code: CloseCode, _ reason: String) -> Int32 {
+        session.localClose = (code, reason)
+        Self.setCloseReason(session.wsi, code, reason)
+        return -1
+    }
+
+    /// Writes what the table has for this connection, several frames per system call.
+    private func writeable(_ session: Session) -> Int32 {
+        if session.localClose != nil { return -1 }
+        let wsi = session.wsi
+        var writes = 0
+        while true {
+            var frames = batch
+            batch = []
+            frames.removeAll(keepingCapacity: true)
+            let output = table.withLock { $0.takeOutput(session.id, maxBytes: Self.writeBudget, into: &frames) }
+            defer { batch = frames }
+            switch output {
+            case .unknown:
+                return -1
+            case .idle:
+                return 0
+            case let .close(code, reason):
+                return closeNow(session, code, reason)
+            case let .frames(more):
+                guard write(frames, to: wsi) else { return -1 }
+                guard more else { return 0 }
+                writes += 1
+                if writes >= Self.maxWritesPerCallback || lws_partial_buffered(wsi) != 0
+                    || lws_send_pipe_choked(wsi) != 0
+                {
+                    lws_callback_on_writable(wsi)
+                    return 0
+                }
+            }
+        }
+    }
+
+    /// One `lws_write` for the whole batch: the frames are pre-framed, so they are written raw,
+    /// straight from the shared storage when there is one, else gathered into `scratch`.
+    private func write(_ frames: [OutgoingFrame], to wsi: OpaquePointer) -> Bool {
+        if frames.count == 1 {
+            return frames[0].wire.withUnsafeBytes { tabd_lws_write_raw(wsi, $0.baseAddress, $0.count) } >= 0
+        }
+        var offset = 0
+        for frame in frames {
+            frame.wire.withUnsafeBytes { bytes in
+                // takeOutput keeps a batch of several frames within writeBudget == scratch.count.
+                scratch.baseAddress!.advanced(by: offset).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+            }
+            offset += frame.wire.count
+        }
+        return tabd_lws_write_raw(wsi, scratch.baseAddress, offset) >= 0
+    }
+
+    private func closed(_ user: UnsafeMutableRawPointer?) {
+        guard let user, let session = session(user) else { return }
+        user.storeBytes(of: nil, as: UnsafeMutableRawPointer?.self)
+        sessions[session.id] = nil
+        let decided = table.withLock { $0.remove(session.id) }
+        let code: CloseCode?
+        let reason: String
+        if let local = session.localClose ?? decided {
+            (code, reason) = (local.code, local.reason)
+        } else if let peer = session.peerClose {
+            (code, reason) = (peer.code, peer.reason)
+        } else {
+            (code, reason) = (nil, "connection lost")
+        }
+        handler.disconnected(session.id, code: code, reason: reason)
+    }
+
+    static func setCloseReason(_ wsi: OpaquePointer, _ code: CloseCode, _ reason: String) {
+        var bytes = Array(reason.utf8)
+        if bytes.count > 123 {
+            // Cut at a character boundary: the reason must stay valid UTF-8.
+            var end = 123
+            while end > 0 && bytes[end] & 0xC0 == 0x80 { end -= 1 }
+            bytes.removeSubrange(end...)
+        }
+        bytes.withUnsafeBytes { tabd_lws_close_reason(wsi, code.rawValue, $0.baseAddress, $0.count) }
+    }
+
+    static func parseClose(_ payload: UnsafeRawBufferPointer) -> (code: CloseCode?, reason: String) {
+        guard payload.count >= 2 else { return (nil, "closed by peer") }
+        let raw = UInt16(payload[0]) << 8 | UInt16(payload[1])
+        let text = String(decoding: payload[2...], as: UTF8.self)
+        return (CloseCode(rawValue: raw), text.isEmpty ? "closed by peer (\(raw))" : text)
+    }
+}

@@ -1,0 +1,83 @@
+/// A FIFO queue on a growable circular buffer: O(1) append, removeFirst and random access.
+/// (The toolchain has no Deque; this is the part of one the connection table needs.)
+struct Ring<Element> {
+    private var slots: [Element?] = []
+    private var head = 0
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    var first: Element? { count == 0 ? nil : slots[head] }
+
+    /// The element `index` places after the first one.
+    subscript(index: Int) -> Element {
+        precondition(index >= 0 && index < count, "Ring index out of range")
+        return slots[(head + index) & (slots.count - 1)]!
+    }
+
+    mutating func append(_ element: Element) {
+        if count == slots.count { grow() }
+        slots[(head + count) & (slots.count - 1)] = element
+        count += 1
+    }
+
+    @discardableResult
+    mutating func removeFirst() -> Element {
+        precondition(count > 0, "removeFirst on an empty Ring")
+        let element = slots[head].take()!
+        head = (head + 1) & (slots.count - 1)
+        count -= 1
+        return element
+    }
+
+    /// Removes the first `k` elements (all of them if `k >= count`).
+    mutating func removeFirst(_ k: Int) {
+        if k >= count {
+            removeAll()
+            return
+        }
+        for _ in 0..<k { removeFirst() }
+    }
+
+    /// Empties the ring and gives back its memory once it had grown large.
+    mutating func removeAll() {
+        if slots.count > 1024 {
+            slots = []
+        } else {
+            for i in slots.indices { slots[i] = nil }
+        }
+        head = 0
+        count = 0
+    }
+
+    /// The first index in `0..<count` whose element does not satisfy `isBefore`, given that
+    /// the elements satisfying it all come first (binary search).
+    func partitionPoint(_ isBefore: (Element) -> Bool) -> Int {
+        var low = 0
+        var high = count
+        while low < high {
+            let mid = (low + high) / 2
+            if isBefore(self[mid]) { low = mid + 1 } else { high = mid }
+        }
+        return low
+    }
+
+    private mutating func grow() {
+        let newCapacity = Swift.max(8, slots.count * 2)  // always a power of two
+        var newSlots = [Element?](repeating: nil, count: newCapacity)
+        for i in 0..<count {
+            newSlots[i] = slots[(head + i) & (slots.count - 1)]
+        }
+        slots = newSlots
+        head = 0
+    }
+}
+
+extension Ring: Sendable where Element: Sendable {}
+
+extension Ring {
+    init(_ elements: some Sequence<Element>) {
+        self.init()
+        for element in elements { append(element) }
+    }
+}

@@ -1,0 +1,63 @@
+/// One HTTP + WebSocket server on one port, run by libwebsockets on one dedicated thread.
+///
+/// Connections start *pending* and receive nothing until `activate`; from then on each gets
+/// its `first` frames, then every `broadcast`, interleaved with `send`s in call order. One
+/// `OutgoingFrame` is shared by every connection it goes to; a connection that falls more
+/// than `Configuration.queueLimit` frames behind is closed with 1008 `too slow`, so one slow
+/// client neither holds unbounded memory nor slows the others.
+///
+/// All methods are thread-safe. The handler is called on the service thread.
+public final class WebSocketServer: Sendable {
+    private let loop: ServiceLoop
+
+    /// Creates the libwebsockets context and binds the port; serving starts with `start()`.
+    /// Throws `WebSocketServerError` (port in use, web root missing, fd limit too low, ...).
+    public init(configuration: Configuration, handler: any WebSocketServerHandler) throws(WebSocketServerError) {
+        loop = try ServiceLoop(configuration: configuration, handler: handler)
+    }
+
+    /// The port really listened on (the chosen one when `Configuration.port` is 0).
+    public var port: Int { loop.port }
+
+    /// Starts the service thread. Calling it again, or after `shutdown`, does nothing.
+    public func start() {
+        _ = loop.start()
+    }
+
+    /// Sends `frame` to every active connection. `seq` is the last event seq in the frame and
+    /// must increase strictly from call to call (a programmer error otherwise).
+    public func broadcast(_ frame: OutgoingFrame, seq: Int) {
+        loop.update { $0.broadcast(frame, seq: seq) }
+    }
+
+    /// Ends a connection's pending state: it gets `first` (welcome, replayed frames), then every
+    /// broadcast with a seq above `afterSeq`, including those made while it was pending; none
+    /// twice, none missed. If one of those is no longer retained, it is closed 1008 `too slow`.
+    /// Frames `send` to it while pending follow `first`. Ignored unless the connection is pending.
+    public func activate(_ id: ConnectionID, first: [OutgoingFrame], afterSeq: Int) {
+        loop.update { $0.activate(id, first: first, afterSeq: afterSeq) }
+    }
+
+    /// Sends `frame` to one connection, after every broadcast made before this call.
+    /// Ignored for unknown or closing connections.
+    public func send(_ frame: OutgoingFrame, to id: ConnectionID) {
+        loop.update { $0.send(frame, to: id) }
+    }
+
+    /// Closes a connection with a close frame, once what was queued for it before this call went out.
+    public func close(_ id: ConnectionID, code: CloseCode, reason: String) {
+        loop.update { $0.close(id, code: code, reason: reason) }
+    }
+
+    /// Refuses new connections (503), closes every connection with `code` and `reason` (a real
+    /// close frame), keeps serving until they are gone or `timeout` passes, then destroys the
+    /// context and ends the service thread. Every connection is reported `disconnected` first.
+    public func shutdown(code: CloseCode = .goingAway, reason: String = "server stopping", timeout: Duration) async {
+        await loop.shutdown(code: code, reason: reason, timeout: timeout)
+    }
+
+    /// Open WebSocket connections (pending, active or closing).
+    public var connectionCount: Int {
+        loop.table.withLock { $0.count }
+    }
+}
