@@ -38,7 +38,12 @@ actor Dispatcher {
 
     private func presence() async {
         let (joins, leaves) = gateway.takePresence()
-        let leaving = leaves.compactMap { sessions.removeValue(forKey: $0)?.client }
+        var leaving: [ClientID] = []
+        for leave in leaves {
+            guard let session = sessions.removeValue(forKey: leave.connection) else { continue }
+            leaving.append(session.client)
+            log.info("client \(session.client) left (connection #\(leave.connection.rawValue)), \(leave.how)")
+        }
         guard !joins.isEmpty || !leaving.isEmpty else { return }
         let welcomes = await coordinator.presence(joining: joins.map(\.request), leaving: leaving)
         for (join, welcome) in zip(joins, welcomes) {
@@ -46,10 +51,9 @@ actor Dispatcher {
             var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]
             frames += welcome.replay.map { OutgoingFrame(ServerFrame.events($0).bytes) }
             server.activate(join.connection, first: frames, afterSeq: welcome.seq)
-            log.info("connection \(join.connection) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)', "
+            log.info("connection #\(join.connection.rawValue) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)', "
                 + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"))
         }
-        for id in leaving { log.debug("client \(id) left") }
     }
 
     private func message(_ bytes: [UInt8], from id: ConnectionID) async {

@@ -15,6 +15,12 @@ final class Gateway: WebSocketServerHandler {
         case message(ConnectionID, [UInt8])
     }
 
+    struct Leave: Sendable {
+        let connection: ConnectionID
+        /// How it ended: the close code and reason, for the log.
+        let how: String
+    }
+
     struct Join: Sendable {
         let connection: ConnectionID
         let request: Coordinator.JoinRequest
@@ -23,7 +29,7 @@ final class Gateway: WebSocketServerHandler {
 
     private struct Pending {
         var joins: [Join] = []
-        var leaves: [ConnectionID] = []
+        var leaves: [Leave] = []
         var scheduled = false
     }
 
@@ -90,11 +96,18 @@ final class Gateway: WebSocketServerHandler {
         connections.subtract(1, ordering: .relaxed)
         metrics.clientsChanged(by: -1)
         if code == .policyViolation, reason == "too slow" { metrics.slowClientClosed() }
-        log.info("connection \(id) closed, code \(code.map { String($0.rawValue) } ?? "none")\(reason.isEmpty ? "" : " (\(reason))")")
+        let how = "code \(code.map { String($0.rawValue) } ?? "none")\(reason.isEmpty ? "" : " (\(reason))")"
+        var neverJoined = false
         schedule { p in
             // Gone before it was welcomed: it never joined, so it does not leave either.
-            if let i = p.joins.firstIndex(where: { $0.connection == id }) { p.joins.remove(at: i) } else { p.leaves.append(id) }
+            if let i = p.joins.firstIndex(where: { $0.connection == id }) {
+                p.joins.remove(at: i)
+                neverJoined = true
+            } else {
+                p.leaves.append(Leave(connection: id, how: how))
+            }
         }
+        if neverJoined { log.info("connection #\(id.rawValue) closed before its welcome, \(how)") }
     }
 
     private func schedule(_ change: (inout Pending) -> Void) {
@@ -107,7 +120,7 @@ final class Gateway: WebSocketServerHandler {
     }
 
     /// Everything that connected or disconnected since the last call.
-    func takePresence() -> (joins: [Join], leaves: [ConnectionID]) {
+    func takePresence() -> (joins: [Join], leaves: [Leave]) {
         pending.withLock { p in
             defer { p = Pending() }
             return (p.joins, p.leaves)
