@@ -7,11 +7,11 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e clean
+.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e test-browser clean
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
-	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end)"
+	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end, browser)"
 	@echo "make clean  remove build products"
 
 deps:
@@ -31,7 +31,7 @@ run: release
 	@echo "Starting tabd (Ctrl-C stops it)."
 	.build/release/tabd --host $(HOST) --port $(PORT) $(ARGS)
 
-test: test-deps test-swift test-tsan test-e2e
+test: test-deps test-swift test-tsan test-e2e test-browser
 	@echo "make test: all suites passed"
 
 ## Unit, scenario and stress tests of the Swift targets.
@@ -47,6 +47,12 @@ test-tsan:
 test-e2e:
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	TABD_BIN=$(CURDIR)/.build/debug/tabd $(PYTHON) -m pytest -q -p no:cacheprovider
+
+## Browser tests: headless Chromium drives web/ against a real tabd (screenshots: test-output/screenshots/).
+test-browser:
+	@scripts/install-browser-deps
+	$(SWIFT) build $(SWIFTFLAGS) --product tabd
+	TABD_BIN=$(CURDIR)/.build/debug/tabd $(PYTHON) -m pytest -q -p no:cacheprovider Tests/browser
 
 clean:
 	rm -rf .build $(TSAN_DIR)

@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import threading
-import time
 
 from selenium import webdriver
 from selenium.common.exceptions import JavascriptException, TimeoutException

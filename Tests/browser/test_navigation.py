@@ -1,6 +1,5 @@
 """Pages, lifecycle and taps: push, back, tap-to-root and tap-to-scroll-top (seed 003), the
 greeting (seed 002), content that keeps its state while hidden (seed 000), scroll reports."""
-from browserkit import WAIT
 
 
 def test_seed_003_push_back_tap_to_root_then_scroll_to_top(daemon, browsers, remote):

@@ -95,6 +95,10 @@ def test_no_console_errors_or_warnings_while_using_the_page(daemon, browsers):
 def test_page_needs_no_inline_script_or_style():
     """What a strict CSP (script-src 'self'; style-src 'self') would block is not used."""
     html = open(os.path.join(WEB_ROOT, "index.html"), encoding="utf-8").read()
+    # The page declares that policy itself, so every test above ran under it (a violation
+    # would be a console error).
+    csp = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)"', html)
+    assert csp and "script-src 'self'" in csp.group(1) and "style-src 'self'" in csp.group(1)
     assert not re.search(r"\son[a-z]+\s*=", html, re.I), "inline event handler"
     assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html, re.I), "inline script"
     assert "<style" not in html.lower() and not re.search(r"\sstyle\s*=", html, re.I), "inline style"

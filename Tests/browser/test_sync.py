@@ -142,3 +142,15 @@ def test_a_gap_in_the_stream_rebuilds_from_a_snapshot(daemon, browsers, remote):
     kinds = b.js("return Array.from(document.querySelectorAll('#log-list li')).map(li => li.dataset.kind)")
     assert "sync" in kinds
     b.wait_in_sync_with(r)
+
+
+def test_the_page_passes_its_token_along(make_daemon, browsers):
+    d = make_daemon("--token", "s3cret")
+    b = browsers()
+    b.allow_console(CONNECTION_REFUSED)  # the refused upgrade without the token
+    b.driver.get(d.http)
+    b.wait(lambda: b.js("return window.__tabd.attempts") >= 2, WAIT, "refused without the token")
+    assert b.state() in ("connecting", "reconnecting")
+    b.driver.get(d.http + "?token=s3cret")
+    b.wait_live()
+    assert b.tabs()[0]["id"] == "home"

@@ -1,0 +1,894 @@
+// tabd browser client. No framework, no build step.
+//
+// State model: `model` is the daemon's snapshot (PROTOCOL.md) with every `events` frame
+// folded into it in seq order. Everything on screen is derived from `model` by render():
+// the page never answers an event with a command. Frames with seq <= model.seq are
+// ignored; a gap asks for a fresh snapshot (`sync`); a welcome with a snapshot rebuilds.
+// The DOM keeps one panel per tab and one element per page id, all of them in the page
+// (hidden ones with visibility:hidden), so scroll offsets and typed text survive.
+"use strict";
+
+(function () {
+  const PARAMS = new URLSearchParams(location.search);
+  const TOKEN = PARAMS.get("token");
+  const NAME = (PARAMS.get("name") || "browser").slice(0, 64);
+  const LOG_LIMIT = 50;
+  const SCROLL_INTERVAL_MS = 250; // at most 4 scroll reports per second and tab
+  const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
+  const HEARTBEAT_MS = 20000;
+  const ITEMS = 20;
+  const MAX_DEPTH = 64;
+  const REDUCED_MOTION = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+
+  const $ = (id) => document.getElementById(id);
+  const contentEl = $("content");
+  const tabbarEl = $("tabbar");
+  const statusEl = $("status");
+  const statusTextEl = $("status-text");
+  const retryEl = $("retry");
+  const presenceEl = $("presence");
+  const logListEl = $("log-list");
+  const logSeqEl = $("log-seq");
+  const toastEl = $("toast");
+
+  // ---------------------------------------------------------------- state
+
+  let model = null; // snapshot + applied events; null until the first welcome
+  let epoch = null;
+  let clientId = null;
+  const myIds = new Set(); // every client id this page had (one per connection)
+
+  let ws = null;
+  let connState = "connecting"; // connecting | catching-up | live | reconnecting
+  let attempt = 0;
+  let retryTimer = null;
+  let retryAt = 0;
+  let countdownTimer = null;
+  let heartbeatTimer = null;
+  let awaitingPong = false;
+  let catchUpRef = null; // a ping sent after a resumed welcome: frames before its pong are replays
+  let syncBuffer = null; // frames held back while a `sync` is outstanding
+  let syncFresh = false; // the awaited snapshot starts a new history (drop the DOM)
+  let refCounter = 0;
+  let connections = 0;
+  let toastTimer = null;
+  let lastResumed = null; // whether the last welcome resumed (true) or brought a snapshot
+  let rebuilds = 0;
+  let holdUntil = 0; // tests: no reconnect before this time (see __tabd.disconnect)
+  let dropBatches = 0; // tests: events frames to lose on purpose (see __tabd.dropNextBatch)
+
+  const logEntries = []; // newest last
+
+  // ---------------------------------------------------------------- connection
+
+  function wsURL() {
+    const u = new URL("/ws", location.href);
+    u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    const q = new URLSearchParams();
+    q.set("name", NAME);
+    if (model && epoch) {
+      q.set("resume", String(model.seq));
+      q.set("epoch", epoch);
+    }
+    if (TOKEN) q.set("token", TOKEN);
+    u.search = q.toString();
+    return u.toString();
+  }
+
+  function connect() {
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    stopCountdown();
+    setConn(attempt > 0 || model ? "reconnecting" : "connecting", attempt > 0 ? "Reconnecting…" : "Connecting…");
+    let sock;
+    try {
+      sock = new WebSocket(wsURL());
+    } catch (e) {
+      scheduleReconnect();
+      return;
+    }
+    ws = sock;
+    sock.addEventListener("message", (ev) => {
+      if (sock === ws) onFrame(ev.data);
+    });
+    sock.addEventListener("close", () => {
+      if (sock !== ws) return;
+      ws = null;
+      connectionLost();
+    });
+  }
+
+  function connectionLost() {
+    stopHeartbeat();
+    catchUpRef = null;
+    syncBuffer = null;
+    syncFresh = false;
+    scheduleReconnect();
+  }
+
+  function scheduleReconnect() {
+    if (retryTimer) return;
+    const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
+    const delay = Math.max(Math.round(base * (0.8 + Math.random() * 0.4)), holdUntil - Date.now());
+    attempt += 1;
+    retryAt = Date.now() + delay;
+    retryTimer = setTimeout(connect, delay);
+    startCountdown();
+  }
+
+  function retryNow() {
+    if (ws) return;
+    holdUntil = 0;
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    connect();
+  }
+
+  // Drops the socket without waiting for a close handshake (a dead peer never answers one).
+  function dropSocket() {
+    const sock = ws;
+    ws = null;
+    if (sock) {
+      try { sock.close(4000, "client reconnect"); } catch (e) { /* already closing */ }
+    }
+    connectionLost();
+  }
+
+  function startHeartbeat() {
+    stopHeartbeat();
+    awaitingPong = false;
+    heartbeatTimer = setInterval(() => {
+      if (!ws || ws.readyState !== WebSocket.OPEN) return;
+      if (awaitingPong) { dropSocket(); return; }
+      awaitingPong = true;
+      send("ping");
+    }, HEARTBEAT_MS);
+  }
+
+  function stopHeartbeat() {
+    clearInterval(heartbeatTimer);
+    heartbeatTimer = null;
+  }
+
+  function send(type, fields) {
+    if (!ws || ws.readyState !== WebSocket.OPEN) return null;
+    refCounter += 1;
+    const ref = "w" + refCounter;
+    ws.send(JSON.stringify(Object.assign({ type: type, ref: ref }, fields || {})));
+    return ref;
+  }
+
+  function command(type, fields) {
+    if (send(type, fields) === null) showToast("Not connected: the action was not sent.");
+  }
+
+  // ---------------------------------------------------------------- frames
+
+  function onFrame(text) {
+    let f;
+    try { f = JSON.parse(text); } catch (e) { return; }
+    if (!f || typeof f.type !== "string") return;
+    switch (f.type) {
+      case "welcome": onWelcome(f); break;
+      case "events": onEvents(f); break;
+      case "snapshot": onSnapshotReply(f); break;
+      case "pong":
+        awaitingPong = false;
+        if (f.ref && f.ref === catchUpRef) {
+          catchUpRef = null;
+          setConn("live");
+          reportAllScrolls();
+        }
+        break;
+      case "error": showToast(`${f.code}: ${f.message}`); break;
+      default: break; // ack
+    }
+  }
+
+  function onWelcome(f) {
+    connections += 1;
+    attempt = 0;
+    clientId = f.client;
+    myIds.add(clientId);
+    lastResumed = !!f.resumed;
+    const sameEpoch = epoch === f.epoch;
+    epoch = f.epoch;
+    startHeartbeat();
+    if (f.snapshot) {
+      rebuild(f.snapshot, !sameEpoch, "snapshot");
+      setConn("live");
+    } else if (f.resumed && model && sameEpoch) {
+      // The missed batches follow as events frames; they are replays, not live events.
+      setConn("catching-up", "Catching up…");
+      catchUpRef = send("ping");
+    } else {
+      setConn("catching-up", "Syncing…");
+      syncFresh = !sameEpoch;
+      requestSync(null);
+    }
+  }
+
+  function requestSync(frame) {
+    syncBuffer = frame ? [frame] : [];
+    if (send("sync") === null) syncBuffer = null;
+  }
+
+  function onSnapshotReply(f) {
+    const held = syncBuffer || [];
+    syncBuffer = null;
+    const fresh = syncFresh;
+    syncFresh = false;
+    rebuild(f.snapshot, fresh, "sync");
+    if (connState !== "live" && !catchUpRef) setConn("live");
+    for (const frame of held) onEvents(frame);
+  }
+
+  function onEvents(f) {
+    if (!Array.isArray(f.events)) return;
+    if (syncBuffer) { syncBuffer.push(f); return; }
+    if (!model) return;
+    if (dropBatches > 0) { dropBatches -= 1; return; }
+    const fresh = f.events.filter((e) => e.seq > model.seq);
+    if (fresh.length === 0) return; // already applied
+    if (fresh[0].seq !== model.seq + 1) { requestSync(f); return; }
+    const live = connState === "live";
+    const effects = [];
+    for (const e of fresh) {
+      if (e.seq !== model.seq + 1) { requestSync(f); break; }
+      applyEvent(e, f.by, live, effects);
+      model.seq = e.seq;
+      addLog(e, f.by);
+    }
+    render();
+    for (const fx of effects) fx();
+    renderLog();
+  }
+
+  // ---------------------------------------------------------------- the model
+
+  function normalizeTab(t) {
+    return {
+      id: t.id, title: t.title, icon: t.icon, color: t.color, badge: t.badge == null ? null : t.badge,
+      stack: (t.stack || []).map((p) => ({ id: p.id, route: p.route, appeared: !!p.appeared, appearCount: p.appearCount | 0 })),
+      scroll: Number(t.scroll) || 0,
+      values: Object.assign({}, t.values || {}),
+    };
+  }
+
+  function rebuild(snap, fresh, why) {
+    rebuilds += 1;
+    model = {
+      seq: snap.seq,
+      selected: snap.selected,
+      scrollToTop: snap.scrollToTop,
+      tabs: snap.tabs.map(normalizeTab),
+      clients: (snap.clients || []).map((c) => ({ id: c.id, name: c.name })),
+      clientCount: snap.clientCount | 0,
+    };
+    if (fresh) resetDOM();
+    render();
+    for (const t of model.tabs) setScrollInstant(t.id, t.scroll);
+    addLog({ seq: snap.seq, kind: why === "sync" ? "sync" : "snapshot" }, "tabd", `rebuilt: ${model.tabs.length} tabs, selected ${model.selected}`);
+    renderLog();
+  }
+
+  const tabById = (id) => model.tabs.find((t) => t.id === id);
+  const pageOf = (tab, pid) => (tab ? tab.stack.find((p) => p.id === pid) : undefined);
+
+  function applyEvent(e, by, live, effects) {
+    const tab = typeof e.tab === "string" ? tabById(e.tab) : null;
+    switch (e.kind) {
+      case "selected":
+        model.selected = e.to;
+        break;
+      case "firstAppear": {
+        const p = pageOf(tab, e.page);
+        if (p) p.appeared = true;
+        break;
+      }
+      case "appear": {
+        const p = pageOf(tab, e.page);
+        if (p) { p.appeared = true; p.appearCount += 1; }
+        break;
+      }
+      case "disappear":
+        break;
+      case "pushed":
+        if (tab) {
+          tab.stack.push({ id: e.page, route: e.route, appeared: false, appearCount: 0 });
+          if (live) effects.push(() => markPushed(e.tab, e.page));
+        }
+        break;
+      case "popped":
+        if (tab) {
+          const gone = new Set(e.pages);
+          tab.stack = tab.stack.filter((p) => !gone.has(p.id));
+        }
+        break;
+      case "scrollToTop":
+        model.scrollToTop = e.count;
+        if (tab) {
+          tab.scroll = 0;
+          effects.push(live ? () => scrollToTopSmooth(e.tab) : () => setScrollInstant(e.tab, 0));
+        }
+        break;
+      case "scrolled":
+        if (tab) {
+          tab.scroll = Number(e.offset) || 0;
+          // Our own reports already are where the list is; applying their echo would
+          // drag the list back while the user keeps scrolling.
+          if (!myIds.has(by)) effects.push(() => setScrollInstant(e.tab, e.offset));
+        }
+        break;
+      case "valueSet":
+        if (tab) {
+          if (e.value === null || e.value === undefined) delete tab.values[e.key];
+          else tab.values[e.key] = e.value;
+        }
+        break;
+      case "tabAdded": {
+        const t = normalizeTab(e.tab);
+        const i = Math.max(0, Math.min(e.index, model.tabs.length));
+        model.tabs.splice(i, 0, t);
+        effects.push(() => setScrollInstant(t.id, t.scroll));
+        break;
+      }
+      case "tabUpdated": {
+        const i = model.tabs.findIndex((t) => t.id === e.tab.id);
+        if (i >= 0) model.tabs[i] = normalizeTab(e.tab);
+        break;
+      }
+      case "tabMoved": {
+        const i = model.tabs.findIndex((t) => t.id === e.tab);
+        if (i >= 0) {
+          const [t] = model.tabs.splice(i, 1);
+          model.tabs.splice(Math.max(0, Math.min(e.index, model.tabs.length)), 0, t);
+        }
+        break;
+      }
+      case "tabRemoved":
+        model.tabs = model.tabs.filter((t) => t.id !== e.tab);
+        break;
+      case "clientJoined":
+        if (!model.clients.some((c) => c.id === e.client.id)) {
+          model.clientCount += 1;
+          if (model.clients.length < 100) model.clients.push({ id: e.client.id, name: e.client.name });
+        }
+        break;
+      case "clientLeft":
+        model.clientCount = Math.max(0, model.clientCount - 1);
+        model.clients = model.clients.filter((c) => c.id !== e.client);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // The greeting of seed 002, derived from state.
+  function greetingOf(tab) {
+    const root = tab.stack[0];
+    if (Object.prototype.hasOwnProperty.call(tab.values, "greeting")) {
+      const v = tab.values.greeting;
+      return typeof v === "string" ? v : JSON.stringify(v);
+    }
+    return root && root.appeared ? "On Appear" : "Initial";
+  }
+
+  function nextRoute(depth) {
+    return depth <= 1 ? "next" : "next" + depth;
+  }
+
+  // ---------------------------------------------------------------- rendering
+
+  const tabViews = new Map(); // tab id -> { btn, iconBox, iconSig, titleEl, badgeEl }
+  const panelViews = new Map(); // tab id -> { panel, pages: Map(page id -> pageView) }
+
+  function resetDOM() {
+    for (const v of panelViews.values()) v.panel.remove();
+    panelViews.clear();
+    for (const v of tabViews.values()) v.btn.remove();
+    tabViews.clear();
+    scrollCtl.clear();
+  }
+
+  function render() {
+    if (!model) return;
+    const ph = $("placeholder");
+    if (ph) ph.remove();
+    renderTabBar();
+    renderPanels();
+    renderPresence();
+    const sel = tabById(model.selected);
+    document.title = sel ? `${sel.title} · tabd` : "tabd";
+    logSeqEl.textContent = "#" + model.seq;
+  }
+
+  function hexToRgb(hex) {
+    const m = /^#?([0-9a-f]{6})$/i.exec(String(hex || ""));
+    const n = m ? parseInt(m[1], 16) : 0x8e8e93;
+    return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+  }
+
+  function paint(el, color) {
+    const [r, g, b] = hexToRgb(color);
+    el.style.setProperty("--tab-color", `rgb(${r}, ${g}, ${b})`);
+    el.style.setProperty("--tab-tint", `rgba(${r}, ${g}, ${b}, 0.3)`);
+    el.style.setProperty("--tab-soft", `rgba(${r}, ${g}, ${b}, 0.14)`);
+  }
+
+  function renderTabBar() {
+    const ids = new Set(model.tabs.map((t) => t.id));
+    const active = document.activeElement;
+    const focusedId = active && active.parentElement === tabbarEl ? active.dataset.tab : null;
+    for (const [id, v] of tabViews) {
+      if (!ids.has(id)) { v.btn.remove(); tabViews.delete(id); }
+    }
+    model.tabs.forEach((t, i) => {
+      let v = tabViews.get(t.id);
+      if (!v) { v = createTabButton(t); tabViews.set(t.id, v); }
+      const selected = t.id === model.selected;
+      const sig = t.icon + "\u0000" + t.title;
+      if (v.iconSig !== sig) {
+        v.iconBox.replaceChild(window.tabdIcon(t.icon, t.title), v.iconBox.firstChild);
+        v.iconSig = sig;
+      }
+      v.titleEl.textContent = t.title;
+      v.badgeEl.hidden = t.badge == null;
+      v.badgeEl.textContent = t.badge == null ? "" : t.badge;
+      v.btn.setAttribute("aria-label", t.badge == null ? t.title : `${t.title}, ${t.badge}`);
+      v.btn.setAttribute("aria-selected", selected ? "true" : "false");
+      v.btn.classList.toggle("is-selected", selected);
+      v.btn.dataset.color = t.color;
+      paint(v.btn, t.color);
+      if (tabbarEl.children[i] !== v.btn) tabbarEl.insertBefore(v.btn, tabbarEl.children[i] || null);
+    });
+    // Roving tabindex: the focused tab while the tab bar has focus, else the selected one.
+    const rover = focusedId && ids.has(focusedId) ? focusedId : model.selected;
+    for (const [id, v] of tabViews) v.btn.tabIndex = id === rover ? 0 : -1;
+    if (focusedId && tabViews.has(focusedId) && document.activeElement !== tabViews.get(focusedId).btn) {
+      tabViews.get(focusedId).btn.focus();
+    }
+  }
+
+  function createTabButton(t) {
+    const btn = document.createElement("button");
+    btn.type = "button";
+    btn.className = "tab";
+    btn.id = "tab-" + t.id;
+    btn.dataset.tab = t.id;
+    btn.setAttribute("role", "tab");
+    btn.setAttribute("aria-controls", "panel-" + t.id);
+    const iconBox = document.createElement("span");
+    iconBox.className = "tab-icon";
+    iconBox.appendChild(document.createElement("span"));
+    const badgeEl = document.createElement("span");
+    badgeEl.className = "badge";
+    badgeEl.setAttribute("aria-hidden", "true");
+    const titleEl = document.createElement("span");
+    titleEl.className = "tab-title";
+    iconBox.appendChild(badgeEl);
+    btn.append(iconBox, titleEl);
+    return { btn, iconBox, iconSig: null, titleEl, badgeEl };
+  }
+
+  function renderPanels() {
+    const ids = new Set(model.tabs.map((t) => t.id));
+    for (const [id, v] of panelViews) {
+      if (!ids.has(id)) { v.panel.remove(); panelViews.delete(id); scrollCtl.delete(id); }
+    }
+    for (const t of model.tabs) {
+      let v = panelViews.get(t.id);
+      if (!v) { v = createPanel(t); panelViews.set(t.id, v); }
+      const selected = t.id === model.selected;
+      v.panel.classList.toggle("is-selected", selected);
+      v.panel.inert = !selected;
+      v.panel.setAttribute("aria-hidden", selected ? "false" : "true");
+      paint(v.panel, t.color);
+      // Pages: one element per page id, in stack order; the top one is shown.
+      const keep = new Set(t.stack.map((p) => p.id));
+      for (const [pid, pv] of v.pages) {
+        if (!keep.has(pid)) { pv.el.remove(); v.pages.delete(pid); }
+      }
+      t.stack.forEach((p, depth) => {
+        let pv = v.pages.get(p.id);
+        if (!pv) {
+          pv = depth === 0 ? createRootPage(t, p) : createPushedPage(t, p);
+          v.pages.set(p.id, pv);
+          v.panel.appendChild(pv.el);
+        }
+        updatePage(pv, t, p, depth);
+      });
+    }
+  }
+
+  function createPanel(t) {
+    const panel = document.createElement("section");
+    panel.className = "panel";
+    panel.id = "panel-" + t.id;
+    panel.dataset.tab = t.id;
+    panel.setAttribute("role", "tabpanel");
+    panel.setAttribute("aria-labelledby", "tab-" + t.id);
+    contentEl.appendChild(panel);
+    return { panel, pages: new Map() };
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text != null) e.textContent = text;
+    return e;
+  }
+
+  function actionButton(cls, text, action, tabId) {
+    const b = el("button", cls, text);
+    b.type = "button";
+    b.dataset.action = action;
+    b.dataset.tab = tabId;
+    return b;
+  }
+
+  function lifecycleChips() {
+    const box = el("div", "lifecycle");
+    const count = el("span", "chip chip-count");
+    const first = el("span", "chip chip-first");
+    box.append(count, first);
+    return { box, count, first };
+  }
+
+  function noteField(tabId, pageId) {
+    const label = el("label", "note");
+    label.append(el("span", "note-label", "Notes (kept while you switch tabs)"));
+    const input = el("input", "note-input");
+    input.type = "text";
+    input.placeholder = "Type something…";
+    input.autocomplete = "off";
+    input.name = `note-${tabId}-${pageId}`;
+    label.append(input);
+    return label;
+  }
+
+  function createRootPage(t, p) {
+    const page = el("section", "page page-root");
+    page.dataset.page = p.id;
+    const scroller = el("div", "scroller");
+    scroller.dataset.tab = t.id;
+    const inner = el("div", "page-inner");
+    const title = el("h1", "large-title");
+    const greeting = actionButton("greeting", "", "greeting", t.id);
+    const greetingText = el("span", "greeting-text");
+    const greetingHint = el("span", "greeting-hint", "Tap to set “Tapped”");
+    greeting.append(greetingText, greetingHint);
+    const chips = lifecycleChips();
+    const push = actionButton("primary push", "Show next page", "push", t.id);
+    const list = el("ol", "items");
+    list.setAttribute("aria-label", "Items");
+    for (let i = 0; i < ITEMS; i++) {
+      const li = el("li", "item");
+      li.append(el("span", "item-num", String(i)), el("span", "item-label", `Item ${i}`));
+      list.append(li);
+    }
+    const after = actionButton("secondary push", "Show next page", "push", t.id);
+    inner.append(title, greeting, chips.box, push, list, after, noteField(t.id, p.id));
+    scroller.append(inner);
+    page.append(scroller);
+    wireScroller(t.id, scroller);
+    return { el: page, root: true, title, greetingText, chips, pushButtons: [push, after], scroller };
+  }
+
+  function createPushedPage(t, p) {
+    const page = el("section", "page page-pushed");
+    page.dataset.page = p.id;
+    const scroller = el("div", "scroller");
+    const bar = el("div", "navbar");
+    const back = actionButton("back", "", "back", t.id);
+    back.append(el("span", "back-chevron", "‹"), el("span", "back-label", "Back"));
+    const barTitle = el("span", "navbar-title");
+    bar.append(back, barTitle);
+    const inner = el("div", "page-inner");
+    const title = el("h1", "large-title");
+    const crumb = el("p", "crumb");
+    const chips = lifecycleChips();
+    const push = actionButton("primary push", "Show next page", "push", t.id);
+    inner.append(title, crumb, chips.box, push, noteField(t.id, p.id));
+    scroller.append(bar, inner);
+    page.append(scroller);
+    return { el: page, root: false, title, crumb, barTitle, backLabel: back.lastChild, chips, pushButtons: [push] };
+  }
+
+  function updatePage(pv, t, p, depth) {
+    const top = depth === t.stack.length - 1;
+    pv.el.classList.toggle("is-top", top);
+    pv.el.inert = !top;
+    pv.el.dataset.route = p.route;
+    pv.el.dataset.appeared = p.appeared ? "true" : "false";
+    pv.el.dataset.appearCount = String(p.appearCount);
+    pv.chips.count.textContent = `Appeared ${p.appearCount}×`;
+    pv.chips.first.textContent = p.appeared ? "First appear: done" : "First appear: not yet";
+    pv.chips.first.classList.toggle("done", p.appeared);
+    for (const b of pv.pushButtons) {
+      b.dataset.depth = String(t.stack.length);
+      b.disabled = t.stack.length >= MAX_DEPTH;
+    }
+    if (pv.root) {
+      pv.title.textContent = t.title;
+      pv.greetingText.textContent = greetingOf(t);
+    } else {
+      pv.title.textContent = p.route;
+      pv.barTitle.textContent = p.route;
+      const below = t.stack[depth - 1];
+      pv.backLabel.textContent = depth === 1 ? t.title : below ? below.route : "Back";
+      pv.crumb.textContent = [t.title].concat(t.stack.slice(1, depth + 1).map((q) => q.route)).join(" › ");
+    }
+  }
+
+  function markPushed(tabId, pageId) {
+    const v = panelViews.get(tabId);
+    const pv = v && v.pages.get(pageId);
+    if (!pv || REDUCED_MOTION) return;
+    pv.el.classList.add("entering");
+    pv.el.addEventListener("animationend", () => pv.el.classList.remove("entering"), { once: true });
+  }
+
+  function renderPresence() {
+    const n = model.clientCount;
+    presenceEl.hidden = connState !== "live";
+    presenceEl.textContent = `${n} online`;
+    presenceEl.title = model.clients.map((c) => (myIds.has(c.id) ? `${c.name} (${c.id}, this window)` : `${c.name} (${c.id})`)).join("\n");
+  }
+
+  // ---------------------------------------------------------------- scrolling
+
+  // Per tab: where we last put the list ourselves (a remote offset, maybe clamped), whether
+  // a smooth scroll-to-top is running, and the throttle of our reports.
+  const scrollCtl = new Map();
+  function ctl(tabId) {
+    let c = scrollCtl.get(tabId);
+    if (!c) {
+      c = { expect: null, smoothing: false, smoothTimer: null, timer: null, lastSentAt: -Infinity, lastSent: null };
+      scrollCtl.set(tabId, c);
+    }
+    return c;
+  }
+
+  function scrollerOf(tabId) {
+    const v = panelViews.get(tabId);
+    if (!v) return null;
+    for (const pv of v.pages.values()) if (pv.root) return pv.scroller;
+    return null;
+  }
+
+  function wireScroller(tabId, scroller) {
+    scroller.addEventListener("scroll", () => onListScroll(tabId, scroller), { passive: true });
+    const userTookOver = () => endSmooth(tabId, true);
+    for (const type of ["wheel", "touchstart", "pointerdown", "keydown"]) {
+      scroller.addEventListener(type, userTookOver, { passive: true });
+    }
+    scroller.addEventListener("scrollend", () => {
+      if (ctl(tabId).smoothing) endSmooth(tabId);
+    });
+  }
+
+  function onListScroll(tabId, scroller) {
+    const c = ctl(tabId);
+    if (c.smoothing) return;
+    const top = scroller.scrollTop;
+    if (c.expect !== null) {
+      if (Math.abs(top - c.expect) < 1) return; // where we put it
+      c.expect = null;
+    }
+    scheduleReport(tabId);
+  }
+
+  function scheduleReport(tabId) {
+    const c = ctl(tabId);
+    if (c.timer) return;
+    const wait = Math.max(0, c.lastSentAt + SCROLL_INTERVAL_MS - performance.now());
+    c.timer = setTimeout(() => { c.timer = null; reportScroll(tabId); }, wait);
+  }
+
+  function reportScroll(tabId) {
+    const c = ctl(tabId);
+    const scroller = scrollerOf(tabId);
+    const tab = model && tabById(tabId);
+    if (!scroller || !tab || c.smoothing) return;
+    const top = Math.round(scroller.scrollTop);
+    if (c.expect !== null && Math.abs(top - c.expect) < 1) return;
+    if (Math.abs(top - tab.scroll) < 1 && c.lastSent === null) return;
+    if (c.lastSent !== null && Math.abs(top - c.lastSent) < 1) return;
+    if (send("scroll", { tab: tabId, offset: top }) === null) return;
+    c.lastSentAt = performance.now();
+    c.lastSent = top;
+  }
+
+  // After catching up, tell the others where our lists are if they moved while offline.
+  function reportAllScrolls() {
+    if (!model) return;
+    for (const t of model.tabs) {
+      const c = ctl(t.id);
+      c.lastSent = null;
+      const s = scrollerOf(t.id);
+      if (s && Math.abs(s.scrollTop - t.scroll) >= 1 && (c.expect === null || Math.abs(s.scrollTop - c.expect) >= 1)) {
+        scheduleReport(t.id);
+      }
+    }
+  }
+
+  function cancelReport(c) {
+    clearTimeout(c.timer);
+    c.timer = null;
+    c.lastSent = null;
+  }
+
+  function setScrollInstant(tabId, offset) {
+    const s = scrollerOf(tabId);
+    if (!s) return;
+    const c = ctl(tabId);
+    cancelReport(c);
+    endSmooth(tabId);
+    s.scrollTop = Number(offset) || 0;
+    c.expect = s.scrollTop; // may be clamped: this window's list can be shorter
+  }
+
+  function scrollToTopSmooth(tabId) {
+    const s = scrollerOf(tabId);
+    if (!s) return;
+    const c = ctl(tabId);
+    cancelReport(c);
+    c.expect = 0;
+    if (s.scrollTop <= 0 || REDUCED_MOTION) { s.scrollTop = 0; return; }
+    c.smoothing = true;
+    clearTimeout(c.smoothTimer);
+    c.smoothTimer = setTimeout(() => endSmooth(tabId), 1500);
+    s.scrollTo({ top: 0, behavior: "smooth" });
+  }
+
+  // `byUser`: the user grabbed the list mid-animation, so where it ends up is news.
+  // Otherwise the animation ended (or timed out) and the list is where the state says.
+  function endSmooth(tabId, byUser) {
+    const c = scrollCtl.get(tabId);
+    if (!c || !c.smoothing) return;
+    c.smoothing = false;
+    clearTimeout(c.smoothTimer);
+    c.smoothTimer = null;
+    const s = scrollerOf(tabId);
+    if (!s) return;
+    if (byUser) { c.expect = null; scheduleReport(tabId); } else c.expect = s.scrollTop;
+  }
+
+  // ---------------------------------------------------------------- status, log, toast
+
+  function setConn(state, text) {
+    connState = state;
+    statusEl.dataset.state = state;
+    document.body.dataset.conn = state;
+    const labels = { live: "Live", connecting: "Connecting…", "catching-up": "Catching up…", reconnecting: "Reconnecting…" };
+    statusTextEl.textContent = text || labels[state] || state;
+    statusEl.title = clientId ? `client ${clientId} · epoch ${epoch} · ${connections} connection(s)` : "";
+    retryEl.hidden = retryTimer === null;
+    presenceEl.hidden = state !== "live" || !model; // a count from before the drop is stale
+  }
+
+  function startCountdown() {
+    stopCountdown();
+    const tick = () => {
+      const s = Math.max(0, Math.ceil((retryAt - Date.now()) / 1000));
+      setConn("reconnecting", s > 0 ? `Retrying in ${s}s` : "Reconnecting…");
+    };
+    tick();
+    countdownTimer = setInterval(tick, 500);
+  }
+
+  function stopCountdown() {
+    clearInterval(countdownTimer);
+    countdownTimer = null;
+  }
+
+  function describe(e) {
+    switch (e.kind) {
+      case "selected": return `${e.from} → ${e.to}`;
+      case "appear": case "firstAppear": case "disappear": return `${e.tab} · ${e.page}`;
+      case "pushed": return `${e.tab} + ${e.page} “${e.route}”`;
+      case "popped": return `${e.tab} − ${(e.pages || []).join(", ")}`;
+      case "scrollToTop": return `${e.tab} · count ${e.count}`;
+      case "scrolled": return `${e.tab} · ${e.offset}`;
+      case "valueSet": return `${e.tab} · ${e.key} = ${JSON.stringify(e.value)}`;
+      case "tabAdded": return `${e.tab.id} at ${e.index}`;
+      case "tabUpdated": return `${e.tab.id} “${e.tab.title}”`;
+      case "tabMoved": return `${e.tab} → ${e.index}`;
+      case "tabRemoved": return e.tab;
+      case "clientJoined": return `${e.client.name} (${e.client.id})`;
+      case "clientLeft": return e.client;
+      default: return "";
+    }
+  }
+
+  function addLog(e, by, text) {
+    logEntries.push({ seq: e.seq, kind: e.kind, text: text != null ? text : describe(e), by: by });
+    if (logEntries.length > LOG_LIMIT) logEntries.splice(0, logEntries.length - LOG_LIMIT);
+  }
+
+  function renderLog() {
+    const frag = document.createDocumentFragment();
+    for (let i = logEntries.length - 1; i >= 0; i--) {
+      const x = logEntries[i];
+      const li = el("li", "log-entry kind-" + x.kind);
+      li.dataset.seq = String(x.seq);
+      li.dataset.kind = x.kind;
+      li.append(el("span", "log-n", "#" + x.seq), el("span", "log-kind", x.kind), el("span", "log-text", x.text));
+      if (x.by) li.append(el("span", "log-by", myIds.has(x.by) ? "you" : x.by));
+      frag.append(li);
+    }
+    logListEl.replaceChildren(frag);
+  }
+
+  function showToast(text) {
+    toastEl.textContent = text;
+    toastEl.hidden = false;
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(() => { toastEl.hidden = true; }, 4000);
+  }
+
+  // ---------------------------------------------------------------- input
+
+  tabbarEl.addEventListener("click", (ev) => {
+    const btn = ev.target.closest("[role=tab]");
+    if (btn && tabbarEl.contains(btn)) command("tap", { tab: btn.dataset.tab });
+  });
+
+  tabbarEl.addEventListener("keydown", (ev) => {
+    const btns = Array.from(tabbarEl.querySelectorAll("[role=tab]"));
+    const i = btns.indexOf(document.activeElement);
+    if (i < 0) return;
+    let j = null;
+    if (ev.key === "ArrowRight" || ev.key === "ArrowDown") j = (i + 1) % btns.length;
+    else if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") j = (i - 1 + btns.length) % btns.length;
+    else if (ev.key === "Home") j = 0;
+    else if (ev.key === "End") j = btns.length - 1;
+    if (j === null) return;
+    ev.preventDefault();
+    btns.forEach((b, k) => { b.tabIndex = k === j ? 0 : -1; });
+    btns[j].focus();
+  });
+
+  contentEl.addEventListener("click", (ev) => {
+    const b = ev.target.closest("[data-action]");
+    if (!b || !contentEl.contains(b) || !model) return;
+    const tabId = b.dataset.tab;
+    const tab = tabById(tabId);
+    if (!tab) return;
+    switch (b.dataset.action) {
+      case "greeting": command("set", { tab: tabId, key: "greeting", value: "Tapped" }); break;
+      case "push": command("push", { tab: tabId, route: nextRoute(tab.stack.length) }); break;
+      case "back": command("pop", { tab: tabId }); break;
+      default: break;
+    }
+  });
+
+  retryEl.addEventListener("click", retryNow);
+  window.addEventListener("online", retryNow);
+
+  // Hooks for tests and for poking around in the console.
+  window.__tabd = {
+    get model() { return model; },
+    get epoch() { return epoch; },
+    get clientId() { return clientId; },
+    get state() { return connState; },
+    get connections() { return connections; },
+    get seq() { return model ? model.seq : null; },
+    get resumed() { return lastResumed; },
+    get rebuilds() { return rebuilds; },
+    get attempts() { return attempt; },
+    // Closes the socket from the page's side; the page reconnects with `resume` as after
+    // any drop, but not before `holdMs` milliseconds (default: the normal backoff).
+    disconnect(holdMs) {
+      holdUntil = Date.now() + (Number(holdMs) || 0);
+      if (ws) ws.close(4000, "client disconnect");
+    },
+    // Loses the next events frame as if it never arrived: the one after it shows a gap.
+    dropNextBatch() { dropBatches += 1; },
+    retryNow,
+    greetingOf,
+  };
+
+  connect();
+})();
