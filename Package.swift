@@ -19,13 +19,24 @@ let package = Package(
             pkgConfig: "libwebsockets",
             providers: [.apt(["libwebsockets-dev"])]
         ),
+        // Debian's SQLite, seen only by the StateStore module.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        // Durable state: the event log and snapshots in an SQLite file, group commit.
+        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite"], swiftSettings: strict),
         // The heart: tab state, lifecycle rules, sequencing, JSON. No networking.
         .target(name: "Coordinator", swiftSettings: strict),
         // libwebsockets wrapped for Swift: server (HTTP + WebSocket) and client.
         .target(name: "WebSockets", dependencies: ["CWebSockets"], swiftSettings: strict),
+        // The rules a stream of batches must keep, checked from outside: for tests and tools.
+        .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
-        .executableTarget(name: "tabd", dependencies: ["Coordinator", "WebSockets"], swiftSettings: strict),
-        .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator"], swiftSettings: strict),
+        .executableTarget(name: "tabd", dependencies: ["Coordinator", "StateStore", "WebSockets"], swiftSettings: strict),
+        .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance"], swiftSettings: strict),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets"], swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

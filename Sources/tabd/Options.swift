@@ -15,6 +15,7 @@ struct Options: Sendable {
     var allowOrigins: [String] = []
     var token: String?
     var pingInterval = 30
+    var state: String?
 
     static let version = "0.1.0"
 
@@ -29,6 +30,9 @@ struct Options: Sendable {
       --web-root PATH        the web client's files (default: the checkout's web/)
       --tabs FILE            initial tabs, a JSON array of {id,title,icon,color,badge?}
                              (default: home, favorites, profile)
+      --state PATH           where state is stored (SQLite); ':memory:' keeps nothing
+                             (default: .tabd/state.sqlite in the checkout, else in
+                             the current directory)
       --resume-window N      events kept for clients that resume (default 10000)
       --queue-limit N        frames queued for one connection before it is closed
                              as too slow, code 1008 (default 10000)
@@ -71,6 +75,10 @@ struct Options: Sendable {
                 case "--port": o.port = try int(arg, min: 0, max: 65535)
                 case "--web-root": o.webRoot = try value(arg)
                 case "--tabs": o.tabsFile = try value(arg)
+                case "--state":
+                    let v = try value(arg)
+                    guard !v.isEmpty else { throw UsageError("--state must not be empty") }
+                    o.state = v
                 case "--max-clients": o.maxClients = try int(arg, min: 1)
                 case "--resume-window": o.resumeWindow = try int(arg, min: 0)
                 case "--queue-limit": o.queueLimit = try int(arg, min: 1)
@@ -118,6 +126,20 @@ struct Options: Sendable {
         }
         for c in candidates where isDir(c) && fm.fileExists(atPath: c + "/index.html") { return .success(c) }
         return .failure(UsageError("no web root: none of \(candidates.joined(separator: ", ")) exists; pass --web-root PATH"))
+    }
+}
+
+extension Options {
+    /// The state file: the option, else `.tabd/state.sqlite` beside the web root's
+    /// checkout (the folder that holds `web/`), else in the current directory. Nil
+    /// means in memory.
+    func resolvedStatePath(webRoot: String) -> String? {
+        if let state { return state == ":memory:" ? nil : state }
+        let root = URL(fileURLWithPath: webRoot).standardizedFileURL
+        if self.webRoot == nil, root.lastPathComponent == "web" {
+            return root.deletingLastPathComponent().path + "/.tabd/state.sqlite"
+        }
+        return FileManager.default.currentDirectoryPath + "/.tabd/state.sqlite"
     }
 }
 

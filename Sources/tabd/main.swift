@@ -1,6 +1,7 @@
 import Coordinator
 import Dispatch
 import Foundation
+import StateStore
 import WebSockets
 
 // tabd: parse options, build the coordinator, serve, stop cleanly on SIGINT/SIGTERM.
@@ -14,6 +15,8 @@ case let .exit(text, code):
 }
 
 let log = Log(level: options.logLevel)
+// A file-size limit (ulimit -f) must fail a write with an error, not kill the daemon.
+signal(SIGXFSZ, SIG_IGN)
 
 func fail(_ message: String) -> Never {
     log.error(message)
@@ -29,11 +32,23 @@ case let .success(path): webRoot = path
 case let .failure(error): fail(error.message)
 }
 
+// State: an SQLite file (durable, continues across restarts) or memory.
+let configuration = Coordinator.Configuration(resumeWindow: options.resumeWindow)
 let coordinator: Coordinator
-do { coordinator = try Coordinator(tabs: tabs, configuration: .init(resumeWindow: options.resumeWindow)) } catch { fail("tabs: \(error.message)") }
+let store: StateStore?
+if let path = options.resolvedStatePath(webRoot: webRoot) {
+    do { store = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow), tabs: tabs) } catch { fail(error.message) }
+    coordinator = Coordinator(restoring: store!.loaded, durability: store!, configuration: configuration)
+    do { try await coordinator.start() } catch { fail("state file '\(path)': \(error.message)") }
+    log.info("state in \(path): epoch \(coordinator.epoch), continuing at seq \(store!.loaded.snapshot.seq)")
+} else {
+    store = nil
+    do { coordinator = try Coordinator(tabs: tabs, configuration: configuration) } catch { fail("tabs: \(error.message)") }
+    log.info("state in memory: nothing is kept when tabd stops")
+}
 
 let metrics = Metrics()
-metrics.started(seq: await coordinator.currentSeq, scrollToTop: 0)
+metrics.started(seq: await coordinator.currentSeq, scrollToTop: coordinator.counter.value)
 let (inputs, inbox) = AsyncStream.makeStream(of: Gateway.Input.self)
 let gateway = Gateway(options: options, metrics: metrics, log: log, inbox: inbox)
 
@@ -66,7 +81,7 @@ server.start()
 // The first line on stdout, written unbuffered: scripts wait for it.
 let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)/\n"
 FileHandle.standardOutput.write(Data(listening.utf8))
-log.info("serving \(webRoot), epoch \(coordinator.epoch), tabs \(tabs.map(\.id).joined(separator: ","))")
+log.info("serving \(webRoot), epoch \(coordinator.epoch)")
 
 let received = await waitForTerminationSignal()
 log.info("received signal \(received), stopping: closing every client with 1001")
@@ -74,6 +89,7 @@ gateway.stopping.store(true, ordering: .relaxed)
 await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))
 inbox.finish()
 await dispatching.value
+store?.close()
 let finalSeq = await coordinator.currentSeq
 log.info("stopped at seq \(finalSeq)")
 exit(0)

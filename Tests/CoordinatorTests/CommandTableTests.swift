@@ -179,7 +179,7 @@ import Testing
         expected.scrollToTop = 1
         expected.tabs[0].scroll = 0
         #expect(await c.snapshot() == expected)
-        #expect(await c.counter.value == 1)
+        #expect(c.counter.value == 1)
     }
 
     @Test func scrollEmitsScrolledOnAnyTab() async throws {

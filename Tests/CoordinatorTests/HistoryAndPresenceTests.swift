@@ -4,7 +4,7 @@ import Testing
 @Suite struct HistoryAndPresenceTests {
     @Test func joinEmitsClientJoinedAndTheWelcomeSnapshotIncludesIt() async throws {
         let c = try freshCoordinator()
-        let w = await c.connect(.init(name: "kiosk-1"))
+        let w = try await c.connect(.init(name: "kiosk-1"))
         #expect(w.client == ClientInfo(id: "c1", name: "kiosk-1"))
         #expect(w.resumed == false)
         #expect(w.seq == 3)
@@ -15,18 +15,18 @@ import Testing
 
     @Test func namesAreCutTo64AndDefaultToTheId() async throws {
         let c = try freshCoordinator()
-        let long = await c.connect(.init(name: String(repeating: "n", count: 80)))
+        let long = try await c.connect(.init(name: String(repeating: "n", count: 80)))
         #expect(long.client.name.count == 64)
-        let anonymous = await c.connect(.init(name: ""))
+        let anonymous = try await c.connect(.init(name: ""))
         #expect(anonymous.client.name == anonymous.client.id)
     }
 
     @Test func resumeReplaysExactlyTheMissedBatchesEndingWithTheJoin() async throws {
         let c = try freshCoordinator()
-        let first = await c.connect(.init(name: "a"))
-        await c.disconnect(first.client.id)
+        let first = try await c.connect(.init(name: "a"))
+        try await c.disconnect(first.client.id)
         try await run(c, .push(tab: nil, route: "x"))
-        let w = await c.connect(.init(name: "a", resume: first.seq, epoch: c.epoch))
+        let w = try await c.connect(.init(name: "a", resume: first.seq, epoch: c.epoch))
         #expect(w.resumed)
         #expect(w.snapshot == nil)
         #expect(w.replay.map(\.events).map { $0.map(\.event.kind) } == [
@@ -42,7 +42,7 @@ import Testing
     func resumeThatCannotBeServedGivesASnapshot(request: Coordinator.JoinRequest) async throws {
         // seq 1 is inside the first batch (1–2); 99 was never reached; another epoch is another history.
         let c = try freshCoordinator()
-        let w = await c.connect(request)
+        let w = try await c.connect(request)
         #expect(!w.resumed)
         #expect(w.snapshot == (await c.snapshot()))
     }
@@ -50,18 +50,18 @@ import Testing
     @Test func resumeOlderThanTheWindowGivesASnapshot() async throws {
         let c = try Coordinator(configuration: .init(resumeWindow: 10))
         for i in 0..<20 { try await run(c, .scroll(tab: nil, offset: Double(i))) }
-        let old = await c.connect(.init(resume: 2, epoch: c.epoch))
+        let old = try await c.connect(.init(resume: 2, epoch: c.epoch))
         #expect(!old.resumed)
-        let recent = await c.connect(.init(resume: 15, epoch: c.epoch))
+        let recent = try await c.connect(.init(resume: 15, epoch: c.epoch))
         #expect(recent.resumed)
         #expect(recent.replay.map(\.firstSeq) == Array(16...24), "scrolls 16–22, then both joins")
     }
 
     @Test func joinsAndLeavesInOneCallTravelInOneBatch() async throws {
         let c = try freshCoordinator()
-        let a = await c.connect(.init(name: "a"))
+        let a = try await c.connect(.init(name: "a"))
         let sub = await c.subscribe()
-        let welcomes = await c.presence(joining: [.init(name: "b"), .init(name: "c")], leaving: [a.client.id, "c999"])
+        let welcomes = try await c.presence(joining: [.init(name: "b"), .init(name: "c")], leaving: [a.client.id, "c999"])
         #expect(welcomes.map(\.client.name) == ["b", "c"])
         #expect(welcomes.allSatisfy { $0.snapshot?.clients.map(\.name) == ["b", "c"] })
         for await batch in sub.batches {

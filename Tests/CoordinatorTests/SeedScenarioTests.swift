@@ -47,7 +47,7 @@ import Testing
     /// increments the shared counter, which all tabs share and which never resets.
     @Test func tapPopsToRootThenScrollsToTopThroughTheSharedCounter() async throws {
         let c = try freshCoordinator()
-        let changes = await c.counter.changes()
+        let changes = c.counter.changes()
         try await run(c, .push(tab: "home", route: "next"))
         try await run(c, .push(tab: "home", route: "next2"))
 

@@ -24,6 +24,9 @@ class Daemon:
     """A tabd process started with `args`; `url` is set once it printed its listening line."""
 
     def __init__(self, *args):
+        if "--state" not in args:
+            args = ("--state", ":memory:", *args)  # each test its own history
+        self.args = args
         self.proc = subprocess.Popen([TABD, "--port", "0", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, cwd=ROOT)
         line = self.proc.stdout.readline()

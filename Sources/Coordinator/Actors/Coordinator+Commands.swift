@@ -9,6 +9,20 @@ public enum CommandOutcome: Sendable, Equatable {
     case pong
 }
 
+/// A command that has been applied, or refused: ``Coordinator/outcome(of:)`` tells
+/// what came of it once its batch is published.
+public struct Receipt: Sendable {
+    enum State: Sendable {
+        case done(CommandOutcome)
+        case failed(CommandError)
+        /// Waiting for the commit of its own batch.
+        case pending(EventBatch, CommitWait)
+        /// Changed nothing; answered once everything applied before it is published.
+        case unchanged(after: CommitWait?)
+    }
+    let state: State
+}
+
 extension Coordinator {
     /// Applies one command as client `client`, with the `ref` it gave, and publishes its
     /// events as one batch before returning. Refused commands change nothing.
@@ -16,15 +30,52 @@ extension Coordinator {
     /// Commands run one at a time in the order they reach the coordinator, so a client
     /// that awaits each command before sending the next sees them applied in its order.
     public func execute(_ command: Command, by client: ClientID = Coordinator.daemonID, ref: String? = nil) async throws(CommandError) -> CommandOutcome {
+        try await outcome(of: submit(command, by: client, ref: ref))
+    }
+
+    /// Applies one command and returns at once, without waiting for its commit: the
+    /// next command can be applied while this one's batch is being stored. Call
+    /// ``outcome(of:)`` for the answer; receipts complete in the order they were issued.
+    public func submit(_ command: Command, by client: ClientID = Coordinator.daemonID, ref: String? = nil) async -> Receipt {
         await enter(); defer { leave() }
         switch command {
-        case .sync: return .snapshot(await buildSnapshot())
-        case .ping: return .pong
+        case .sync:
+            if let error = await settle() { return Receipt(state: .failed(error)) }
+            return Receipt(state: .done(.snapshot(await buildSnapshot())))
+        case .ping:
+            return Receipt(state: .done(.pong))
         default: break
         }
-        let events = try await events(for: command)
-        let batch = publish(events, by: client, ref: ref)
-        return .applied(seq: currentSeq, batch: batch)
+        let events: [Event]
+        do { events = try await self.events(for: command) } catch { return Receipt(state: .failed(error)) }
+        switch record(events, by: client, ref: ref) {
+        case nil: return Receipt(state: .unchanged(after: pendingWait))
+        case let (batch, nil)?: return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
+        case let (batch, wait?)?: return Receipt(state: .pending(batch, wait))
+        }
+    }
+
+    /// What a submitted command came to: its events are published (committed, with a
+    /// store) when this returns. A failed commit answers `unavailable`.
+    public func outcome(of receipt: Receipt) async throws(CommandError) -> CommandOutcome {
+        switch receipt.state {
+        case let .done(outcome):
+            return outcome
+        case let .failed(error):
+            throw error
+        case let .pending(batch, wait):
+            if let error = await wait.value {
+                await rollback()
+                throw error
+            }
+            publishCommitted(through: batch.lastSeq)
+            return .applied(seq: batch.lastSeq, batch: batch)
+        case let .unchanged(after):
+            if let after {
+                if await after.value == nil { publishCommitted(through: seq) } else { await rollback() }
+            }
+            return .applied(seq: currentSeq, batch: nil)
+        }
     }
 
     /// The rules of SEMANTICS.md's command table: each case validates everything first

@@ -7,6 +7,11 @@
 /// reentrant while it awaits, so every operation that reads or changes state runs
 /// inside a FIFO gate (``enter()``/``leave()``): commands never interleave, and a
 /// snapshot never sees half a command.
+///
+/// With a ``Durability`` store, a batch is published (and its command answered) only
+/// once it is committed. Commands keep being applied while earlier batches commit, so
+/// the store can commit many per transaction; if a commit fails, the coordinator rolls
+/// back to the store's last committed state and those commands answer `unavailable`.
 public actor Coordinator {
     /// The `by` of events the daemon causes itself (presence, the first appear).
     public static let daemonID: ClientID = "tabd"
@@ -21,16 +26,19 @@ public actor Coordinator {
     public nonisolated let epoch: String
     /// The shared scroll-to-top counter.
     public nonisolated let counter: ScrollCounter
-    /// The state before the first event (seq 0): replaying every batch from here
-    /// reproduces the current snapshot.
+    /// The state this coordinator started from (seq 0 for a new history): replaying
+    /// every batch published since reproduces the current snapshot.
     public nonisolated let origin: Snapshot
 
     var bar: TabBar
     var tabs: [TabID: TabActor]
-    private(set) var seq = 0
+    /// The last seq applied (ahead of ``publishedSeq`` while commits are pending).
+    private(set) var seq: Int
+    /// The last seq published.
+    private(set) var publishedSeq: Int
     var nextPage: Int
-    private var nextClient = 1
-    var clients: [ClientInfo] = []
+    private var nextClient: Int
+    var clients: [ClientInfo]
     private var history: EventHistory
     private var observers: [@Sendable (EventBatch) -> Void] = []
     private var subscribers: [Int: (AsyncStream<EventBatch>.Continuation, SubscriptionStatus)] = [:]
@@ -38,10 +46,48 @@ public actor Coordinator {
     private var busy = false
     private var waiting: [CheckedContinuation<Void, Never>] = []
     private var waitingHead = 0
+    private let durability: (any Durability)?
+    /// Bumped on every rollback; the store drops batches of older generations.
+    private var generation = 0
+    /// Applied batches waiting for their commit, in seq order.
+    private var unpublished: [(batch: EventBatch, wait: CommitWait)] = []
 
-    /// A new history: the tabs as given (validated), the first one selected, and its
-    /// root page's `firstAppear` + `appear` as batch 1 (by `tabd`).
+    /// A new in-memory history: the tabs as given (validated), the first one selected,
+    /// and its root page's `firstAppear` + `appear` as batch 1 (by `tabd`).
     public init(tabs infos: [TabInfo] = TabInfo.defaults, configuration: Configuration = .init()) throws(CommandError) {
+        let origin = try Self.origin(tabs: infos)
+        var first = origin
+        let events = first.tabs[0].appear()
+        let genesis = Self.stamp(events, after: 0, by: Self.daemonID, ref: nil)
+        first.seq = genesis.lastSeq
+        self.init(stored: StoredState(epoch: Self.newEpoch(), snapshot: first, nextPage: origin.tabs.count + 1, nextClient: 1,
+                                      history: [genesis]),
+                  origin: origin, durability: nil, configuration: configuration)
+    }
+
+    /// Continues a stored history. Call ``start()`` before anything else: it publishes
+    /// the first appear of a new history, or the departure of the clients a restart forgot.
+    public init(restoring stored: StoredState, durability: any Durability, configuration: Configuration = .init()) {
+        self.init(stored: stored, origin: stored.snapshot, durability: durability, configuration: configuration)
+    }
+
+    private init(stored: StoredState, origin: Snapshot, durability: (any Durability)?, configuration: Configuration) {
+        epoch = stored.epoch
+        self.origin = origin
+        counter = ScrollCounter(value: stored.snapshot.scrollToTop)
+        (bar, tabs) = Self.actors(for: stored.snapshot)
+        seq = stored.snapshot.seq
+        publishedSeq = stored.snapshot.seq
+        nextPage = stored.nextPage
+        nextClient = stored.nextClient
+        clients = stored.snapshot.clients
+        history = EventHistory(window: configuration.resumeWindow)
+        for batch in stored.history { history.append(batch) }
+        self.durability = durability
+    }
+
+    /// The state before any event of a new history: every tab at its root, the first selected.
+    public static func origin(tabs infos: [TabInfo]) throws(CommandError) -> Snapshot {
         guard !infos.isEmpty else { throw .invalid("there must be at least one tab") }
         guard infos.count <= Limits.maxTabs else { throw .invalid("at most \(Limits.maxTabs) tabs") }
         var states: [TabState] = []
@@ -50,22 +96,28 @@ public actor Coordinator {
             guard !states.contains(where: { $0.id == info.id }) else { throw .invalid("duplicate tab id '\(info.id)'") }
             states.append(TabState(info: info, rootPage: "p\(i + 1)"))
         }
-        epoch = Self.newEpoch()
-        counter = ScrollCounter()
-        origin = Snapshot(seq: 0, selected: states[0].id, scrollToTop: 0, tabs: states, clients: [])
-        let firstAppear = states[0].appear()
-        bar = TabBar(order: states.map(\.id), selected: states[0].id)
-        self.tabs = Dictionary(uniqueKeysWithValues: states.map { ($0.id, TabActor(state: $0)) })
-        nextPage = states.count + 1
-        history = EventHistory(window: configuration.resumeWindow)
-        let batch = Self.stamp(firstAppear, after: 0, by: Self.daemonID, ref: nil)
-        seq = batch.lastSeq
-        history.append(batch)
+        return Snapshot(seq: 0, selected: states[0].id, scrollToTop: 0, tabs: states, clients: [])
     }
 
-    private static func newEpoch() -> String {
+    public static func newEpoch() -> String {
         let hex = String(UInt64.random(in: 0...UInt64.max), radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    private static func actors(for snapshot: Snapshot) -> (TabBar, [TabID: TabActor]) {
+        (TabBar(order: snapshot.tabs.map(\.id), selected: snapshot.selected),
+         Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, TabActor(state: $0)) }))
+    }
+
+    /// Publishes what a durable start needs: on a new history the first tab's root
+    /// page appears; after a restart, every client the stored state listed leaves.
+    public func start() async throws(CommandError) {
+        await enter(); defer { leave() }
+        var events: [Event] = []
+        if seq == 0, let first = tabs[bar.selected] { events = await first.appear() }
+        events += clients.map { .clientLeft($0.id) }
+        clients = []
+        try await applyAndSettle(events, by: Self.daemonID, ref: nil)
     }
 
     // MARK: The gate
@@ -89,19 +141,90 @@ public actor Coordinator {
         next.resume()
     }
 
-    // MARK: Publishing
+    // MARK: Applying and publishing
 
     private static func stamp(_ events: [Event], after seq: Int, by: ClientID, ref: String?) -> EventBatch {
         let first = seq + 1
         return EventBatch(by: by, ref: ref, events: events.enumerated().map { SequencedEvent(seq: first + $0.offset, event: $0.element) })
     }
 
-    /// Stamps, records and delivers one batch; nil (and nothing sent) when there are no events.
-    func publish(_ events: [Event], by: ClientID, ref: String?) -> EventBatch? {
+    /// Stamps applied events as the next batch. In memory it is published at once (and
+    /// nil returned); with a store it is queued for commit and its wait returned.
+    func record(_ events: [Event], by: ClientID, ref: String?) -> (EventBatch, CommitWait?)? {
         guard !events.isEmpty else { return nil }
         let batch = Self.stamp(events, after: seq, by: by, ref: ref)
         seq = batch.lastSeq
+        guard let durability else {
+            publish(batch)
+            return (batch, nil)
+        }
+        let wait = CommitWait()
+        unpublished.append((batch, wait))
+        durability.append(batch, generation: generation) { wait.complete($0) }
+        return (batch, wait)
+    }
+
+    /// Records events and, with a store, waits (holding the gate) until they are
+    /// committed and published; rolls back and throws `unavailable` if not.
+    func applyAndSettle(_ events: [Event], by: ClientID, ref: String?) async throws(CommandError) {
+        _ = record(events, by: by, ref: ref)
+        if let error = await settle() { throw error }
+    }
+
+    /// Waits, holding the gate, until every applied batch is committed and published.
+    /// Returns the failure (after rolling back) if a commit failed.
+    func settle() async -> CommandError? {
+        guard let last = unpublished.last else { return nil }
+        if let error = await last.wait.value {
+            await rollbackHoldingGate()
+            return error
+        }
+        publishCommitted(through: last.batch.lastSeq)
+        return nil
+    }
+
+    /// Publishes, in order, the waiting batches up to `seq` (they are committed).
+    func publishCommitted(through seq: Int) {
+        var n = 0
+        while n < unpublished.count, unpublished[n].batch.lastSeq <= seq { n += 1 }
+        let ready = unpublished.prefix(n).map(\.batch)
+        unpublished.removeFirst(n)
+        for batch in ready { publish(batch) }
+    }
+
+    /// After a failed commit: publishes what did commit, then puts the state back to the
+    /// store's last commit. The batches still waiting were built on state that is gone:
+    /// the store fails them, and they are never published.
+    func rollbackHoldingGate() async {
+        guard let durability, !unpublished.isEmpty else { return }
+        let stored = durability.committedState()
+        publishCommitted(through: stored.snapshot.seq)
+        generation += 1
+        unpublished = []
+        (bar, tabs) = Self.actors(for: stored.snapshot)
+        seq = stored.snapshot.seq
+        nextPage = stored.nextPage
+        nextClient = stored.nextClient
+        clients = stored.snapshot.clients
+        await counter.reset(to: stored.snapshot.scrollToTop)
+        durability.reset(generation: generation)
+    }
+
+    func rollback() async {
+        await enter(); defer { leave() }
+        await rollbackHoldingGate()
+    }
+
+    /// The commit wait of the last applied batch, if it is not published yet.
+    var pendingWait: CommitWait? { unpublished.last?.wait }
+
+    /// Records and delivers one committed batch.
+    private func publish(_ batch: EventBatch) {
+        publishedSeq = batch.lastSeq
         history.append(batch)
+        for e in batch.events {
+            if case let .scrollToTop(_, count) = e.event { counter.announce(count) }
+        }
         for observer in observers { observer(batch) }
         for (id, (continuation, status)) in subscribers {
             if case .dropped = continuation.yield(batch) {
@@ -110,12 +233,11 @@ public actor Coordinator {
                 continuation.finish()
             }
         }
-        return batch
     }
 
     /// Calls `observer` with every later batch, in seq order, on the coordinator's
-    /// executor, before the command that caused it returns. It must be quick and never
-    /// block: the daemon uses it to encode each batch once and hand it to its sockets.
+    /// executor, when it is published (committed, with a store). It must be quick and
+    /// never block: the daemon uses it to encode each batch once and hand it to its sockets.
     public func addObserver(_ observer: @escaping @Sendable (EventBatch) -> Void) {
         observers.append(observer)
     }
@@ -124,6 +246,7 @@ public actor Coordinator {
     /// a seq, when they are all retained (otherwise from a snapshot).
     public func subscribe(after: Int? = nil, bufferLimit: Int = 10_000) async -> Subscription {
         await enter(); defer { leave() }
+        _ = await settle()
         let start: Subscription.Start
         if let after, let missed = history.batches(after: after, current: seq) {
             start = .replay(missed)
@@ -145,20 +268,22 @@ public actor Coordinator {
 
     // MARK: Reading
 
-    /// The current state, consistent: taken between commands.
+    /// The current state, consistent: taken between commands, and (with a store) with
+    /// every event in it committed.
     public func snapshot() async -> Snapshot {
         await enter(); defer { leave() }
+        _ = await settle()
         return await buildSnapshot()
     }
 
-    /// The last seq applied.
-    public var currentSeq: Int { seq }
+    /// The last seq published.
+    public var currentSeq: Int { publishedSeq }
 
     func buildSnapshot() async -> Snapshot {
         var states: [TabState] = []
         states.reserveCapacity(bar.order.count)
         for id in bar.order { states.append(await tabs[id]!.state) }
-        return Snapshot(seq: seq, selected: bar.selected, scrollToTop: await counter.value, tabs: states, clients: clients)
+        return Snapshot(seq: seq, selected: bar.selected, scrollToTop: await counter.working, tabs: states, clients: clients)
     }
 
     // MARK: Presence
@@ -175,9 +300,11 @@ public actor Coordinator {
 
     /// Registers joining clients and forgets leaving ones in one batch (by `tabd`),
     /// and returns a welcome per join, in order. Each welcome includes the whole batch:
-    /// a snapshot at its last seq, or a replay that ends with it.
-    public func presence(joining: [JoinRequest], leaving: [ClientID] = []) async -> [Welcome] {
+    /// a snapshot at its last seq, or a replay that ends with it. Throws `unavailable`
+    /// (and changes nothing) when the store cannot commit the batch.
+    public func presence(joining: [JoinRequest], leaving: [ClientID] = []) async throws(CommandError) -> [Welcome] {
         await enter(); defer { leave() }
+        if let error = await settle() { throw error }
         var events: [Event] = []
         let known = Set(clients.map(\.id))
         let gone = Set(leaving.filter { known.contains($0) })
@@ -195,7 +322,7 @@ public actor Coordinator {
             clients.append(client)
             events.append(.clientJoined(client))
         }
-        _ = publish(events, by: Self.daemonID, ref: nil)
+        try await applyAndSettle(events, by: Self.daemonID, ref: nil)
         var shared: Snapshot?
         var welcomes: [Welcome] = []
         for (request, client) in zip(joining, joined) {
@@ -211,12 +338,12 @@ public actor Coordinator {
     }
 
     /// One client joins (see ``presence(joining:leaving:)``).
-    public func connect(_ request: JoinRequest = .init()) async -> Welcome {
-        await presence(joining: [request])[0]
+    public func connect(_ request: JoinRequest = .init()) async throws(CommandError) -> Welcome {
+        try await presence(joining: [request])[0]
     }
 
     /// One client leaves: `clientLeft`, unless it was not connected.
-    public func disconnect(_ id: ClientID) async {
-        _ = await presence(joining: [], leaving: [id])
+    public func disconnect(_ id: ClientID) async throws(CommandError) {
+        _ = try await presence(joining: [], leaving: [id])
     }
 }

@@ -1,33 +1,73 @@
+import Synchronization
+
 /// The one counter every tab shares (seed 003's `ValuesModel.count`): it starts at 0,
 /// goes up by one for each scroll-to-top and never goes down within an epoch.
 ///
-/// Only the ``Coordinator`` increments it (inside a command, so the `scrollToTop`
-/// event and the new value agree); anyone can read it or observe it.
+/// Only the ``Coordinator`` changes it, inside a command, so the `scrollToTop` event and
+/// the new value agree. ``value`` and ``changes()`` show published values only: with a
+/// durable store, a value is announced once its event is committed.
 public actor ScrollCounter {
-    public private(set) var value: Int
-    private var observers: [Int: AsyncStream<Int>.Continuation] = [:]
-    private var nextObserver = 0
+    /// The value as the coordinator applies commands (may run ahead of ``value`` while
+    /// a commit is pending).
+    private(set) var working: Int
+    private let observers = Observers()
 
-    public init(value: Int = 0) { self.value = value }
+    public init(value: Int = 0) {
+        working = value
+        observers.announce(value)
+    }
+
+    /// The last published value.
+    public nonisolated var value: Int { observers.latest }
 
     func increment() -> Int {
-        value += 1
-        for continuation in observers.values { continuation.yield(value) }
-        return value
+        working += 1
+        return working
     }
 
-    /// Every later value of the counter. An observer that falls more than 64 values
-    /// behind skips to the newest ones: only "it changed" matters to a scroll view.
-    public func changes() -> AsyncStream<Int> {
-        let (stream, continuation) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .bufferingNewest(64))
-        let id = nextObserver
-        nextObserver += 1
-        observers[id] = continuation
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.removeObserver(id) }
+    /// Rolls the working value back (a failed commit) or sets it on a restore.
+    func reset(to value: Int) {
+        working = value
+        observers.announce(value)
+    }
+
+    /// Tells observers about a published value.
+    nonisolated func announce(_ value: Int) { observers.announce(value) }
+
+    /// Every later published value. An observer that falls more than 64 values behind
+    /// skips to the newest ones: only "it changed" matters to a scroll view.
+    public nonisolated func changes() -> AsyncStream<Int> { observers.subscribe() }
+
+    private final class Observers: Sendable {
+        private struct State {
+            var latest = 0
+            var next = 0
+            var continuations: [Int: AsyncStream<Int>.Continuation] = [:]
         }
-        return stream
-    }
+        private let state = Mutex(State())
 
-    private func removeObserver(_ id: Int) { observers[id] = nil }
+        var latest: Int { state.withLock { $0.latest } }
+
+        func announce(_ value: Int) {
+            let targets = state.withLock { s -> [AsyncStream<Int>.Continuation] in
+                guard value != s.latest else { return [] }
+                s.latest = value
+                return Array(s.continuations.values)
+            }
+            for c in targets { c.yield(value) } // outside the lock
+        }
+
+        func subscribe() -> AsyncStream<Int> {
+            let (stream, continuation) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .bufferingNewest(64))
+            let id = state.withLock { s in
+                defer { s.next += 1 }
+                s.continuations[s.next] = continuation
+                return s.next
+            }
+            continuation.onTermination = { [weak self] _ in
+                _ = self?.state.withLock { $0.continuations.removeValue(forKey: id) }
+            }
+            return stream
+        }
+    }
 }

@@ -38,6 +38,7 @@ public struct ReplayError: Error, Sendable, CustomStringConvertible {
     public let seq: Int
     public let message: String
     public var description: String { "replay failed at seq \(seq): \(message)" }
+    public init(seq: Int, message: String) { self.seq = seq; self.message = message }
 }
 
 extension Snapshot {

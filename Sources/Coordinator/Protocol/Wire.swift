@@ -78,8 +78,11 @@ extension TabState {
 
 extension Snapshot {
     /// The wire form (at most 100 clients listed).
-    public var json: JSONValue {
-        let c = capped
+    public var json: JSONValue { json(capped: true) }
+
+    /// `capped: false` lists every client: the form a state file stores.
+    public func json(capped: Bool) -> JSONValue {
+        let c = capped ? self.capped : self
         return .object([
             ("seq", .int(c.seq)), ("selected", .string(c.selected)), ("scrollToTop", .int(c.scrollToTop)),
             ("tabs", .array(c.tabs.map(\.json))),

@@ -1,0 +1,69 @@
+import Synchronization
+
+/// The state a durable store holds at its last commit: what tabd restarts from, and
+/// what the coordinator falls back to when a commit fails.
+public struct StoredState: Sendable, Equatable {
+    /// Names the history; kept across restarts on the same store.
+    public var epoch: String
+    /// The state at the last committed seq, every client listed.
+    public var snapshot: Snapshot
+    /// The next page number (`p<n>`) and client number (`c<n>`) to hand out.
+    public var nextPage: Int
+    public var nextClient: Int
+    /// The retained batches (the resume window), oldest first, the last one ending at
+    /// `snapshot.seq`. Empty when it is only a fallback.
+    public var history: [EventBatch]
+
+    public init(epoch: String, snapshot: Snapshot, nextPage: Int, nextClient: Int, history: [EventBatch]) {
+        self.epoch = epoch; self.snapshot = snapshot; self.nextPage = nextPage; self.nextClient = nextClient; self.history = history
+    }
+}
+
+/// A store that makes batches durable before the coordinator publishes them.
+///
+/// Batches are committed in the order they are appended, many per transaction. Each
+/// append's `done` is called exactly once, from the store's own thread: with nil once
+/// the batch is durable, or with an error. After a failure, every batch already queued
+/// fails too (it was built on state that is being rolled back) until ``reset(generation:)``.
+public protocol Durability: Sendable {
+    func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void)
+    /// The state as of the last successful commit.
+    func committedState() -> StoredState
+    /// Accepts batches of `generation` (and later) again; fails what is left of older ones.
+    func reset(generation: Int)
+}
+
+/// A one-shot wait for a batch's commit, resumed from the store's thread. Any number
+/// of tasks may wait on it (the command's own outcome, a `sync` settling, a no-op
+/// command queued behind it).
+final class CommitWait: Sendable {
+    private struct State {
+        var result: CommandError??
+        var continuations: [CheckedContinuation<CommandError?, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    /// Called once by the store.
+    func complete(_ error: CommandError?) {
+        let waiting = state.withLock { s -> [CheckedContinuation<CommandError?, Never>] in
+            s.result = .some(error)
+            defer { s.continuations = [] }
+            return s.continuations
+        }
+        for continuation in waiting { continuation.resume(returning: error) } // outside the lock
+    }
+
+    /// nil when the batch is durable, else why not.
+    var value: CommandError? {
+        get async {
+            await withCheckedContinuation { continuation in
+                let ready = state.withLock { s -> CommandError?? in
+                    if let result = s.result { return result }
+                    s.continuations.append(continuation)
+                    return nil
+                }
+                if let ready { continuation.resume(returning: ready) }
+            }
+        }
+    }
+}

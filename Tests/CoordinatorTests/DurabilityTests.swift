@@ -1,0 +1,149 @@
+import Dispatch
+import Synchronization
+import Testing
+@testable import Coordinator
+
+/// A store that keeps committed state in memory, commits on its own queue, and fails
+/// on demand: enough to drive the coordinator's commit pipeline and its rollback.
+final class ScriptedStore: Durability {
+    private struct State {
+        var committed: StoredState
+        var failing = false
+        var failed = false
+        var minGeneration = 0
+        var commits: [[Int]] = []
+    }
+    private let state: Mutex<State>
+    private let queue = DispatchQueue(label: "scripted-store")
+
+    init(_ initial: StoredState) { state = Mutex(State(committed: initial)) }
+
+    /// While true, every commit fails (a full disk).
+    func setFailing(_ failing: Bool) { state.withLock { $0.failing = failing } }
+    var committedSeqs: [[Int]] { state.withLock { $0.commits } }
+
+    func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
+        // Whether the disk is full is decided when the batch arrives, so tests are deterministic.
+        let diskFull = state.withLock { $0.failing }
+        queue.async {
+            let error = self.state.withLock { s -> CommandError? in
+                if s.failed || generation < s.minGeneration { return .unavailable("earlier failure") }
+                if diskFull { s.failed = true; return .unavailable("disk full") }
+                do { try s.committed.snapshot.apply(batch) } catch { return .unavailable("\(error)") }
+                s.committed.snapshot.seq = batch.lastSeq
+                for e in batch.events {
+                    if case let .pushed(_, page, _) = e.event { s.committed.nextPage = Int(page.dropFirst())! + 1 }
+                    if case let .clientJoined(c) = e.event { s.committed.nextClient = Int(c.id.dropFirst())! + 1 }
+                }
+                s.commits.append([batch.firstSeq, batch.lastSeq])
+                return nil
+            }
+            done(error)
+        }
+    }
+
+    func committedState() -> StoredState { state.withLock { $0.committed } }
+    func reset(generation: Int) { state.withLock { $0.failed = false; $0.minGeneration = generation } }
+}
+
+@Suite struct DurabilityTests {
+    func durable() async throws -> (Coordinator, ScriptedStore) {
+        let origin = try Coordinator.origin(tabs: TabInfo.defaults)
+        let store = ScriptedStore(StoredState(epoch: "e1", snapshot: origin, nextPage: 4, nextClient: 1, history: []))
+        let c = Coordinator(restoring: store.committedState(), durability: store)
+        try await c.start()
+        return (c, store)
+    }
+
+    @Test func aBatchIsPublishedOnlyAfterItsCommit() async throws {
+        let (c, store) = try await durable()
+        let sub = await c.subscribe()
+        try await run(c, .push(tab: nil, route: "a"))
+        #expect(store.committedSeqs.last == [3, 6])
+        for await batch in sub.batches {
+            #expect(batch.firstSeq == 3)
+            break
+        }
+    }
+
+    @Test func aFailedCommitAnswersUnavailablePublishesNothingAndRollsBack() async throws {
+        let (c, store) = try await durable()
+        let sub = await c.subscribe()
+        try await run(c, .scroll(tab: nil, offset: 5))
+        let before = await c.snapshot()
+        store.setFailing(true)
+        await #expect(throws: CommandError.unavailable("disk full")) {
+            try await c.execute(.push(tab: nil, route: "lost"))
+        }
+        #expect(await c.snapshot() == before, "the failed command left nothing behind")
+        #expect(c.counter.value == 0)
+        // The disk comes back: the next command follows on the committed seq, no gap.
+        store.setFailing(false)
+        let batch = try await run(c, .push(tab: nil, route: "kept"))
+        #expect(batch?.firstSeq == before.seq + 1)
+        #expect(batch?.events.first?.event == .pushed(tab: "home", page: "p4", route: "kept"))
+        var seen: [Int] = []
+        for await b in sub.batches {
+            seen.append(b.firstSeq)
+            if b.lastSeq >= batch!.lastSeq { break }
+        }
+        #expect(seen == [3, 4], "the subscriber never saw the failed batch")
+    }
+
+    @Test func commandsAppliedBehindAFailedOneFailToo() async throws {
+        let (c, store) = try await durable()
+        store.setFailing(true)
+        let first = await c.submit(.push(tab: nil, route: "a"))
+        let second = await c.submit(.scroll(tab: nil, offset: 9))
+        store.setFailing(false)
+        let third = await c.submit(.tap(tab: "home"))
+        for receipt in [first, second, third] {
+            await #expect(throws: CommandError.self) { try await c.outcome(of: receipt) }
+        }
+        #expect(await c.snapshot().seq == 2)
+        #expect(await c.snapshot().tabs[0].stack.count == 1)
+        try await run(c, .tap(tab: "home"))
+        #expect(c.counter.value == 1, "the counter was rolled back and counts on from the committed value")
+    }
+
+    @Test func pipelinedCommandsAreAnsweredInOrderAndAllPublished() async throws {
+        let (c, _) = try await durable()
+        let sub = await c.subscribe()
+        var receipts: [Receipt] = []
+        for i in 0..<50 { receipts.append(await c.submit(.scroll(tab: nil, offset: Double(i)), by: "c1", ref: "r\(i)")) }
+        var seqs: [Int] = []
+        for r in receipts {
+            if case let .applied(seq, _) = try await c.outcome(of: r) { seqs.append(seq) }
+        }
+        #expect(seqs == Array(3...52))
+        var published = 0
+        for await _ in sub.batches {
+            published += 1
+            if published == 50 { break }
+        }
+    }
+
+    @Test func aRestartForgetsConnectionsWithClientLeft() async throws {
+        var origin = try Coordinator.origin(tabs: TabInfo.defaults)
+        origin.clients = [ClientInfo(id: "c1", name: "a"), ClientInfo(id: "c2", name: "b")]
+        origin.clientCount = 2
+        let store = ScriptedStore(StoredState(epoch: "e1", snapshot: origin, nextPage: 4, nextClient: 3, history: []))
+        let c = Coordinator(restoring: origin.withSeq(0), durability: store)
+        try await c.start()
+        let snap = await c.snapshot()
+        #expect(snap.clients.isEmpty)
+        let sub = await c.subscribe(after: 0)
+        guard case let .replay(batches) = sub.start else { Issue.record("no replay"); return }
+        #expect(batches.map { $0.events.map(\.event) } == [[
+            .firstAppear(tab: "home", page: "p1"), .appear(tab: "home", page: "p1"), .clientLeft("c1"), .clientLeft("c2"),
+        ]])
+    }
+}
+
+extension Snapshot {
+    func withSeq(_ seq: Int) -> StoredState {
+        var s = self
+        s.seq = seq
+        return StoredState(epoch: "e1", snapshot: s, nextPage: 4, nextClient: 3, history: [])
+    }
+}
