@@ -2,27 +2,52 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// True for the first caller only.
-final class OnceFlag: Sendable {
-    private let done = Atomic<Bool>(false)
-    func claim() -> Bool { !done.exchange(true, ordering: .acquiringAndReleasing) }
-}
+/// SIGINT and SIGTERM, caught from the moment this is created: their default action is
+/// switched off at once, so a signal that arrives while tabd starts is not lost and does
+/// not kill it. The handlers run on a global queue, never on the main actor.
+final class TerminationSignals {
+    /// The first signal received; ``Mailbox/wait()`` returns it.
+    let mailbox = Mailbox()
+    /// Kept alive for the life of the process.
+    private var sources: [any DispatchSourceSignal] = []
 
-
-/// Waits for SIGINT or SIGTERM and returns which one came. Their default action is
-/// switched off first so that the process lives on to stop cleanly. The handlers run on
-/// a global queue, so this function must not be isolated to the main actor.
-nonisolated func waitForTerminationSignal() async -> Int32 {
-    let signals = [SIGINT, SIGTERM]
-    for sig in signals { signal(sig, SIG_IGN) }
-    let sources = signals.map { DispatchSource.makeSignalSource(signal: $0, queue: .global()) }
-    let received: Int32 = await withCheckedContinuation { continuation in
-        let once = OnceFlag()
-        for (source, sig) in zip(sources, signals) {
-            source.setEventHandler { @Sendable in if once.claim() { continuation.resume(returning: sig) } }
+    init() {
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { [mailbox] in mailbox.deliver(sig) }
             source.resume()
+            sources.append(source)
         }
     }
-    for source in sources { source.cancel() }
-    return received
+
+    final class Mailbox: Sendable {
+        private struct State {
+            var received: Int32?
+            var waiter: CheckedContinuation<Int32, Never>?
+        }
+        private let state = Mutex(State())
+
+        func deliver(_ sig: Int32) {
+            let waiter = state.withLock { s -> CheckedContinuation<Int32, Never>? in
+                guard s.received == nil else { return nil }
+                s.received = sig
+                defer { s.waiter = nil }
+                return s.waiter
+            }
+            waiter?.resume(returning: sig)
+        }
+
+        /// Returns the first signal received, waiting for it if need be.
+        func wait() async -> Int32 {
+            await withCheckedContinuation { continuation in
+                let already = state.withLock { s -> Int32? in
+                    if let r = s.received { return r }
+                    s.waiter = continuation
+                    return nil
+                }
+                if let already { continuation.resume(returning: already) }
+            }
+        }
+    }
 }

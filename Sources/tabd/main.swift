@@ -15,6 +15,7 @@ case let .exit(text, code):
 }
 
 let log = Log(level: options.logLevel)
+let termination = TerminationSignals()
 // A file-size limit (ulimit -f) must fail a write with an error, not kill the daemon.
 signal(SIGXFSZ, SIG_IGN)
 
@@ -83,7 +84,7 @@ let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(opt
 FileHandle.standardOutput.write(Data(listening.utf8))
 log.info("serving \(webRoot), epoch \(coordinator.epoch)")
 
-let received = await waitForTerminationSignal()
+let received = await termination.mailbox.wait()
 log.info("received signal \(received), stopping: closing every client with 1001")
 gateway.stopping.store(true, ordering: .relaxed)
 await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))
