@@ -40,8 +40,12 @@ test-swift:
 	$(SWIFT) test --skip-build $(SWIFTFLAGS)
 
 ## The concurrency suites again under ThreadSanitizer (own scratch path, so the normal build stays).
+## Any report fails the run.
+TSAN_FILTER ?= CoordinatorTests|StateStoreTests
 test-tsan:
-	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_DIR) --filter CoordinatorTests
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $(SWIFT) test --sanitize=thread --scratch-path $(TSAN_DIR) --filter '$(TSAN_FILTER)'
+
+
 
 ## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
 test-e2e:

@@ -1,13 +1,13 @@
 import Coordinator
 import Dispatch
-import Synchronization
+
 
 /// The one writer of a state file: commits queued batches on its own serial queue,
 /// every batch that arrived meanwhile in one transaction (group commit), and keeps the
 /// committed state in memory for the coordinator to fall back to.
 ///
 /// `@unchecked Sendable`: the SQLite connection (`db`) and `sinceSnapshot` are only
-/// touched on `queue`, a serial queue; everything else shared is behind `state`'s Mutex.
+/// touched on `queue`, a serial queue; everything else shared is behind `state`'s lock.
 final class Writer: @unchecked Sendable {
     private struct Pending {
         let batch: EventBatch
@@ -27,7 +27,7 @@ final class Writer: @unchecked Sendable {
     private let db: SQLiteConnection
     private let options: StateStore.Options
     private let queue = DispatchQueue(label: "tabd.state-writer")
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private var sinceSnapshot = 0
 
     init(db: SQLiteConnection, options: StateStore.Options, model: StoredState) {
@@ -35,7 +35,7 @@ final class Writer: @unchecked Sendable {
         self.options = options
         var committed = model
         committed.history = []
-        state = Mutex(State(committed: committed))
+        state = Locked(State(committed: committed))
     }
 
     var committed: StoredState { state.withLock { $0.committed } }

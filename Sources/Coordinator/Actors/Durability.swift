@@ -1,4 +1,4 @@
-import Synchronization
+
 
 /// The state a durable store holds at its last commit: what tabd restarts from, and
 /// what the coordinator falls back to when a commit fails.
@@ -41,7 +41,7 @@ final class CommitWait: Sendable {
         var result: CommandError??
         var continuations: [CheckedContinuation<CommandError?, Never>] = []
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Called once by the store.
     func complete(_ error: CommandError?) {

@@ -1,4 +1,4 @@
-import Synchronization
+
 
 /// The one counter every tab shares (seed 003's `ValuesModel.count`): it starts at 0,
 /// goes up by one for each scroll-to-top and never goes down within an epoch.
@@ -44,7 +44,7 @@ public actor ScrollCounter {
             var next = 0
             var continuations: [Int: AsyncStream<Int>.Continuation] = [:]
         }
-        private let state = Mutex(State())
+        private let state = Locked(State())
 
         var latest: Int { state.withLock { $0.latest } }
 
