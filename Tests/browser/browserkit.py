@@ -52,8 +52,10 @@ class Daemon:
         first = queue.Queue()
 
         def drain():  # keep reading so the daemon never blocks on a full pipe
-            for i, line in enumerate(self.proc.stdout):
-                if i == 0:
+            announced = False
+            for line in self.proc.stdout:  # stdout and stderr (logs) together
+                if not announced and line.startswith("tabd listening on "):
+                    announced = True
                     first.put(line)
                 self.output.append(line)
                 del self.output[:-200]
