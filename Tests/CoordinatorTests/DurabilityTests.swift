@@ -12,6 +12,9 @@ final class ScriptedStore: Durability {
         var failed = false
         var minGeneration = 0
         var commits: [[Int]] = []
+        /// While holding, finished commits wait here instead of being reported.
+        var holding = false
+        var held: [@Sendable () -> Void] = []
     }
     private let state: Mutex<State>
     private let queue = DispatchQueue(label: "scripted-store")
@@ -21,6 +24,23 @@ final class ScriptedStore: Durability {
     /// While true, every commit fails (a full disk).
     func setFailing(_ failing: Bool) { state.withLock { $0.failing = failing } }
     var committedSeqs: [[Int]] { state.withLock { $0.commits } }
+
+    /// Holds back commit reports until ``release(_:)``: a slow disk.
+    func hold() { state.withLock { $0.holding = true } }
+
+    /// Reports the first `n` held commits, in order (all when nil), and stops holding.
+    func release(_ n: Int? = nil) {
+        let ready = state.withLock { s -> [@Sendable () -> Void] in
+            let k = min(n ?? s.held.count, s.held.count)
+            let ready = Array(s.held.prefix(k))
+            s.held.removeFirst(k)
+            if n == nil { s.holding = false }
+            return ready
+        }
+        for report in ready { report() }
+    }
+
+    var heldCount: Int { state.withLock { $0.held.count } }
 
     func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         // Whether the disk is full is decided when the batch arrives, so tests are deterministic.
@@ -38,7 +58,13 @@ final class ScriptedStore: Durability {
                 s.commits.append([batch.firstSeq, batch.lastSeq])
                 return nil
             }
-            done(error)
+            let report: @Sendable () -> Void = { done(error) }
+            let held = self.state.withLock { s -> Bool in
+                guard s.holding else { return false }
+                s.held.append(report)
+                return true
+            }
+            if !held { report() }
         }
     }
 
@@ -121,6 +147,23 @@ final class ScriptedStore: Durability {
             published += 1
             if published == 50 { break }
         }
+    }
+
+    @Test func aCommandThatChangesNothingWaitsForEarlierCommitsButPublishesNoLaterOne() async throws {
+        let (c, store) = try await durable()
+        store.hold()
+        let a = await c.submit(.push(tab: nil, route: "a"))
+        let noop = await c.submit(.select(tab: "home"))
+        let b = await c.submit(.push(tab: nil, route: "b"))
+        while store.heldCount < 2 { await Task.yield() }
+        store.release(1) // only a's commit is reported
+        #expect(try await c.outcome(of: noop) == .applied(seq: 6, batch: nil))
+        #expect(await c.currentSeq == 6, "b is applied but not committed: it must not be published")
+        store.release()
+        _ = try await c.outcome(of: a)
+        guard case let .applied(seq, _) = try await c.outcome(of: b) else { Issue.record("b failed"); return }
+        #expect(seq == 10)
+        #expect(await c.currentSeq == 10)
     }
 
     @Test func aRestartForgetsConnectionsWithClientLeft() async throws {

@@ -17,8 +17,9 @@ public struct Receipt: Sendable {
         case failed(CommandError)
         /// Waiting for the commit of its own batch.
         case pending(EventBatch, CommitWait)
-        /// Changed nothing; answered once everything applied before it is published.
-        case unchanged(after: CommitWait?)
+        /// Changed nothing; answered once everything applied before it is published
+        /// (the wait and last seq of the batch applied just before it, if unpublished).
+        case unchanged(after: (wait: CommitWait, seq: Int)?)
     }
     let state: State
 }
@@ -49,7 +50,7 @@ extension Coordinator {
         let events: [Event]
         do { events = try await self.events(for: command) } catch { return Receipt(state: .failed(error)) }
         switch record(events, by: client, ref: ref) {
-        case nil: return Receipt(state: .unchanged(after: pendingWait))
+        case nil: return Receipt(state: .unchanged(after: lastUnpublished))
         case let (batch, nil)?: return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
         case let (batch, wait?)?: return Receipt(state: .pending(batch, wait))
         }
@@ -72,7 +73,8 @@ extension Coordinator {
             return .applied(seq: batch.lastSeq, batch: batch)
         case let .unchanged(after):
             if let after {
-                if await after.value == nil { publishCommitted(through: seq) } else { await rollback() }
+                // Only what is known to be committed: later batches may still be on their way.
+                if await after.wait.value == nil { publishCommitted(through: after.seq) } else { await rollback() }
             }
             return .applied(seq: currentSeq, batch: nil)
         }

@@ -215,8 +215,8 @@ public actor Coordinator {
         await rollbackHoldingGate()
     }
 
-    /// The commit wait of the last applied batch, if it is not published yet.
-    var pendingWait: CommitWait? { unpublished.last?.wait }
+    /// The commit wait and last seq of the last applied batch, if it is not published yet.
+    var lastUnpublished: (wait: CommitWait, seq: Int)? { unpublished.last.map { ($0.wait, $0.batch.lastSeq) } }
 
     /// Records and delivers one committed batch.
     private func publish(_ batch: EventBatch) {
