@@ -7,11 +7,12 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e test-browser clean
+.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e test-browser bench clean
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
 	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end, browser)"
+	@echo "make bench  run the benchmark against the C mirror and a Python server"
 	@echo "make clean  remove build products"
 
 deps:
@@ -41,11 +42,15 @@ test-swift:
 
 ## The concurrency suites again under ThreadSanitizer (own scratch path, so the normal build stays).
 ## Any report fails the run.
-TSAN_FILTER ?= CoordinatorTests|StateStoreTests
+TSAN_FILTER ?= CoordinatorTests|StateStoreTests|WebSocketsTests|StressTests
 test-tsan:
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" $(SWIFT) test --sanitize=thread --scratch-path $(TSAN_DIR) --filter '$(TSAN_FILTER)'
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path $(TSAN_DIR)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" TABD_STRESS_SEEDS=1,2 TABD_STRESS_COMMANDS=100 \
+	  $(SWIFT) test --skip-build --sanitize=thread --scratch-path $(TSAN_DIR) --filter '$(TSAN_FILTER)'
 
-
+## The benchmark of docs/BENCHMARKS.md: tabd beside the C mirror and a Python server (minutes).
+bench:
+	bench/run $(ARGS)
 
 ## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
 test-e2e:

@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "Coordinator", targets: ["Coordinator"]),
         .library(name: "WebSockets", targets: ["WebSockets"]),
         .executable(name: "tabd", targets: ["tabd"]),
+        .executable(name: "tabbench", targets: ["tabbench"]),
     ],
     targets: [
         // C at the edge: Debian's libwebsockets, seen only by the WebSockets module.
@@ -35,9 +36,16 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
         .executableTarget(name: "tabd", dependencies: ["Coordinator", "StateStore", "WebSockets"], swiftSettings: strict),
+        // Load and stress clients for tabd: stream checks, random commands, frame scanning.
+        .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSockets"], swiftSettings: strict),
+        // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
+        .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "TabdLoad"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets"], swiftSettings: strict),
+        // Many clients against a real tabd over real sockets (needs the tabd product built).
+        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "WebSockets"], path: "Tests/stress",
+                    swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,6 +3,7 @@
 
 #include <libwebsockets.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 /// LWS_PRE does not import into Swift: the headroom lws needs before every payload.
 static inline size_t tabd_lws_pre(void) { return LWS_PRE; }
@@ -35,5 +36,19 @@ static inline int tabd_lll_info(void) { return LLL_INFO; }
 
 /// SIGPIPE must not kill the process when a peer vanishes mid-write.
 static inline void tabd_ignore_sigpipe(void) { signal(SIGPIPE, SIG_IGN); }
+
+/// Client side: sends `len` bytes at `buf` as one text frame. lws masks the payload in place
+/// and writes the header into the LWS_PRE bytes before `buf`, so `buf` must be private,
+/// writable memory with that headroom.
+static inline int tabd_lws_write_text(struct lws *wsi, unsigned char *buf, size_t len) {
+	return lws_write(wsi, buf, len, LWS_WRITE_TEXT);
+}
+
+/// Client side: ends the connection at once, without a close frame (a peer that vanishes).
+static inline void tabd_lws_abort_socket(struct lws *wsi) {
+	int fd = lws_get_socket_fd(wsi);
+	if (fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+}
 
 #endif

@@ -1,13 +1,12 @@
 import CWebSockets
 import Foundation
-import Synchronization
 
 /// The engine behind `WebSocketServer`: the lws context, the locked connection table, and the
 /// state that only the service thread touches.
 ///
 /// Threads. `run()` is the service thread: it alone calls lws (callbacks arrive on it), and it
 /// alone reads or writes the fields marked *service thread*. Other threads only change `table`
-/// and `lifecycle` (each a `Mutex`) and call `lws_cancel_service`, the one lws function that is
+/// and `lifecycle` (each a `ThreadLocked`) and call `lws_cancel_service`, the one lws function that is
 /// safe from any thread; they do so while holding the table lock and only before the table is
 /// marked stopped, so the context is still alive. The handler is never called with a lock held.
 ///
@@ -18,14 +17,14 @@ import Synchronization
 /// each `Session` from ESTABLISHED until CLOSED, where the pointer is cleared first.
 final class ServiceLoop: @unchecked Sendable {
     // @unchecked Sendable: the mutable fields below are confined to the service thread (or to
-    // the creating thread before it starts); shared state is in `Mutex`es.
+    // the creating thread before it starts); shared state is in `ThreadLocked`s.
 
     enum Lifecycle { case created, running, finished }
 
     let configuration: Configuration
     let handler: any WebSocketServerHandler
-    let table: Mutex<ConnectionTable>
-    private let lifecycle = Mutex<(state: Lifecycle, waiters: [CheckedContinuation<Void, Never>])>(
+    let table: ThreadLocked<ConnectionTable>
+    private let lifecycle = ThreadLocked<(state: Lifecycle, waiters: [CheckedContinuation<Void, Never>])>(
         (.created, []))
     /// Set once in `init`, immutable afterwards (nil only while `init` runs).
     private(set) var lws: LWSContext!
@@ -50,7 +49,7 @@ final class ServiceLoop: @unchecked Sendable {
         try configuration.validate()
         self.configuration = configuration
         self.handler = handler
-        self.table = Mutex(ConnectionTable(queueLimit: configuration.queueLimit))
+        self.table = ThreadLocked(ConnectionTable(queueLimit: configuration.queueLimit))
         self.dynamicPaths = Set(configuration.dynamicPaths)
         self.scratch = .allocate(byteCount: Self.writeBudget, alignment: 16)
         batch.reserveCapacity(256)

@@ -40,7 +40,7 @@ final class Gateway: WebSocketServerHandler {
     /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
-    private let pending = Mutex(Pending())
+    private let pending = Locked(Pending())
 
     init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<Input>.Continuation) {
         self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox

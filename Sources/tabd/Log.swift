@@ -1,5 +1,5 @@
+import Coordinator
 import Foundation
-import Synchronization
 
 /// One line per event to stderr, with a level and a UTC timestamp.
 final class Log: Sendable {
@@ -10,7 +10,7 @@ final class Log: Sendable {
     }
 
     let level: Level
-    private let lock = Mutex(())
+    private let lock = Locked(())
 
     init(level: Level) { self.level = level }
 

@@ -1,5 +1,4 @@
 import Coordinator
-import Synchronization
 
 /// The counters behind `/metrics`, in Prometheus text format.
 final class Metrics: Sendable {
@@ -13,7 +12,7 @@ final class Metrics: Sendable {
         var slowClientsClosed = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     func published(_ batch: EventBatch) {
         state.withLock { s in

@@ -1,6 +1,6 @@
+import Coordinator
 import Dispatch
 import Foundation
-import Synchronization
 
 /// SIGINT and SIGTERM, caught from the moment this is created: their default action is
 /// switched off at once, so a signal that arrives while tabd starts is not lost and does
@@ -26,7 +26,7 @@ final class TerminationSignals {
             var received: Int32?
             var waiter: CheckedContinuation<Int32, Never>?
         }
-        private let state = Mutex(State())
+        private let state = Locked(State())
 
         func deliver(_ sig: Int32) {
             let waiter = state.withLock { s -> CheckedContinuation<Int32, Never>? in

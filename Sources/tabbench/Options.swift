@@ -1,0 +1,190 @@
+import Foundation
+import WebSockets
+
+/// The kind of server tabbench talks to.
+enum ServerKind: String, Sendable {
+    /// tabd: `set` commands from the senders, an `events` frame to every client, acks.
+    case tabd
+    /// libwebsockets-test-server's lws-mirror-protocol: every message goes to every client.
+    case mirror
+    /// Any server that sends every message it receives to every client (bench/broadcast_server.py).
+    case broadcast
+}
+
+struct BenchOptions: Sendable {
+    var server = ServerKind.tabd
+    var url: WebSocketURL?
+    var subprotocol: String?
+    var clients = 100
+    var senders = 1
+    var window = 16
+    var rate: Double?
+    var duration = 5.0
+    var warmup = 1.0
+    var messageBytes = 150
+    var connectConcurrency = 200
+    var pid: Int32?
+    var check = true
+    var json: String?
+    var label: String?
+    var idleSteps: [Int]?
+    var hold = 0.0
+    var settle = 1.0
+    var quiet = false
+
+    static let help = """
+    tabbench: many WebSocket clients against one server; measures fan-out and checks every stream.
+
+    USAGE: tabbench [options]              load run (default)
+           tabbench --idle-steps 0,1000,…  memory per idle connection
+           tabbench inprocess [options]    Coordinator and encoding costs, no sockets
+
+    TARGET
+      --server KIND            tabd (default), mirror (libwebsockets-test-server's
+                               lws-mirror-protocol) or broadcast (a server that sends every
+                               message to every client, e.g. bench/broadcast_server.py)
+      --url URL                ws://HOST:PORT/PATH (tabd: ws://127.0.0.1:PORT/ws;
+                               mirror: ws://127.0.0.1:PORT/?mirror=bench)
+      --subprotocol NAME       subprotocol offered (default: tabd.v1 for tabd,
+                               lws-mirror-protocol for mirror, none for broadcast)
+      --pid PID                the server's process: its RSS (/proc/PID/status) before and
+                               after, and its CPU time per delivery (/proc/PID/stat)
+
+    LOAD
+      --clients N              connections, all receiving (default 100)
+      --senders M              how many of them send (default 1), in turn
+      --window W               closed loop: W messages in flight (default 16); a message is
+                               done when the last client has received it
+      --rate R                 open loop instead: R messages per second over all senders,
+                               evenly spaced; latency counts from the scheduled send time
+      --duration S             measured seconds (default 5)
+      --warmup S               seconds of load before measuring (default 1)
+      --message-bytes B        size of each broadcast frame's payload (default 150); for
+                               tabd, the `set` value is padded so that its events frame has
+                               about this size
+      --connect-concurrency K  handshakes in flight while connecting (default 200)
+
+    MEMORY
+      --idle-steps LIST        connect idle clients up to each count in LIST (e.g.
+                               0,1000,2000,3000,4000,5000), read the server's RSS at each step
+                               (needs --pid) and report the slope: memory per idle connection
+      --settle S               seconds to wait at each step before reading RSS (default 1)
+      --hold S                 keep the connections S seconds more and check they all stay
+
+    OUTPUT
+      --no-check               skip the stream checks (on by default: every client gets the
+                               same frames in the same order, tabd seqs gap-free, the lifecycle
+                               invariants of SEMANTICS.md hold, and the replay equals `sync`)
+      --json PATH              also write the summary as JSON
+      --label TEXT             a name for this run in the output
+      --quiet                  only the summary
+      -h, --help               this help
+
+    Deliveries are frames received by clients, summed over clients: one message to N clients
+    is N deliveries. Latency is from sending a message (or command) to the moment the last of
+    the N clients received it.
+    """
+
+    static let inprocessHelp = """
+    tabbench inprocess: what the Coordinator and the encoder cost, without sockets.
+
+    USAGE: tabbench inprocess [--commands N] [--json PATH]
+
+      --commands N   commands per measurement (default 20000)
+      --json PATH    also write the results as JSON
+
+    Reports Coordinator commands per second with 1 and with 8 concurrent callers (set
+    commands, then a random mix of every kind), and the time to encode one events frame
+    (ServerFrame.events(...).bytes and its OutgoingFrame) for a 1-event and a 4-event batch.
+    """
+
+    static func parse(_ args: [String]) throws -> BenchOptions {
+        var o = BenchOptions()
+        var i = 0
+        func value(_ name: String) throws -> String {
+            i += 1
+            guard i < args.count else { throw UsageError("\(name) needs a value") }
+            return args[i]
+        }
+        func int(_ name: String, min: Int) throws -> Int {
+            let v = try value(name)
+            guard let n = Int(v), n >= min else { throw UsageError("\(name) must be an integer ≥ \(min), got '\(v)'") }
+            return n
+        }
+        func double(_ name: String, min: Double) throws -> Double {
+            let v = try value(name)
+            guard let d = Double(v), d >= min else { throw UsageError("\(name) must be a number ≥ \(min), got '\(v)'") }
+            return d
+        }
+        while i < args.count {
+            let arg = args[i]
+            switch arg {
+            case "-h", "--help": throw UsageError(help, exitCode: 0)
+            case "--server":
+                let v = try value(arg)
+                guard let kind = ServerKind(rawValue: v) else { throw UsageError("--server must be tabd, mirror or broadcast, got '\(v)'") }
+                o.server = kind
+            case "--url":
+                let v = try value(arg)
+                guard let url = WebSocketURL(v) else { throw UsageError("--url must be ws://HOST:PORT/PATH, got '\(v)'") }
+                o.url = url
+            case "--subprotocol": o.subprotocol = try value(arg)
+            case "--clients": o.clients = try int(arg, min: 1)
+            case "--senders": o.senders = try int(arg, min: 1)
+            case "--window": o.window = try int(arg, min: 1)
+            case "--rate": o.rate = try double(arg, min: 0.001)
+            case "--duration": o.duration = try double(arg, min: 0.1)
+            case "--warmup": o.warmup = try double(arg, min: 0)
+            case "--message-bytes": o.messageBytes = try int(arg, min: 100)
+            case "--connect-concurrency": o.connectConcurrency = try int(arg, min: 1)
+            case "--pid": o.pid = Int32(try int(arg, min: 1))
+            case "--no-check": o.check = false
+            case "--check": o.check = true
+            case "--json": o.json = try value(arg)
+            case "--label": o.label = try value(arg)
+            case "--quiet": o.quiet = true
+            case "--settle": o.settle = try double(arg, min: 0)
+            case "--hold": o.hold = try double(arg, min: 0)
+            case "--idle-steps":
+                let v = try value(arg)
+                let steps = v.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
+                guard !steps.isEmpty, steps.allSatisfy({ ($0 ?? -1) >= 0 }) else {
+                    throw UsageError("--idle-steps must be counts like 0,1000,2000, got '\(v)'")
+                }
+                o.idleSteps = steps.map { $0! }.sorted()
+            default: throw UsageError("unknown option '\(arg)'")
+            }
+            i += 1
+        }
+        guard o.url != nil else { throw UsageError("--url is required") }
+        if o.idleSteps == nil {
+            guard o.senders <= o.clients else { throw UsageError("--senders must not exceed --clients") }
+        }
+        if o.subprotocol == nil {
+            switch o.server {
+            case .tabd: o.subprotocol = "tabd.v1"
+            case .mirror: o.subprotocol = "lws-mirror-protocol"
+            case .broadcast: o.subprotocol = nil
+            }
+        }
+        return o
+    }
+
+    var loopDescription: String {
+        if let rate { return "open loop \(Self.number(rate)) msg/s" }
+        return "closed loop, window \(window)"
+    }
+
+    static func number(_ d: Double) -> String {
+        d == d.rounded() && abs(d) < 1e15 ? String(Int(d)) : String(format: "%.2f", d)
+    }
+}
+
+struct UsageError: Error {
+    let message: String
+    let exitCode: Int32
+    init(_ message: String, exitCode: Int32 = 2) {
+        self.message = message
+        self.exitCode = exitCode
+    }
+}

@@ -1,0 +1,25 @@
+import Foundation
+
+// tabbench: a load run, an idle-memory run, or the in-process costs (see --help).
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+let status: Int32
+do {
+    if arguments.first == "inprocess" {
+        status = try await InProcessRun.run(Array(arguments.dropFirst()))
+    } else {
+        let options = try BenchOptions.parse(arguments)
+        status = options.idleSteps != nil ? try await IdleRun.run(options) : try await LoadRun.run(options)
+    }
+} catch let usage as UsageError {
+    if usage.exitCode == 0 {
+        print(usage.message)
+    } else {
+        FileHandle.standardError.write(Data("tabbench: \(usage.message)\nRun 'tabbench --help' for the options.\n".utf8))
+    }
+    exit(usage.exitCode)
+} catch {
+    FileHandle.standardError.write(Data("tabbench: \(error)\n".utf8))
+    exit(1)
+}
+exit(status)
