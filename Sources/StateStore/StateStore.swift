@@ -149,6 +149,9 @@ public final class StateStore: Durability {
             state = StoredState(epoch: epoch, snapshot: try Snapshot(json: try JSONParser.parse(blob)),
                                 nextPage: nextPage, nextClient: nextClient, history: [])
         } catch { throw corrupt("unreadable snapshot: \(error)") }
+        guard !state.snapshot.tabs.isEmpty, state.snapshot.tab(state.snapshot.selected) != nil else {
+            throw corrupt("the snapshot has no tabs or selects a tab it does not have")
+        }
         let floor = max(0, state.snapshot.seq)
         var history: [EventBatch] = []
         for row in try db.query("SELECT frame FROM batches ORDER BY first_seq") {
