@@ -89,7 +89,7 @@ final class Writer: @unchecked Sendable {
             try db.execute("BEGIN IMMEDIATE")
             for batch in batches {
                 try db.query("INSERT INTO batches(first_seq, last_seq, frame) VALUES (?, ?, ?)",
-                             [.int(batch.firstSeq), .int(batch.lastSeq), .blob(ServerFrame.events(batch).bytes)])
+                             [.int(batch.firstSeq), .int(batch.lastSeq), .blob(batch.frameBytes)])
                 do { try Self.apply(batch, to: &next) } catch {
                     throw SQLiteError(code: 1, message: "batch \(batch.firstSeq) does not apply to the stored state: \(error)")
                 }

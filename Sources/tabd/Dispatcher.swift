@@ -108,7 +108,7 @@ actor Dispatcher {
         for (join, welcome) in zip(joins, welcomes) {
             sessions[join.connection] = Session(client: welcome.client.id, limiter: RateLimiter(rate: gateway.options.rateLimit))
             var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]
-            frames += welcome.replay.map { OutgoingFrame(ServerFrame.events($0).bytes) }
+            frames += welcome.replay.map { OutgoingFrame($0.frameBytes) }
             server.activate(join.connection, first: frames, afterSeq: welcome.seq)
             log.info("connection #\(join.connection.rawValue) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)', "
                 + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"))

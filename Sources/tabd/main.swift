@@ -69,10 +69,11 @@ do {
     fail("cannot start: \(error)")
 }
 
-// Every batch is encoded once and handed to every connection as the same bytes.
+// Every batch is encoded once (the state store has usually done it already) and handed
+// to every connection as the same bytes.
 await coordinator.addObserver { batch in
     metrics.published(batch)
-    server.broadcast(OutgoingFrame(ServerFrame.events(batch).bytes), seq: batch.lastSeq)
+    server.broadcast(OutgoingFrame(batch.frameBytes), seq: batch.lastSeq)
 }
 
 let dispatcher = Dispatcher(coordinator: coordinator, server: server, gateway: gateway)

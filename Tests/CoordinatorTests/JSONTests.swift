@@ -81,6 +81,8 @@ import Testing
         #expect(ServerFrame.events(batch).json.compactString ==
             #"{"type":"events","by":"c7","ref":"r12","events":[{"seq":43,"kind":"selected","from":"home","to":"profile"},{"seq":44,"kind":"disappear","tab":"home","page":"p9"}]}"#)
         #expect(try ServerFrame(bytes: ServerFrame.events(batch).bytes) == .events(batch))
+        #expect(batch.frameBytes == ServerFrame.events(batch).bytes, "the cached frame is the frame")
+        #expect(batch.frameBytes == batch.frameBytes)
     }
 
     @Test func repliesHaveTheProtocolShape() throws {

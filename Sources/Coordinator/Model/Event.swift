@@ -56,10 +56,11 @@ public struct SequencedEvent: Sendable, Equatable {
 /// sent to every client as one `events` frame.
 public struct EventBatch: Sendable, Equatable {
     /// The client whose command caused them, or ``Coordinator/daemonID``.
-    public var by: ClientID
+    public let by: ClientID
     /// The command's `ref`, if it had one.
-    public var ref: String?
-    public var events: [SequencedEvent]
+    public let ref: String?
+    public let events: [SequencedEvent]
+    private let frame = FrameCache()
 
     public init(by: ClientID, ref: String?, events: [SequencedEvent]) {
         self.by = by; self.ref = ref; self.events = events
@@ -67,4 +68,27 @@ public struct EventBatch: Sendable, Equatable {
 
     public var firstSeq: Int { events.first!.seq }
     public var lastSeq: Int { events.last!.seq }
+
+    /// The batch's `events` frame, compact UTF-8 JSON, encoded once however often it is
+    /// asked for: the state store writes it and the broadcast sends the same bytes.
+    public var frameBytes: [UInt8] { frame.bytes { ServerFrame.events(self).bytes } }
+
+    public static func == (a: EventBatch, b: EventBatch) -> Bool {
+        a.by == b.by && a.ref == b.ref && a.events == b.events
+    }
+}
+
+/// Holds a batch's encoded frame once someone has asked for it.
+final class FrameCache: Sendable {
+    private let stored = Locked<[UInt8]?>(nil)
+
+    func bytes(_ encode: () -> [UInt8]) -> [UInt8] {
+        if let bytes = stored.withLock({ $0 }) { return bytes }
+        let bytes = encode() // outside the lock; a rare second encoder makes the same bytes
+        return stored.withLock { cached in
+            if let cached { return cached }
+            cached = bytes
+            return bytes
+        }
+    }
 }
