@@ -27,24 +27,26 @@ let package = Package(
             providers: [.apt(["libsqlite3-dev"])]
         ),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
-        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite"], swiftSettings: strict),
+        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking"], swiftSettings: strict),
+        // A lock ThreadSanitizer can see, shared by every module.
+        .target(name: "Locking", swiftSettings: strict),
         // The heart: tab state, lifecycle rules, sequencing, JSON. No networking.
-        .target(name: "Coordinator", swiftSettings: strict),
+        .target(name: "Coordinator", dependencies: ["Locking"], swiftSettings: strict),
         // libwebsockets wrapped for Swift: server (HTTP + WebSocket) and client.
-        .target(name: "WebSockets", dependencies: ["CWebSockets"], swiftSettings: strict),
+        .target(name: "WebSockets", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
-        .executableTarget(name: "tabd", dependencies: ["Coordinator", "StateStore", "WebSockets"], swiftSettings: strict),
+        .executableTarget(name: "tabd", dependencies: ["Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSockets"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
         .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "TabdLoad"], swiftSettings: strict),
-        .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance"], swiftSettings: strict),
+        .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
-        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets"], swiftSettings: strict),
+        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "Locking"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).
-        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "WebSockets"], path: "Tests/stress",
+        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "Locking", "WebSockets"], path: "Tests/stress",
                     swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -1,3 +1,4 @@
+import Locking
 import CWebSockets
 import Foundation
 import Synchronization
@@ -7,7 +8,7 @@ import Synchronization
 ///
 /// Threads, as in the server's `ServiceLoop`: `run()` is the service thread, the only one that
 /// calls lws (callbacks arrive on it) and the only one that touches the fields marked *service
-/// thread*. Other threads change `table` (a `ThreadLocked`) and call `lws_cancel_service`, under the
+/// thread*. Other threads change `table` (a `Locked`) and call `lws_cancel_service`, under the
 /// lock and only until the table is marked `contextGone`. The handler is never called with the
 /// lock held.
 ///
@@ -17,12 +18,12 @@ import Synchronization
 /// reported closed, when the pointer is cleared first.
 final class ClientLoop: @unchecked Sendable {
     // @unchecked Sendable: the mutable fields below are confined to the service thread (or to the
-    // creating thread before it starts); shared state is in `ThreadLocked`s and an `Atomic`.
+    // creating thread before it starts); shared state is in `Locked`s and an `Atomic`.
 
     let configuration: ClientConfiguration
     let handler: any WebSocketClientHandler
-    let table = ThreadLocked(ClientTable())
-    private let finishedWaiters = ThreadLocked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    let table = Locked(ClientTable())
+    private let finishedWaiters = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
     /// The service thread's pthread id (0 until it runs), to let it skip the wake-up.
     private let serviceThread = Atomic<UInt>(0)
 

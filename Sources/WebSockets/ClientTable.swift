@@ -1,5 +1,6 @@
+import Locking
 /// The client's requests, as plain state shared between the caller threads and the service
-/// thread (kept in a `ThreadLocked` by `ClientLoop`): connections to open, messages to send, closes.
+/// thread (kept in a `Locked` by `ClientLoop`): connections to open, messages to send, closes.
 /// Every mutating call made from another thread returns whether the service thread must be
 /// woken; it is woken once per batch of requests.
 struct ClientTable: Sendable {

@@ -1,7 +1,8 @@
+import Locking
 /// The output side of every connection, as plain state: what each connection still has to
 /// receive, in which order, and which connections must be woken or closed.
 ///
-/// Pure logic (no lws, no locks, no threads): the server keeps one inside a `ThreadLocked`; every
+/// Pure logic (no lws, no locks, no threads): the server keeps one inside a `Locked`; every
 /// mutating call returns what the caller must do next (wake the service thread, close).
 ///
 /// Ordering model. Broadcasts go to one shared log, each entry with its `seq`, at increasing

@@ -1,3 +1,4 @@
+import Locking
 import CWebSockets
 import Foundation
 
@@ -6,7 +7,7 @@ import Foundation
 ///
 /// Threads. `run()` is the service thread: it alone calls lws (callbacks arrive on it), and it
 /// alone reads or writes the fields marked *service thread*. Other threads only change `table`
-/// and `lifecycle` (each a `ThreadLocked`) and call `lws_cancel_service`, the one lws function that is
+/// and `lifecycle` (each a `Locked`) and call `lws_cancel_service`, the one lws function that is
 /// safe from any thread; they do so while holding the table lock and only before the table is
 /// marked stopped, so the context is still alive. The handler is never called with a lock held.
 ///
@@ -17,14 +18,14 @@ import Foundation
 /// each `Session` from ESTABLISHED until CLOSED, where the pointer is cleared first.
 final class ServiceLoop: @unchecked Sendable {
     // @unchecked Sendable: the mutable fields below are confined to the service thread (or to
-    // the creating thread before it starts); shared state is in `ThreadLocked`s.
+    // the creating thread before it starts); shared state is in `Locked`s.
 
     enum Lifecycle { case created, running, finished }
 
     let configuration: Configuration
     let handler: any WebSocketServerHandler
-    let table: ThreadLocked<ConnectionTable>
-    private let lifecycle = ThreadLocked<(state: Lifecycle, waiters: [CheckedContinuation<Void, Never>])>(
+    let table: Locked<ConnectionTable>
+    private let lifecycle = Locked<(state: Lifecycle, waiters: [CheckedContinuation<Void, Never>])>(
         (.created, []))
     /// Set once in `init`, immutable afterwards (nil only while `init` runs).
     private(set) var lws: LWSContext!
@@ -49,7 +50,7 @@ final class ServiceLoop: @unchecked Sendable {
         try configuration.validate()
         self.configuration = configuration
         self.handler = handler
-        self.table = ThreadLocked(ConnectionTable(queueLimit: configuration.queueLimit))
+        self.table = Locked(ConnectionTable(queueLimit: configuration.queueLimit))
         self.dynamicPaths = Set(configuration.dynamicPaths)
         self.scratch = .allocate(byteCount: Self.writeBudget, alignment: 16)
         batch.reserveCapacity(256)

@@ -1,3 +1,4 @@
+import Locking
 import Coordinator
 
 /// The counters behind `/metrics`, in Prometheus text format.

@@ -1,3 +1,4 @@
+import Locking
 import Coordinator
 import Dispatch
 import Foundation

@@ -1,3 +1,4 @@
+import Locking
 import Foundation
 import Testing
 @testable import WebSockets
@@ -26,9 +27,9 @@ final class RecordingClientHandler: WebSocketClientHandler {
 /// A server handler for the tests: welcomes, echoes, broadcasts `all:` messages, closes on `close:`,
 /// and refuses upgrades that ask for `?refuse`.
 final class EchoServerHandler: WebSocketServerHandler {
-    let server = ThreadLocked<WebSocketServer?>(nil)
-    let disconnects = ThreadLocked<[ConnectionID: CloseCode?]>([:])
-    private let seq = ThreadLocked(0)
+    let server = Locked<WebSocketServer?>(nil)
+    let disconnects = Locked<[ConnectionID: CloseCode?]>([:])
+    private let seq = Locked(0)
 
     func shouldAccept(_ request: UpgradeRequest) -> UpgradeDecision {
         request.query["refuse"] != nil ? .reject(status: 403) : .accept

@@ -1,3 +1,4 @@
+import Locking
 import Conformance
 import Coordinator
 import Foundation

@@ -1,3 +1,4 @@
+import Locking
 
 
 /// The state a durable store holds at its last commit: what tabd restarts from, and

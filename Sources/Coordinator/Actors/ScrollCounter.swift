@@ -1,3 +1,4 @@
+import Locking
 
 
 /// The one counter every tab shares (seed 003's `ValuesModel.count`): it starts at 0,

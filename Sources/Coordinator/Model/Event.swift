@@ -1,3 +1,4 @@
+import Locking
 /// One thing that happened to the shared tab state. The kinds and fields are those of
 /// PROTOCOL.md; the order in which commands produce them is SEMANTICS.md's table.
 public enum Event: Sendable, Equatable {

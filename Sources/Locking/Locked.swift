@@ -4,10 +4,12 @@ import Glibc
 
 /// State behind a pthread mutex.
 ///
-/// Used instead of `Synchronization.Mutex` where state is shared with threads outside
-/// Swift concurrency (the state store's writer): `Mutex` locks with futex system calls
-/// that ThreadSanitizer cannot see, so it reports every access it guards as a race,
-/// while a pthread mutex is understood and the TSan run checks this code for real.
+/// Used instead of `Synchronization.Mutex` everywhere state is shared between threads (the
+/// libwebsockets service threads, the state store's writer, the actors): `Mutex` takes its
+/// contended path with futex system calls inside the uninstrumented Synchronization
+/// library, so ThreadSanitizer cannot see that synchronisation and reports every access it
+/// guards as a race. A pthread mutex is intercepted by TSan, so the TSan run checks this
+/// code for real. Uncontended, both cost one atomic each way.
 ///
 /// `@unchecked Sendable`: `state` is only read or written inside `withLock`, which holds
 /// the C mutex.
