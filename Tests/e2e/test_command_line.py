@@ -1,0 +1,55 @@
+"""tabd's command line: help, version, bad options and a missing web root get clear answers."""
+import subprocess
+
+from conftest import TABD
+
+
+def run(*args):
+    return subprocess.run([TABD, *args], capture_output=True, text=True, timeout=30)
+
+
+def test_help_lists_every_option_and_exits_0():
+    p = run("--help")
+    assert p.returncode == 0
+    for option in ["--host", "--port", "--web-root", "--tabs", "--state", "--resume-window", "--queue-limit",
+                   "--rate-limit", "--max-clients", "--allow-origin", "--token", "--log-level", "--version"]:
+        assert option in p.stdout, option
+
+
+def test_version():
+    p = run("--version")
+    assert p.returncode == 0 and p.stdout.startswith("tabd ")
+
+
+def test_an_unknown_option_or_bad_value_exits_2_and_says_why():
+    p = run("--bogus")
+    assert p.returncode == 2 and "unknown option '--bogus'" in p.stderr
+    p = run("--port", "70000")
+    assert p.returncode == 2 and "--port" in p.stderr
+    p = run("--log-level", "loud")
+    assert p.returncode == 2 and "--log-level" in p.stderr
+
+
+def test_a_missing_web_root_is_named(tmp_path):
+    missing = str(tmp_path / "nope")
+    p = run("--port", "0", "--state", ":memory:", "--web-root", missing)
+    assert p.returncode != 0 and missing in p.stderr and "listening" not in p.stdout
+
+
+def test_a_bad_tabs_file_is_named(tmp_path):
+    tabs = tmp_path / "tabs.json"
+    tabs.write_text('[{"id": "Bad Id", "title": "x", "icon": "star", "color": "#000000"}]')
+    p = run("--port", "0", "--state", ":memory:", "--tabs", str(tabs))
+    assert p.returncode != 0 and str(tabs) in p.stderr and "tab 1" in p.stderr
+
+
+async def test_a_tabs_file_sets_the_tabs_of_a_new_history(make_daemon, tmp_path):
+    from conftest import Client
+    tabs = tmp_path / "tabs.json"
+    tabs.write_text('{"tabs": [{"id": "inbox", "title": "Inbox", "icon": "envelope", "color": "#ff9500", "badge": "3"},'
+                    ' {"id": "me", "title": "Me", "icon": "person", "color": "#5856D6"}]}')
+    d = make_daemon("--tabs", str(tabs))
+    c = await Client.connect(d.ws)
+    snap = c.welcome["snapshot"]
+    assert [(t["id"], t["color"], t["badge"]) for t in snap["tabs"]] == [("inbox", "#FF9500", "3"), ("me", "#5856D6", None)]
+    assert snap["selected"] == "inbox"
