@@ -157,7 +157,7 @@ public final class StateStore: Durability {
         for row in try db.query("SELECT frame FROM batches ORDER BY first_seq") {
             guard let frame = row.first?.blob, case let .events(batch)? = try? ServerFrame(bytes: frame) else { throw corrupt("unreadable batch") }
             if batch.firstSeq > floor {
-                do { try Writer.apply(batch, to: &state) } catch { throw corrupt("\(error)") }
+                do { try state.apply(batch) } catch { throw corrupt("\(error)") }
             }
             history.append(batch)
         }

@@ -91,7 +91,7 @@ final class Writer: @unchecked Sendable {
             for batch in batches {
                 try db.query("INSERT INTO batches(first_seq, last_seq, frame) VALUES (?, ?, ?)",
                              [.int(batch.firstSeq), .int(batch.lastSeq), .blob(batch.frameBytes)])
-                do { try Self.apply(batch, to: &next) } catch {
+                do { try next.apply(batch) } catch {
                     throw SQLiteError(code: 1, message: "batch \(batch.firstSeq) does not apply to the stored state: \(error)")
                 }
             }
@@ -113,22 +113,6 @@ final class Writer: @unchecked Sendable {
             return .failure(SQLiteError(code: 1, message: "\(error)"))
         }
     }
-
-    /// The stored state after one batch: the snapshot replayed, and the next page and
-    /// client numbers past every id the batch hands out.
-    static func apply(_ batch: EventBatch, to state: inout StoredState) throws(ReplayError) {
-        try state.snapshot.apply(batch)
-        for e in batch.events {
-            switch e.event {
-            case let .pushed(_, page, _): state.nextPage = max(state.nextPage, number(page) + 1)
-            case let .tabAdded(tab, _): state.nextPage = max(state.nextPage, number(tab.stack[0].id) + 1)
-            case let .clientJoined(client): state.nextClient = max(state.nextClient, number(client.id) + 1)
-            default: break
-            }
-        }
-    }
-
-    private static func number(_ id: String) -> Int { Int(id.dropFirst()) ?? 0 }
 
     /// Waits for the queue, then snapshots and checkpoints.
     func close() {

@@ -87,13 +87,26 @@ import Testing
 
 @Suite struct TabBarTests {
     @Test func removingTheSelectedTabSelectsTheOneThatTookItsPlaceElseTheOneBefore() {
+        #expect(TabBar(order: ["a", "b", "c"], selected: "b").successor(ofRemoved: "b") == "c")
+        #expect(TabBar(order: ["a", "b", "c"], selected: "c").successor(ofRemoved: "c") == "b")
+        #expect(TabBar(order: ["a", "b", "c"], selected: "a").successor(ofRemoved: "c") == nil, "not selected: the selection stays")
+    }
+
+    @Test func theBarChangesOnlyByEventsThatFitIt() throws {
         var bar = TabBar(order: ["a", "b", "c"], selected: "b")
-        #expect(bar.remove("b") == "c")
-        bar = TabBar(order: ["a", "b", "c"], selected: "c")
-        #expect(bar.remove("c") == "b")
-        bar = TabBar(order: ["a", "b", "c"], selected: "a")
-        #expect(bar.remove("c") == nil)
-        #expect(bar.selected == "a")
+        try bar.apply(.tabRemoved(tab: "b"))
+        #expect(bar == TabBar(unchecked: ["a", "c"], selected: "b"), "the selection names the removed tab until the batch's `selected`")
+        try bar.apply(.selected(from: "b", to: "c"))
+        #expect(bar == TabBar(order: ["a", "c"], selected: "c"))
+        try bar.apply(.tabMoved(tab: "c", index: 0))
+        #expect(bar == TabBar(order: ["c", "a"], selected: "c"))
+        let before = bar
+        #expect(throws: FoldError.self) { try bar.apply(.selected(from: "a", to: "c")) }
+        #expect(throws: FoldError.self) { try bar.apply(.tabMoved(tab: "zz", index: 0)) }
+        #expect(throws: FoldError.self) { try bar.apply(.tabMoved(tab: "a", index: 2)) }
+        #expect(bar == before, "a refused event changes nothing")
+        try bar.apply(.tabRemoved(tab: "a"))
+        #expect(throws: FoldError.self) { try bar.apply(.tabRemoved(tab: "c")) }
     }
 
     @Test func insertionIndexDefaultsToTheEnd() throws {

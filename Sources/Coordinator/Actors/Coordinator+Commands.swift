@@ -48,7 +48,8 @@ extension Coordinator {
         default: break
         }
         let events: [Event]
-        do { events = try await self.events(for: command) } catch { return Receipt(state: .failed(error)) }
+        do { events = try await decide(command) } catch { return Receipt(state: .failed(error)) }
+        await apply(events)
         switch record(events, by: client, ref: ref) {
         case nil: return Receipt(state: .unchanged(after: lastUnpublished))
         case let (batch, nil)?: return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
@@ -80,72 +81,59 @@ extension Coordinator {
         }
     }
 
-    /// The rules of SEMANTICS.md's command table: each case validates everything first
-    /// (unknown_tab, then invalid) and only then changes state.
-    private func events(for command: Command) async throws(CommandError) -> [Event] {
+    /// The rules of SEMANTICS.md's command table: the events a command causes, decided
+    /// from the current state, which it does not change. Each case checks everything
+    /// first (unknown_tab, then invalid); the events then change the state through
+    /// ``apply(_:)``, the one road for live changes.
+    private func decide(_ command: Command) async throws(CommandError) -> [Event] {
         switch command {
         case let .select(id):
             let to = try tab(id)
-            return await select(id, to)
+            return await selectEvents(id, to)
 
         case let .tap(id):
             let tab = try tab(id)
-            guard id == bar.selected else { return await select(id, tab) }
+            guard id == bar.selected else { return await selectEvents(id, tab) }
             // The selected tab (seed 003): the first tap goes back to the root page,
             // the next one scrolls to the top through the shared counter.
-            let popped = await tab.popToRoot(visible: true)
+            let popped = await tab.state.popToRootEvents(visible: true)
             if !popped.isEmpty { return popped }
-            let count = await counter.increment()
-            await tab.resetScroll()
-            return [.scrollToTop(tab: id, count: count)]
+            return [.scrollToTop(tab: id, count: await counter.working + 1)]
 
         case let .push(id, route):
             let (tabID, tab) = try target(id)
-            let events = try await tab.push(route: route, page: "p\(nextPage)", visible: tabID == bar.selected)
-            nextPage += 1
-            return events
+            return try await tab.state.pushEvents(route: route, page: ids.newPageID, visible: tabID == bar.selected)
 
         case let .pop(id):
             let (tabID, tab) = try target(id)
-            return await tab.pop(visible: tabID == bar.selected)
+            return await tab.state.popEvents(visible: tabID == bar.selected)
 
         case let .popToRoot(id):
             let (tabID, tab) = try target(id)
-            return await tab.popToRoot(visible: tabID == bar.selected)
+            return await tab.state.popToRootEvents(visible: tabID == bar.selected)
 
         case let .scroll(id, offset):
-            return try await target(id).1.scroll(to: offset)
+            return try await target(id).1.state.scrollEvents(to: offset)
 
         case let .set(id, key, value):
-            return try await target(id).1.set(key: key, value: value)
+            return try await target(id).1.state.setEvents(key: key, value: value)
 
         case let .addTab(info, index):
             let info = try Limits.validate(info)
             let at = try bar.insertionIndex(for: info.id, at: index)
-            let state = TabState(info: info, rootPage: "p\(nextPage)")
-            nextPage += 1
-            bar.insert(info.id, at: at)
-            tabs[info.id] = TabActor(state: state)
-            return [.tabAdded(state, index: at)]
+            return [.tabAdded(TabState(info: info, rootPage: ids.newPageID), index: at)]
 
         case let .updateTab(update):
-            return try await tab(update.id).update(update)
+            return try await tab(update.id).state.updateEvents(update)
 
         case let .moveTab(id, index):
-            return try bar.move(id, to: index) ? [.tabMoved(tab: id, index: index)] : []
+            return try bar.moveEvents(id, to: index)
 
         case let .removeTab(id):
             try bar.checkRemovable(id)
-            let removed = tabs[id]!
-            guard id == bar.selected else {
-                _ = bar.remove(id)
-                tabs[id] = nil
-                return [.tabRemoved(tab: id)]
-            }
-            let disappear = await removed.disappear()
-            let next = bar.remove(id)!
-            tabs[id] = nil
-            return [disappear, .tabRemoved(tab: id), .selected(from: id, to: next)] + (await tabs[next]!.appear())
+            guard let next = bar.successor(ofRemoved: id) else { return [.tabRemoved(tab: id)] }
+            return [await tabs[id]!.state.disappearEvent(), .tabRemoved(tab: id), .selected(from: id, to: next)]
+                + (await tabs[next]!.state.appearEvents())
 
         case .sync, .ping:
             return []
@@ -153,10 +141,10 @@ extension Coordinator {
     }
 
     /// `selected`, `disappear P`, `[firstAppear Q]`, `appear Q`; nothing if already selected.
-    private func select(_ id: TabID, _ to: TabActor) async -> [Event] {
+    private func selectEvents(_ id: TabID, _ to: TabActor) async -> [Event] {
         let from = bar.selected
-        guard bar.select(id) else { return [] }
-        return [.selected(from: from, to: id), await tabs[from]!.disappear()] + (await to.appear())
+        guard id != from else { return [] }
+        return [.selected(from: from, to: id), await tabs[from]!.state.disappearEvent()] + (await to.state.appearEvents())
     }
 
     private func tab(_ id: TabID) throws(CommandError) -> TabActor {

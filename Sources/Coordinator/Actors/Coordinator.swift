@@ -36,9 +36,10 @@ public actor Coordinator {
     private(set) var seq: Int
     /// The last seq published.
     private(set) var publishedSeq: Int
-    var nextPage: Int
-    private var nextClient: Int
-    var clients: [ClientInfo]
+    /// The next page and client numbers.
+    var ids: IDCounters
+    /// Who is connected.
+    var roster: Roster
     private var history: EventHistory
     private var observers: [@Sendable (EventBatch) -> Void] = []
     private var subscribers: [Int: (AsyncStream<EventBatch>.Continuation, SubscriptionStatus)] = [:]
@@ -57,9 +58,8 @@ public actor Coordinator {
     public init(tabs infos: [TabInfo] = TabInfo.defaults, configuration: Configuration = .init()) throws(CommandError) {
         let origin = try Self.origin(tabs: infos)
         var first = origin
-        let events = first.tabs[0].appear()
-        let genesis = Self.stamp(events, after: 0, by: Self.daemonID, ref: nil)
-        first.seq = genesis.lastSeq
+        let genesis = Self.stamp(origin.tabs[0].appearEvents(), after: 0, by: Self.daemonID, ref: nil)
+        do { try first.apply(genesis) } catch { preconditionFailure("the first appear does not fold: \(error)") }
         self.init(stored: StoredState(epoch: Self.newEpoch(), snapshot: first, nextPage: origin.tabs.count + 1, nextClient: 1,
                                       history: [genesis]),
                   origin: origin, durability: nil, configuration: configuration)
@@ -78,9 +78,8 @@ public actor Coordinator {
         (bar, tabs) = Self.actors(for: stored.snapshot)
         seq = stored.snapshot.seq
         publishedSeq = stored.snapshot.seq
-        nextPage = stored.nextPage
-        nextClient = stored.nextClient
-        clients = stored.snapshot.clients
+        ids = IDCounters(nextPage: stored.nextPage, nextClient: stored.nextClient)
+        roster = Roster(clients: stored.snapshot.clients)
         history = EventHistory(window: configuration.resumeWindow)
         for batch in stored.history { history.append(batch) }
         self.durability = durability
@@ -114,9 +113,8 @@ public actor Coordinator {
     public func start() async throws(CommandError) {
         await enter(); defer { leave() }
         var events: [Event] = []
-        if seq == 0, let first = tabs[bar.selected] { events = await first.appear() }
-        events += clients.map { .clientLeft($0.id) }
-        clients = []
+        if seq == 0, let first = tabs[bar.selected] { events = await first.state.appearEvents() }
+        events += roster.clients.map { .clientLeft($0.id) }
         try await applyAndSettle(events, by: Self.daemonID, ref: nil)
     }
 
@@ -143,6 +141,45 @@ public actor Coordinator {
 
     // MARK: Applying and publishing
 
+    /// The one road by which decided events change the live state: each event goes to
+    /// the owner of what it changes, and each owner changes by its own `apply` — the same
+    /// functions that fold a stream on replay (``Snapshot/apply(_:)-(SequencedEvent)``).
+    /// Consecutive events of one tab reach its actor in one visit.
+    func apply(_ events: [Event]) async {
+        func fold(_ body: () throws(FoldError) -> Void) {
+            do { try body() } catch { preconditionFailure("a decided event does not fold: \(error)") }
+        }
+        var i = 0
+        while i < events.count {
+            let event = events[i]
+            ids.apply(event)
+            switch event {
+            case .selected, .tabMoved:
+                fold { () throws(FoldError) in try bar.apply(event) }
+            case let .tabAdded(state, _):
+                fold { () throws(FoldError) in try bar.apply(event) }
+                tabs[state.id] = TabActor(state: state)
+            case let .tabRemoved(id):
+                fold { () throws(FoldError) in try bar.apply(event) }
+                tabs[id] = nil
+            case .clientJoined, .clientLeft:
+                fold { () throws(FoldError) in try roster.apply(event) }
+            default:
+                let id = event.tabScope!
+                if case .scrollToTop = event { await counter.apply(event) }
+                var end = i + 1
+                while end < events.count, events[end].tabScope == id, events[end].kind != "scrollToTop" {
+                    ids.apply(events[end])
+                    end += 1
+                }
+                await tabs[id]!.apply(events[i..<end], selected: id == bar.selected)
+                i = end
+                continue
+            }
+            i += 1
+        }
+    }
+
     private static func stamp(_ events: [Event], after seq: Int, by: ClientID, ref: String?) -> EventBatch {
         let first = seq + 1
         return EventBatch(by: by, ref: ref, events: events.enumerated().map { SequencedEvent(seq: first + $0.offset, event: $0.element) })
@@ -167,6 +204,7 @@ public actor Coordinator {
     /// Records events and, with a store, waits (holding the gate) until they are
     /// committed and published; rolls back and throws `unavailable` if not.
     func applyAndSettle(_ events: [Event], by: ClientID, ref: String?) async throws(CommandError) {
+        await apply(events)
         _ = record(events, by: by, ref: ref)
         if let error = await settle() { throw error }
     }
@@ -203,9 +241,8 @@ public actor Coordinator {
         unpublished = []
         (bar, tabs) = Self.actors(for: stored.snapshot)
         seq = stored.snapshot.seq
-        nextPage = stored.nextPage
-        nextClient = stored.nextClient
-        clients = stored.snapshot.clients
+        ids = IDCounters(nextPage: stored.nextPage, nextClient: stored.nextClient)
+        roster = Roster(clients: stored.snapshot.clients)
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
     }
@@ -283,7 +320,7 @@ public actor Coordinator {
         var states: [TabState] = []
         states.reserveCapacity(bar.order.count)
         for id in bar.order { states.append(await tabs[id]!.state) }
-        return Snapshot(seq: seq, selected: bar.selected, scrollToTop: await counter.working, tabs: states, clients: clients)
+        return Snapshot(seq: seq, selected: bar.selected, scrollToTop: await counter.working, tabs: states, clients: roster.clients)
     }
 
     // MARK: Presence
@@ -306,20 +343,15 @@ public actor Coordinator {
         await enter(); defer { leave() }
         if let error = await settle() { throw error }
         var events: [Event] = []
-        let known = Set(clients.map(\.id))
-        let gone = Set(leaving.filter { known.contains($0) })
-        if !gone.isEmpty {
-            for id in leaving where gone.contains(id) { events.append(.clientLeft(id)) }
-            clients.removeAll { gone.contains($0.id) }
-        }
+        let known = Set(roster.clients.map(\.id))
+        var gone = Set<ClientID>()
+        for id in leaving where known.contains(id) && gone.insert(id).inserted { events.append(.clientLeft(id)) }
         var joined: [ClientInfo] = []
-        for request in joining {
-            let id = "c\(nextClient)"
-            nextClient += 1
+        for (n, request) in joining.enumerated() {
+            let id = "c\(ids.nextClient + n)"
             let name = request.name.map { String(String.UnicodeScalarView($0.unicodeScalars.prefix(Limits.maxClientNameLength))) }
             let client = ClientInfo(id: id, name: (name?.isEmpty ?? true) ? id : name!)
             joined.append(client)
-            clients.append(client)
             events.append(.clientJoined(client))
         }
         try await applyAndSettle(events, by: Self.daemonID, ref: nil)

@@ -20,6 +20,17 @@ public struct StoredState: Sendable, Equatable {
     }
 }
 
+extension StoredState {
+    /// The stored state after one batch: the snapshot folded, and the id counters past
+    /// every id the batch hands out.
+    public mutating func apply(_ batch: EventBatch) throws(ReplayError) {
+        try snapshot.apply(batch)
+        var ids = IDCounters(nextPage: nextPage, nextClient: nextClient)
+        for e in batch.events { ids.apply(e.event) }
+        (nextPage, nextClient) = (ids.nextPage, ids.nextClient)
+    }
+}
+
 /// A store that makes batches durable before the coordinator publishes them.
 ///
 /// Batches are committed in the order they are appended, many per transaction. Each

@@ -21,9 +21,11 @@ public actor ScrollCounter {
     /// The last published value.
     public nonisolated var value: Int { observers.latest }
 
-    func increment() -> Int {
-        working += 1
-        return working
+    /// Moves the working value by a decided `scrollToTop` (``SharedCount``'s rule).
+    func apply(_ event: Event) {
+        do { try SharedCount.apply(event, to: &working) } catch {
+            preconditionFailure("scroll counter: a decided event does not fold: \(error)")
+        }
     }
 
     /// Rolls the working value back (a failed commit) or sets it on a restore.

@@ -12,6 +12,9 @@ public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertibl
 /// ``JSONParseError``.
 public struct JSONParser {
     public static let maxDepth = 128
+    /// Up to this many members, duplicate keys are found by a linear search (cheaper
+    /// than hashing for the few keys of a command).
+    static let smallObject = 16
 
     private let input: [UInt8]
     private var i = 0
@@ -63,8 +66,23 @@ public struct JSONParser {
     private mutating func object(depth: Int) throws(JSONParseError) -> JSONValue {
         i += 1
         var members: [(String, JSONValue)] = []
+        // Where each key sits in `members`, once the object is big enough for a linear
+        // search per key to matter: parsing stays linear in the input however many keys.
+        var index: [String: Int] = [:]
+        // A duplicate key keeps its last value at its last place; earlier places are
+        // marked here and dropped once the object is complete.
+        var superseded: [Int] = []
         skipWhitespace()
         if i < input.count, input[i] == UInt8(ascii: "}") { i += 1; return .object(members) }
+        func finish() -> JSONValue {
+            guard !superseded.isEmpty else { return .object(members) }
+            var dropped = [Bool](repeating: false, count: members.count)
+            for k in superseded { dropped[k] = true }
+            var kept: [(String, JSONValue)] = []
+            kept.reserveCapacity(members.count - superseded.count)
+            for (k, member) in members.enumerated() where !dropped[k] { kept.append(member) }
+            return .object(kept)
+        }
         while true {
             skipWhitespace()
             guard i < input.count, input[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
@@ -74,12 +92,20 @@ public struct JSONParser {
             i += 1
             skipWhitespace()
             let item = try value(depth: depth + 1)
-            if let existing = members.firstIndex(where: { $0.0 == key }) { members.remove(at: existing) }
+            if members.count < Self.smallObject {
+                if let existing = members.firstIndex(where: { $0.0 == key }) { members.remove(at: existing) }
+            } else {
+                if index.isEmpty {
+                    for (k, member) in members.enumerated() { index[member.0] = k }
+                }
+                if let existing = index[key] { superseded.append(existing) }
+                index[key] = members.count
+            }
             members.append((key, item))
             skipWhitespace()
             guard i < input.count else { throw fail("unexpected end of input") }
             if input[i] == UInt8(ascii: ",") { i += 1; continue }
-            if input[i] == UInt8(ascii: "}") { i += 1; return .object(members) }
+            if input[i] == UInt8(ascii: "}") { i += 1; return finish() }
             throw fail("expected ',' or '}'")
         }
     }
@@ -162,8 +188,7 @@ public struct JSONParser {
                     } else if (0xDC00...0xDFFF).contains(scalar) {
                         throw fail("lone surrogate")
                     }
-                    guard let u = Unicode.Scalar(scalar) else { throw fail("invalid escape") }
-                    out.append(contentsOf: Array(String(Character(u)).utf8))
+                    appendUTF8(scalar, to: &out)
                 default: throw fail("invalid escape")
                 }
                 runStart = i
@@ -173,6 +198,21 @@ public struct JSONParser {
         }
         guard let s = String(validating: out, as: UTF8.self) else { throw fail("invalid UTF-8 in string") }
         return s
+    }
+
+    /// Appends a scalar value (never a surrogate, at most 0x10FFFF) as UTF-8.
+    private func appendUTF8(_ v: UInt32, to out: inout [UInt8]) {
+        switch v {
+        case 0..<0x80:
+            out.append(UInt8(v))
+        case 0x80..<0x800:
+            out.append(UInt8(0xC0 | v >> 6)); out.append(UInt8(0x80 | v & 0x3F))
+        case 0x800..<0x10000:
+            out.append(UInt8(0xE0 | v >> 12)); out.append(UInt8(0x80 | v >> 6 & 0x3F)); out.append(UInt8(0x80 | v & 0x3F))
+        default:
+            out.append(UInt8(0xF0 | v >> 18)); out.append(UInt8(0x80 | v >> 12 & 0x3F))
+            out.append(UInt8(0x80 | v >> 6 & 0x3F)); out.append(UInt8(0x80 | v & 0x3F))
+        }
     }
 
     private mutating func hex4() throws(JSONParseError) -> UInt32 {

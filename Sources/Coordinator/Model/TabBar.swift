@@ -1,11 +1,14 @@
-/// The tab order and the selection: the rules of the bar itself, as a plain value.
+/// The tab order and the selection, and the decisions of the rules of the bar itself.
 ///
 /// Owned by the ``Coordinator`` actor; the tabs' own state lives in ``TabActor``s.
+/// Like ``TabState`` it only decides here; events change it through
+/// ``apply(_:)`` (`TabBar+Apply.swift`).
 public struct TabBar: Sendable, Equatable {
     /// Tab ids in display order. Never empty.
-    public private(set) var order: [TabID]
-    /// Exactly one tab is selected.
-    public private(set) var selected: TabID
+    public internal(set) var order: [TabID]
+    /// The selected tab. Between a `tabRemoved` of the selected tab and the `selected`
+    /// event that follows it in the same batch, it still names the removed tab.
+    public internal(set) var selected: TabID
 
     public init(order: [TabID], selected: TabID) {
         precondition(!order.isEmpty && order.contains(selected), "the bar has tabs and one of them is selected")
@@ -13,17 +16,15 @@ public struct TabBar: Sendable, Equatable {
         self.selected = selected
     }
 
+    /// A bar taken from a snapshot as it is, even mid-batch (for the fold).
+    init(unchecked order: [TabID], selected: TabID) {
+        self.order = order
+        self.selected = selected
+    }
+
     public func contains(_ id: TabID) -> Bool { order.contains(id) }
 
     public func index(of id: TabID) -> Int? { order.firstIndex(of: id) }
-
-    /// Changes the selection; false if `id` was already selected.
-    public mutating func select(_ id: TabID) -> Bool {
-        precondition(contains(id))
-        guard id != selected else { return false }
-        selected = id
-        return true
-    }
 
     /// Where a new tab would go, or `invalid` (too many tabs, duplicate id, index out of 0…count).
     public func insertionIndex(for id: TabID, at index: Int?) throws(CommandError) -> Int {
@@ -34,16 +35,11 @@ public struct TabBar: Sendable, Equatable {
         return at
     }
 
-    public mutating func insert(_ id: TabID, at index: Int) { order.insert(id, at: index) }
-
-    /// Moves a tab; returns false when it is already there. `index` must be 0…count−1.
-    public mutating func move(_ id: TabID, to index: Int) throws(CommandError) -> Bool {
+    /// Moving a tab: `tabMoved`, or nothing when it is already there. `index` must be 0…count−1.
+    public func moveEvents(_ id: TabID, to index: Int) throws(CommandError) -> [Event] {
         guard let from = order.firstIndex(of: id) else { throw .unknownTab(id) }
         guard index >= 0, index < order.count else { throw .invalid("index must be 0…\(order.count - 1), got \(index)") }
-        guard from != index else { return false }
-        order.remove(at: from)
-        order.insert(id, at: index)
-        return true
+        return from == index ? [] : [.tabMoved(tab: id, index: index)]
     }
 
     /// Checks that `id` may be removed (it exists and is not the last tab).
@@ -52,13 +48,10 @@ public struct TabBar: Sendable, Equatable {
         guard order.count > 1 else { throw .invalid("cannot remove the last tab") }
     }
 
-    /// Removes a tab. If it was selected, the tab that took its place (else the one
-    /// before it) becomes selected, and is returned.
-    public mutating func remove(_ id: TabID) -> TabID? {
-        let i = order.firstIndex(of: id)!
-        order.remove(at: i)
-        guard id == selected else { return nil }
-        selected = order[i < order.count ? i : i - 1]
-        return selected
+    /// The tab selected once `id` is removed, when `id` is the selected tab: the one
+    /// that takes its place, else the one before it. Nil when `id` is not selected.
+    public func successor(ofRemoved id: TabID) -> TabID? {
+        guard id == selected, let i = order.firstIndex(of: id), order.count > 1 else { return nil }
+        return i + 1 < order.count ? order[i + 1] : order[i - 1]
     }
 }

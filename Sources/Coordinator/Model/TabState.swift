@@ -1,9 +1,11 @@
-/// One tab's whole state and the rules that change it (seeds 000, 002, 003).
+/// One tab's whole state, and the decisions of the rules that concern one tab
+/// (seeds 000, 002, 003).
 ///
-/// A plain value: ``TabActor`` owns one per tab and the coordinator drives it, while
-/// tests and the replay model use it directly. Every mutating rule validates first and
-/// changes nothing when it throws. `visible` tells a rule whether this tab is the
-/// selected one, because only the selected tab's top page is the visible page.
+/// A plain value: ``TabActor`` owns one per tab. Every rule here only *decides*: it
+/// reads the state and returns the events a command causes, or throws, and changes
+/// nothing. The events change the state through ``apply(_:selected:)``
+/// (`TabState+Apply.swift`), the one place where a tab changes. `visible` tells a
+/// rule whether this tab is the selected one: only its top page is the visible page.
 public struct TabState: Sendable, Equatable {
     public var info: TabInfo
     /// `stack[0]` is the root page, the last entry the top. Never empty.
@@ -27,93 +29,77 @@ public struct TabState: Sendable, Equatable {
     // MARK: Lifecycle
 
     /// The top page becomes the visible page: `[firstAppear]`, `appear`.
-    public mutating func appear() -> [Event] {
-        let last = stack.count - 1
-        var events: [Event] = []
-        if !stack[last].appeared {
-            stack[last].appeared = true
-            events.append(.firstAppear(tab: id, page: stack[last].id))
-        }
-        stack[last].appearCount += 1
-        events.append(.appear(tab: id, page: stack[last].id))
-        return events
+    public func appearEvents() -> [Event] { Self.appearEvents(of: top, in: id) }
+
+    private static func appearEvents(of page: Page, in tab: TabID) -> [Event] {
+        page.appeared ? [.appear(tab: tab, page: page.id)]
+                      : [.firstAppear(tab: tab, page: page.id), .appear(tab: tab, page: page.id)]
     }
 
     /// The top page stops being the visible page.
-    public func disappear() -> Event { .disappear(tab: id, page: top.id) }
+    public func disappearEvent() -> Event { .disappear(tab: id, page: top.id) }
 
     // MARK: Navigation
 
-    /// Pushes a page. Visible: `pushed`, `disappear P`, `firstAppear Q`, `appear Q`;
+    /// Pushing a page. Visible: `pushed`, `disappear P`, `firstAppear Q`, `appear Q`;
     /// otherwise only `pushed` (the page appears when the tab is next selected).
-    public mutating func push(route: String, page: PageID, visible: Bool) throws(CommandError) -> [Event] {
+    public func pushEvents(route: String, page: PageID, visible: Bool) throws(CommandError) -> [Event] {
         try Limits.validateRoute(route)
         guard stack.count < Limits.maxStackDepth else {
             throw .invalid("tab '\(id)' already has \(Limits.maxStackDepth) pages")
         }
-        var events: [Event] = [.pushed(tab: id, page: page, route: route)]
-        if visible { events.append(disappear()) }
-        stack.append(Page(id: page, route: route))
-        if visible { events += appear() }
-        return events
+        let pushed = Event.pushed(tab: id, page: page, route: route)
+        guard visible else { return [pushed] }
+        return [pushed, disappearEvent()] + Self.appearEvents(of: Page(id: page, route: route), in: id)
     }
 
-    /// Pops the top page; nothing at depth 1. Visible: `disappear P`, `popped [P]`,
+    /// Popping the top page; nothing at depth 1. Visible: `disappear P`, `popped [P]`,
     /// `[firstAppear Q]`, `appear Q`; otherwise `popped [top]`.
-    public mutating func pop(visible: Bool) -> [Event] {
+    public func popEvents(visible: Bool) -> [Event] {
         guard stack.count > 1 else { return [] }
-        return removePages(down: stack.count - 1, visible: visible)
+        return removalEvents(keeping: stack.count - 1, visible: visible)
     }
 
-    /// Pops everything above the root; nothing at depth 1.
-    public mutating func popToRoot(visible: Bool) -> [Event] {
+    /// Popping everything above the root; nothing at depth 1.
+    public func popToRootEvents(visible: Bool) -> [Event] {
         guard stack.count > 1 else { return [] }
-        return removePages(down: 1, visible: visible)
+        return removalEvents(keeping: 1, visible: visible)
     }
 
-    /// Removes `stack[keep...]`, reporting them top first.
-    private mutating func removePages(down keep: Int, visible: Bool) -> [Event] {
-        var events: [Event] = []
-        if visible { events.append(disappear()) }
-        let removed = stack[keep...].reversed().map(\.id)
-        stack.removeSubrange(keep...)
-        events.append(.popped(tab: id, pages: removed))
-        if visible { events += appear() }
-        return events
+    /// Removing `stack[keep...]`, reported top first.
+    private func removalEvents(keeping keep: Int, visible: Bool) -> [Event] {
+        let popped = Event.popped(tab: id, pages: stack[keep...].reversed().map(\.id))
+        guard visible else { return [popped] }
+        return [disappearEvent(), popped] + Self.appearEvents(of: stack[keep - 1], in: id)
     }
 
     // MARK: Scroll and values
 
-    public mutating func scroll(to offset: Double) throws(CommandError) -> [Event] {
+    public func scrollEvents(to offset: Double) throws(CommandError) -> [Event] {
         try Limits.validateOffset(offset)
-        scroll = offset
         return [.scrolled(tab: id, offset: offset)]
     }
 
-    /// Sets (or, with `.null`, removes) a retained value. Emitted even when nothing changes.
-    public mutating func set(key: String, value: JSONValue) throws(CommandError) -> [Event] {
+    /// Setting (or, with `.null`, removing) a retained value. Emitted even when nothing changes.
+    public func setEvents(key: String, value: JSONValue) throws(CommandError) -> [Event] {
         try Limits.validateKey(key)
         try Limits.validateValue(value)
-        if value.isNull {
-            values[key] = nil
-        } else {
-            if values[key] == nil, values.count >= Limits.maxKeysPerTab {
-                throw .invalid("tab '\(id)' already holds \(Limits.maxKeysPerTab) keys")
-            }
-            values[key] = value
+        if !value.isNull, values[key] == nil, values.count >= Limits.maxKeysPerTab {
+            throw .invalid("tab '\(id)' already holds \(Limits.maxKeysPerTab) keys")
         }
         return [.valueSet(tab: id, key: key, value: value)]
     }
 
-    /// Applies the fields an `updateTab` gives; `tabUpdated` only when something changed.
-    public mutating func update(_ update: TabUpdate) throws(CommandError) -> [Event] {
+    /// The fields an `updateTab` gives; `tabUpdated` only when something changes.
+    public func updateEvents(_ update: TabUpdate) throws(CommandError) -> [Event] {
         var next = info
         if let title = update.title { try Limits.validateTitle(title); next.title = title }
         if let icon = update.icon { try Limits.validateIcon(icon); next.icon = icon }
         if let color = update.color { next.color = try Limits.normalizeColor(color) }
         if let badge = update.badge { try Limits.validateBadge(badge); next.badge = badge }
         guard next != info else { return [] }
-        info = next
-        return [.tabUpdated(self)]
+        var updated = self
+        updated.info = next
+        return [.tabUpdated(updated)]
     }
 }
