@@ -40,6 +40,11 @@ enum InProcessRun {
             summary.add("encode events frame, \(name)", "\(format(ns / 1000)) µs for \(bytes) bytes, framed once for every client")
             results["encode_us_\(batch.events.count)_events"] = ns / 1000
         }
+        for (name, frame) in ParseShapes.all {
+            let mbps = parseThroughput(frame)
+            summary.add("parse \(name) (\(frame.count / 1024) KiB)", "\(format(mbps)) MB/s")
+            results["parse_mb_per_s_\(name)"] = mbps
+        }
         summary.print(title: "tabbench inprocess: \(commands) commands per measurement")
         summary.json = results
         try summary.write(to: json)
@@ -71,6 +76,20 @@ enum InProcessRun {
         return Double(perCaller * callers) / seconds
     }
 
+    /// MB/s of `CommandEnvelope.parse` (parse, checks, and freeing the value) on one frame,
+    /// over at least 0.3 s.
+    static func parseThroughput(_ frame: [UInt8]) -> Double {
+        var n = 0
+        let start = monotonicNanos()
+        var elapsed: Int64 = 0
+        repeat {
+            for _ in 0..<4 { _ = try? CommandEnvelope.parse(frame) }
+            n += 4
+            elapsed = monotonicNanos() - start
+        } while elapsed < 300_000_000
+        return Double(frame.count * n) / (Double(elapsed) / 1e9) / 1e6
+    }
+
     static func oneEventBatch() -> EventBatch {
         EventBatch(by: "c12", ref: "r1234", events: [
             SequencedEvent(seq: 123_456, event: .valueSet(tab: "home", key: "k", value: .string(String(repeating: "x", count: 40)))),
@@ -95,5 +114,36 @@ enum InProcessRun {
         for _ in 0..<n { bytes &+= OutgoingFrame(ServerFrame.events(batch).bytes).count & 1 }
         let ns = Double(monotonicNanos() - start) / Double(n)
         return (ns, OutgoingFrame(ServerFrame.events(batch).bytes).count)
+    }
+}
+
+/// Frames of about 60 KiB that are legal but costly to parse, and a plain command for
+/// comparison: the shapes the fairness test sends (Tests/e2e/test_fairness.py).
+enum ParseShapes {
+    static let size = 60 * 1024
+
+    static var all: [(String, [UInt8])] {
+        [("a small command", Array(#"{"type":"set","tab":"home","key":"k","value":"hello","ref":"r1"}"#.utf8)),
+         ("thousands of keys", manyKeys()), ("\\u escapes", escapes()), ("nesting at the depth limit", deepNesting())]
+    }
+
+    static func manyKeys() -> [UInt8] {
+        var members: [String] = []
+        var length = 0
+        while length < size - 64 {
+            members.append("\"k\(members.count)\":\(members.count)")
+            length += members.last!.utf8.count + 1
+        }
+        return Array(("{\"type\":\"set\",\"key\":\"big\",\"value\":{" + members.joined(separator: ",") + "}}").utf8)
+    }
+
+    static func escapes() -> [UInt8] {
+        Array(("{\"type\":\"set\",\"key\":\"big\",\"value\":\"" + String(repeating: "\\u00e9", count: (size - 64) / 6) + "\"}").utf8)
+    }
+
+    static func deepNesting() -> [UInt8] {
+        let deep = String(repeating: "[", count: 120) + String(repeating: "]", count: 120)
+        let items = Array(repeating: deep, count: (size - 64) / 241)
+        return Array(("{\"type\":\"set\",\"key\":\"big\",\"value\":[" + items.joined(separator: ",") + "]}").utf8)
     }
 }

@@ -68,4 +68,48 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     public var compactString: String { String(decoding: compactBytes, as: UTF8.self) }
+
+    /// The size of ``compactBytes`` when it is at most `limit`; otherwise some size above
+    /// `limit`, found without measuring the rest: the cost is bounded by `limit` (and the
+    /// nesting), not by the value, so checking a peer's value against a limit is cheap
+    /// however large the value is.
+    public func compactSize(limit: Int) -> Int {
+        var size = 0
+        return Self.measure(self, into: &size, limit: limit) ? size : limit + 1
+    }
+
+    /// Adds the compact size of `value` to `size`; false as soon as it passes `limit`.
+    private static func measure(_ value: JSONValue, into size: inout Int, limit: Int) -> Bool {
+        switch value {
+        case .null: size += 4
+        case let .bool(b): size += b ? 4 : 5
+        case let .number(n): size += n.utf8.count
+        case let .string(s): return measure(string: s, into: &size, limit: limit)
+        case let .array(items):
+            size += 1 + max(items.count, 1) // brackets and commas
+            for item in items where size <= limit {
+                guard measure(item, into: &size, limit: limit) else { return false }
+            }
+        case let .object(members):
+            size += members.isEmpty ? 2 : 1 + members.count * 2 // braces, colons and commas
+            for (key, item) in members where size <= limit {
+                guard measure(string: key, into: &size, limit: limit), measure(item, into: &size, limit: limit) else { return false }
+            }
+        }
+        return size <= limit
+    }
+
+    /// A string as ``JSONWriter`` writes it: every byte takes at least one.
+    private static func measure(string s: String, into size: inout Int, limit: Int) -> Bool {
+        size += 2
+        guard size + s.utf8.count <= limit else { return false }
+        for byte in s.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09, 0x08, 0x0C: size += 2
+            case 0..<0x20: size += 6
+            default: size += 1
+            }
+        }
+        return size <= limit
+    }
 }

@@ -65,8 +65,12 @@ public enum Limits {
     }
 
     static func validateValue(_ value: JSONValue) throws(CommandError) {
-        let size = value.compactBytes.count
-        guard size <= maxValueBytes else { throw .invalid("value is \(size) bytes as compact JSON, the limit is 4096") }
+        guard value.compactSize(limit: maxValueBytes) <= maxValueBytes else {
+            throw .invalid("value is more than \(maxValueBytes) bytes as compact JSON")
+        }
+        if let key = value.firstRepeatedKey {
+            throw .invalid("value repeats the key '\(key.prefix(64))' in one object: it would not round-trip exactly")
+        }
     }
 
     /// Validates every field of a new tab; returns it with its color normalized.

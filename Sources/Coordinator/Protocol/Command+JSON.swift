@@ -12,11 +12,18 @@ extension CommandEnvelope {
     /// wins when nothing else is wrong; it is answered with `ref: null`.
     public static func parse(_ bytes: [UInt8]) throws(RejectedFrame) -> CommandEnvelope {
         let json: JSONValue
-        do { json = try JSONParser.parse(bytes) } catch {
+        do {
+            json = try JSONParser.parseCommand(bytes, keep: Self.fields, nested: ["tab": Self.tabFields], valueLimit: Limits.maxValueBytes)
+        } catch {
             throw RejectedFrame(ref: nil, error: .init(.badJSON, "not JSON: \(error)"))
         }
         return try parse(json)
     }
+
+    /// Every field a command reads, and those of its `tab` object: the rest of a frame
+    /// is checked but never built.
+    static let fields: Set<String> = ["type", "ref", "tab", "route", "offset", "key", "value", "index"]
+    static let tabFields: Set<String> = ["id", "title", "icon", "color", "badge"]
 
     public static func parse(_ json: JSONValue) throws(RejectedFrame) -> CommandEnvelope {
         guard case .object = json else {
