@@ -30,6 +30,19 @@ public final class WebSocketServer: Sendable {
         loop.update { $0.broadcast(frame, seq: seq) }
     }
 
+    /// Broadcasts `frames` (each with its last seq, increasing as for ``broadcast(_:seq:)``),
+    /// then sends each reply to its connection, with at most one wake-up of the service
+    /// thread for all of them: an acknowledgement travels with the frame it acknowledges.
+    public func publish(_ frames: [(OutgoingFrame, seq: Int)], replies: [(ConnectionID, OutgoingFrame)]) {
+        guard !frames.isEmpty || !replies.isEmpty else { return }
+        loop.update { table in
+            var wake = false
+            for (frame, seq) in frames { wake = table.broadcast(frame, seq: seq) || wake }
+            for (id, frame) in replies { wake = table.send(frame, to: id) || wake }
+            return wake
+        }
+    }
+
     /// Ends a connection's pending state: it gets `first` (welcome, replayed frames), then every
     /// broadcast with a seq above `afterSeq`, including those made while it was pending; none
     /// twice, none missed. If one of those is no longer retained, it is closed 1008 `too slow`.

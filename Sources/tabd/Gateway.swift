@@ -6,14 +6,27 @@ import WebSockets
 /// The libwebsockets side of tabd: decides who may connect, answers `/healthz` and
 /// `/metrics`, and turns connections and messages into ``Dispatcher`` input.
 ///
-/// Called on the server's service thread, so it never waits: it only checks, counts and
-/// queues. Joins and leaves are gathered in a pending list and handed over as one
-/// `presence` item, so connections that arrive together share one `clientJoined` batch.
+/// Called on the server's service thread, so it never waits: it checks, counts, parses
+/// and queues. Each frame is rate-limited (frames and bytes) and parsed here, as it
+/// arrives: parsing is linear in the input, and libwebsockets reads the connections in
+/// turn, so one connection's costly frames delay another's by at most a few parses,
+/// and the core only ever sees parsed commands. Joins and leaves are gathered in a
+/// pending list and handed over as one `presence` item, so connections that arrive
+/// together share one `clientJoined` batch.
 final class Gateway: WebSocketServerHandler {
     enum Input: Sendable {
         /// Take the pending joins and leaves (see ``takePresence()``).
         case presence
-        case message(ConnectionID, [UInt8])
+        /// A parsed command of a welcomed connection.
+        case command(ConnectionID, ClientID, CommandEnvelope)
+        /// A frame refused before it became a command, and the error frame to answer.
+        case refused(ConnectionID, ClientID, ServerFrame)
+    }
+
+    /// A welcomed connection.
+    private struct Session {
+        let client: ClientID
+        var limiter: RateLimiter
     }
 
     struct Leave: Sendable {
@@ -42,6 +55,7 @@ final class Gateway: WebSocketServerHandler {
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
     private let pending = Locked(Pending())
+    private let sessions = Locked<[ConnectionID: Session]>([:])
 
     init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<Input>.Continuation) {
         self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox
@@ -90,7 +104,38 @@ final class Gateway: WebSocketServerHandler {
     }
 
     func received(_ id: ConnectionID, message: [UInt8]) {
-        inbox.yield(.message(id, message))
+        let admitted = sessions.withLock { s -> (client: ClientID, allowed: Bool)? in
+            guard s[id] != nil else { return nil }
+            return (s[id]!.client, s[id]!.limiter.allow(bytes: message.count))
+        }
+        guard let (client, allowed) = admitted else { return } // not welcomed yet (cannot send before), or gone
+        guard allowed else {
+            let error = CommandError(.rateLimited, "more than \(options.rateLimit) commands or \(options.byteRateLimit) bytes per second")
+            inbox.yield(.refused(id, client, .error(ref: nil, error)))
+            return
+        }
+        let envelope: CommandEnvelope
+        do { envelope = try CommandEnvelope.parse(message) } catch {
+            inbox.yield(.refused(id, client, .error(ref: error.ref, error.error)))
+            return
+        }
+        metrics.command(envelope.command.type)
+        if stopping.load(ordering: .relaxed) {
+            inbox.yield(.refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down"))))
+            return
+        }
+        inbox.yield(.command(id, client, envelope))
+    }
+
+    /// A joined connection's frames are read from now on, as `client`'s.
+    func beginSession(_ id: ConnectionID, client: ClientID) {
+        let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
+        sessions.withLock { $0[id] = Session(client: client, limiter: limiter) }
+    }
+
+    /// Forgets a connection's session; returns its client, if it had joined.
+    func endSession(_ id: ConnectionID) -> ClientID? {
+        sessions.withLock { $0.removeValue(forKey: id)?.client }
     }
 
     func disconnected(_ id: ConnectionID, code: CloseCode?, reason: String) {

@@ -12,10 +12,15 @@ struct Options: Sendable {
     var resumeWindow = 10_000
     var queueLimit = 10_000
     var rateLimit = 100
+    /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
+    var rateLimitBytes: Int?
     var allowOrigins: [String] = []
     var token: String?
     var pingInterval = 30
     var state: String?
+
+    /// The bytes per second a connection may send (0: no limit).
+    var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
 
     static let version = "0.1.0"
 
@@ -38,6 +43,9 @@ struct Options: Sendable {
                              as too slow, code 1008 (default 10000)
       --rate-limit N         commands per second per connection, bursts of 2N;
                              0 = no limit (default 100)
+      --rate-limit-bytes N   bytes per second per connection, bursts of 2N;
+                             0 = no limit (default 1048576, or no limit
+                             when --rate-limit is 0)
       --max-clients N        connections beyond it are refused with 503 (default 10000)
       --allow-origin ORIGIN  also accept browsers from this origin (repeatable)
       --token TOKEN          require ?token=TOKEN or 'Authorization: Bearer TOKEN'
@@ -83,6 +91,7 @@ struct Options: Sendable {
                 case "--resume-window": o.resumeWindow = try int(arg, min: 0)
                 case "--queue-limit": o.queueLimit = try int(arg, min: 1)
                 case "--rate-limit": o.rateLimit = try int(arg, min: 0)
+                case "--rate-limit-bytes": o.rateLimitBytes = try int(arg, min: 0)
                 case "--allow-origin": o.allowOrigins.append(try value(arg))
                 case "--token":
                     let t = try value(arg)

@@ -70,11 +70,8 @@ do {
 }
 
 // Every batch is encoded once (the state store has usually done it already) and handed
-// to every connection as the same bytes.
-await coordinator.addObserver { batch in
-    metrics.published(batch)
-    server.broadcast(OutgoingFrame(batch.frameBytes), seq: batch.lastSeq)
-}
+// to every connection as the same bytes, with the answers it acknowledges.
+await Dispatcher.attach(to: coordinator, server: server, metrics: metrics, log: log)
 
 let dispatcher = Dispatcher(coordinator: coordinator, server: server, gateway: gateway)
 let dispatching = Task { await dispatcher.run(inputs) }

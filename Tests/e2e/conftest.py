@@ -23,11 +23,11 @@ WAIT = 10.0  # seconds any single expected frame may take before a test fails
 class Daemon:
     """A tabd process started with `args`; `url` is set once it printed its listening line."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, binary=None):
         if "--state" not in args:
             args = ("--state", ":memory:", *args)  # each test its own history
         self.args = args
-        self.proc = subprocess.Popen([TABD, "--port", "0", *args], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([binary or TABD, "--port", "0", *args], stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, cwd=ROOT)
         line = self.proc.stdout.readline()
         m = re.match(r"tabd listening on http://([^/]+)/$", line.strip())
@@ -76,8 +76,8 @@ def daemon():
 def make_daemon():
     started = []
 
-    def make(*args):
-        d = Daemon(*args)
+    def make(*args, binary=None):
+        d = Daemon(*args, binary=binary)
         started.append(d)
         return d
     yield make

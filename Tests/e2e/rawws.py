@@ -23,3 +23,36 @@ def connect(host_port, path="/ws", rcvbuf=None):
         head += chunk
     assert head.startswith(b"HTTP/1.1 101"), head
     return s
+
+
+def send_text(s, payload: bytes):
+    """Sends one masked text frame. The mask key is zero (legal, and no XOR to compute)."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x81, 0x80 | n])
+    elif n < 65536:
+        head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
+    s.sendall(head + b"\0\0\0\0" + payload)
+
+
+def _exactly(s, n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def recv_frame(s):
+    """(opcode, payload) of the next frame from the server (never masked, never fragmented here)."""
+    b0, b1 = _exactly(s, 2)
+    n = b1 & 0x7F
+    if n == 126:
+        n = int.from_bytes(_exactly(s, 2), "big")
+    elif n == 127:
+        n = int.from_bytes(_exactly(s, 8), "big")
+    return b0 & 0x0F, _exactly(s, n)

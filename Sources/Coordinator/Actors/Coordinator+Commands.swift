@@ -57,6 +57,49 @@ extension Coordinator {
         }
     }
 
+    /// Applies one command and returns at once; its answer goes to the publishers (see
+    /// ``addPublisher(_:)``) addressed to `address`, after the answers of every command
+    /// submitted before it to the same address, and an `ack` together with the batch it
+    /// reports. The daemon's short road: nobody waits for the commit.
+    public func enqueue(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64) async {
+        await enter(); defer { leave() }
+        let pending: AnswerQueues.Pending
+        switch command {
+        case .sync:
+            if let error = await settle() { pending = .ready(.error(ref: ref, error)) } else {
+                pending = .ready(.snapshot(ref: ref, await buildSnapshot()))
+            }
+        case .ping:
+            pending = .ready(.pong(ref: ref))
+        default:
+            let events: [Event]
+            do { events = try await decide(command) } catch {
+                answer(.error(ref: ref, error), client: client, to: address)
+                return
+            }
+            guard !events.isEmpty else {
+                answers.add(.unchanged(after: seq), client: client, ref: ref, to: address)
+                publish([])
+                return
+            }
+            // Queued before the batch is recorded: in memory, recording publishes it at
+            // once, and the ack goes with it.
+            answers.add(.applied(seq: seq + events.count), client: client, ref: ref, to: address)
+            await apply(events)
+            _ = record(events, by: client, ref: ref)
+            return
+        }
+        answers.add(pending, client: client, ref: ref, to: address)
+        publish([])
+    }
+
+    /// Answers `address` with `frame` (a frame refused before it reached a command),
+    /// after every answer queued for it before.
+    public func answer(_ frame: ServerFrame, client: ClientID, to address: UInt64) {
+        answers.add(.ready(frame), client: client, ref: nil, to: address)
+        publish([])
+    }
+
     /// What a submitted command came to: its events are published (committed, with a
     /// store) when this returns. A failed commit answers `unavailable`.
     public func outcome(of receipt: Receipt) async throws(CommandError) -> CommandOutcome {
@@ -67,7 +110,7 @@ extension Coordinator {
             throw error
         case let .pending(batch, wait):
             if let error = await wait.value {
-                await rollback()
+                await rollback(error)
                 throw error
             }
             publishCommitted(through: batch.lastSeq)
@@ -75,7 +118,7 @@ extension Coordinator {
         case let .unchanged(after):
             if let after {
                 // Only what is known to be committed: later batches may still be on their way.
-                if await after.wait.value == nil { publishCommitted(through: after.seq) } else { await rollback() }
+                if let error = await after.wait.value { await rollback(error) } else { publishCommitted(through: after.seq) }
             }
             return .applied(seq: currentSeq, batch: nil)
         }

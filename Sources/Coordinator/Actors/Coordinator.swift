@@ -42,6 +42,12 @@ public actor Coordinator {
     var roster: Roster
     private var history: EventHistory
     private var observers: [@Sendable (EventBatch) -> Void] = []
+    private var publishers: [Publisher] = []
+    /// Answers of ``enqueue(_:by:ref:replyTo:)``, released as what they report is published.
+    var answers = AnswerQueues()
+    /// The store's thread signals every finished commit here; a task of the coordinator
+    /// publishes what committed (or rolls back), so nobody has to await each commit.
+    private let commitSignals: AsyncStream<Void>.Continuation
     private var subscribers: [Int: (AsyncStream<EventBatch>.Continuation, SubscriptionStatus)] = [:]
     private var nextSubscriber = 0
     private var busy = false
@@ -83,7 +89,16 @@ public actor Coordinator {
         history = EventHistory(window: configuration.resumeWindow)
         for batch in stored.history { history.append(batch) }
         self.durability = durability
+        let (signals, commitSignals) = AsyncStream.makeStream(of: Void.self)
+        self.commitSignals = commitSignals
+        if durability != nil {
+            Task { [weak self] in
+                for await _ in signals { await self?.committed() }
+            }
+        }
     }
+
+    deinit { commitSignals.finish() }
 
     /// The state before any event of a new history: every tab at its root, the first selected.
     public static func origin(tabs infos: [TabInfo]) throws(CommandError) -> Snapshot {
@@ -192,12 +207,15 @@ public actor Coordinator {
         let batch = Self.stamp(events, after: seq, by: by, ref: ref)
         seq = batch.lastSeq
         guard let durability else {
-            publish(batch)
+            publish([batch])
             return (batch, nil)
         }
         let wait = CommitWait()
         unpublished.append((batch, wait))
-        durability.append(batch, generation: generation) { wait.complete($0) }
+        durability.append(batch, generation: generation) { [commitSignals] error in
+            wait.complete(error)
+            commitSignals.yield()
+        }
         return (batch, wait)
     }
 
@@ -214,7 +232,7 @@ public actor Coordinator {
     func settle() async -> CommandError? {
         guard let last = unpublished.last else { return nil }
         if let error = await last.wait.value {
-            await rollbackHoldingGate()
+            await rollbackHoldingGate(error)
             return error
         }
         publishCommitted(through: last.batch.lastSeq)
@@ -227,13 +245,26 @@ public actor Coordinator {
         while n < unpublished.count, unpublished[n].batch.lastSeq <= seq { n += 1 }
         let ready = unpublished.prefix(n).map(\.batch)
         unpublished.removeFirst(n)
-        for batch in ready { publish(batch) }
+        publish(ready)
+    }
+
+    /// Called on every signal of the store: publishes the committed prefix of the
+    /// waiting batches, and rolls back when a commit failed.
+    private func committed() async {
+        var n = 0
+        var failure: CommandError?
+        while n < unpublished.count, let result = unpublished[n].wait.result {
+            if let error = result { failure = error; break }
+            n += 1
+        }
+        if n > 0 { publishCommitted(through: unpublished[n - 1].batch.lastSeq) }
+        if let failure { await rollback(failure) }
     }
 
     /// After a failed commit: publishes what did commit, then puts the state back to the
     /// store's last commit. The batches still waiting were built on state that is gone:
     /// the store fails them, and they are never published.
-    func rollbackHoldingGate() async {
+    func rollbackHoldingGate(_ error: CommandError) async {
         guard let durability, !unpublished.isEmpty else { return }
         let stored = durability.committedState()
         publishCommitted(through: stored.snapshot.seq)
@@ -245,31 +276,51 @@ public actor Coordinator {
         roster = Roster(clients: stored.snapshot.clients)
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
+        answers.rollBack(to: stored.snapshot.seq, error: error)
+        publish([])
     }
 
-    func rollback() async {
+    func rollback(_ error: CommandError) async {
         await enter(); defer { leave() }
-        await rollbackHoldingGate()
+        await rollbackHoldingGate(error)
     }
 
     /// The commit wait and last seq of the last applied batch, if it is not published yet.
     var lastUnpublished: (wait: CommitWait, seq: Int)? { unpublished.last.map { ($0.wait, $0.batch.lastSeq) } }
 
-    /// Records and delivers one committed batch.
-    private func publish(_ batch: EventBatch) {
-        publishedSeq = batch.lastSeq
-        history.append(batch)
-        for e in batch.events {
-            if case let .scrollToTop(_, count) = e.event { counter.announce(count) }
-        }
-        for observer in observers { observer(batch) }
-        for (id, (continuation, status)) in subscribers {
-            if case .dropped = continuation.yield(batch) {
-                status.lagged.store(true, ordering: .releasing)
-                subscribers[id] = nil
-                continuation.finish()
+    /// Records and delivers committed batches, in order, with the answers that can go
+    /// now: publishers get both in one call, so an `ack` travels with its events.
+    func publish(_ batches: [EventBatch]) {
+        for batch in batches {
+            publishedSeq = batch.lastSeq
+            history.append(batch)
+            for e in batch.events {
+                if case let .scrollToTop(_, count) = e.event { counter.announce(count) }
+            }
+            for observer in observers { observer(batch) }
+            for (id, (continuation, status)) in subscribers {
+                if case .dropped = continuation.yield(batch) {
+                    status.lagged.store(true, ordering: .releasing)
+                    subscribers[id] = nil
+                    continuation.finish()
+                }
             }
         }
+        let released = answers.isEmpty ? [] : answers.release(published: publishedSeq)
+        guard !batches.isEmpty || !released.isEmpty else { return }
+        for publisher in publishers { publisher(batches, released) }
+    }
+
+    /// What a publisher gets: committed batches in seq order (possibly none) and the
+    /// answers that can be sent after them (possibly none).
+    public typealias Publisher = @Sendable (_ batches: [EventBatch], _ answers: [Answer]) -> Void
+
+    /// Calls `publisher` on the coordinator's executor with every later publication:
+    /// batches once they are published, and the answers of commands submitted with
+    /// ``enqueue(_:by:ref:replyTo:)`` once they can go. It must be quick and never block:
+    /// the daemon hands the bytes to its sockets, answers after the batches, in one go.
+    public func addPublisher(_ publisher: @escaping Publisher) {
+        publishers.append(publisher)
     }
 
     /// Calls `observer` with every later batch, in seq order, on the coordinator's

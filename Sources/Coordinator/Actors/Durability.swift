@@ -65,6 +65,9 @@ final class CommitWait: Sendable {
         for continuation in waiting { continuation.resume(returning: error) } // outside the lock
     }
 
+    /// The outcome if the store has reported it: `.some(nil)` when durable.
+    var result: CommandError?? { state.withLock { $0.result } }
+
     /// nil when the batch is durable, else why not.
     var value: CommandError? {
         get async {

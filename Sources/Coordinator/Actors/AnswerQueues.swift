@@ -1,0 +1,85 @@
+/// A command's answer, ready to send: to whom (the address its submitter gave), for
+/// which client, and the frame (`ack`, `error`, `snapshot` or `pong`).
+public struct Answer: Sendable, Equatable {
+    public let to: UInt64
+    public let client: ClientID
+    public let frame: ServerFrame
+}
+
+/// The answers of submitted commands, held so that each address gets its answers in
+/// the order its commands were submitted, and an `ack` only once the batch it reports
+/// is published (committed, with a store). A plain value, owned by the coordinator.
+struct AnswerQueues {
+    enum Pending {
+        /// Nothing to wait for (errors, `pong`, `snapshot`).
+        case ready(ServerFrame)
+        /// `ack` once the command's batch, ending at `seq`, is published.
+        case applied(seq: Int)
+        /// The command changed nothing: `ack` at `after` once everything applied before
+        /// it is published.
+        case unchanged(after: Int)
+    }
+
+    private struct Entry {
+        let client: ClientID
+        let ref: String?
+        var pending: Pending
+    }
+
+    /// Only addresses with answers not yet released.
+    private var queues: [UInt64: [Entry]] = [:]
+
+    var isEmpty: Bool { queues.isEmpty }
+
+    mutating func add(_ pending: Pending, client: ClientID, ref: String?, to address: UInt64) {
+        queues[address, default: []].append(Entry(client: client, ref: ref, pending: pending))
+    }
+
+    /// Takes every answer that can go now, given the last published seq.
+    mutating func release(published: Int) -> [Answer] {
+        var out: [Answer] = []
+        for address in Array(queues.keys) { release(address, published: published, into: &out) }
+        return out
+    }
+
+    /// Takes the answers of one address that can go now.
+    mutating func release(_ address: UInt64, published: Int) -> [Answer] {
+        var out: [Answer] = []
+        release(address, published: published, into: &out)
+        return out
+    }
+
+    private mutating func release(_ address: UInt64, published: Int, into out: inout [Answer]) {
+        guard let queue = queues[address] else { return }
+        var n = 0
+        while n < queue.count, let frame = Self.frame(queue[n], published: published) {
+            out.append(Answer(to: address, client: queue[n].client, frame: frame))
+            n += 1
+        }
+        queues[address] = n == queue.count ? nil : Array(queue[n...])
+    }
+
+    private static func frame(_ entry: Entry, published: Int) -> ServerFrame? {
+        switch entry.pending {
+        case let .ready(frame): return frame
+        case let .applied(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
+        case let .unchanged(after): return after <= published ? .ack(ref: entry.ref, seq: after) : nil
+        }
+    }
+
+    /// After a failed commit that rolled the state back to `committed`: commands whose
+    /// batch is gone answer `error`; commands that changed nothing answer `ack` at `committed`.
+    mutating func rollBack(to committed: Int, error: CommandError) {
+        for (address, queue) in queues {
+            queues[address] = queue.map { entry in
+                var entry = entry
+                switch entry.pending {
+                case let .applied(seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
+                case let .unchanged(after) where after > committed: entry.pending = .ready(.ack(ref: entry.ref, seq: committed))
+                default: break
+                }
+                return entry
+            }
+        }
+    }
+}
