@@ -7,7 +7,7 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e test-browser bench clean
+.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e test-browser test-web bench clean
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
@@ -32,7 +32,7 @@ run: release
 	@echo "Starting tabd (Ctrl-C stops it)."
 	.build/release/tabd --host $(HOST) --port $(PORT) $(ARGS)
 
-test: test-deps test-swift test-tsan test-e2e test-browser
+test: test-deps test-swift test-web test-tsan test-e2e test-browser
 	@echo "make test: all suites passed"
 
 ## Unit, scenario and stress tests of the Swift targets.
@@ -53,15 +53,27 @@ bench:
 	bench/run $(ARGS)
 
 ## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
+## The fairness test (test_fairness.py) holds the release build to its latency bound.
 test-e2e:
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
-	TABD_BIN=$(CURDIR)/.build/debug/tabd $(PYTHON) -m pytest -q -p no:cacheprovider
+	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
+	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider
 
 ## Browser tests: headless Chromium drives web/ against a real tabd (screenshots: test-output/screenshots/).
 test-browser:
 	@scripts/install-browser-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	TABD_BIN=$(CURDIR)/.build/debug/tabd $(PYTHON) -m pytest -q -p no:cacheprovider Tests/browser
+
+## The page's event fold (web/model.js) under node's own test runner, against the golden
+## streams the Swift tests write to test-output/golden/ (it fails when there are none).
+NODE ?= node
+test-web:
+	$(SWIFT) build --build-tests $(SWIFTFLAGS)
+	rm -rf $(CURDIR)/test-output/golden
+	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(SWIFT) test --skip-build $(SWIFTFLAGS) --filter GoldenStreamTests
+	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(NODE) --test Tests/web/
 
 clean:
 	rm -rf .build $(TSAN_DIR)

@@ -1,12 +1,16 @@
-// tabd browser client. No framework, no build step.
+// tabd browser client. No framework, no build step (an ES module: index.html loads it
+// with type="module").
 //
 // State model: `model` is the daemon's snapshot (PROTOCOL.md) with every `events` frame
-// folded into it in seq order. Everything on screen is derived from `model` by render():
-// the page never answers an event with a command. Frames with seq <= model.seq are
-// ignored; a gap asks for a fresh snapshot (`sync`); a welcome with a snapshot rebuilds.
+// folded into it in seq order by model.js, the same rules as the daemon's own fold.
+// Everything on screen is derived from `model` by render(): the page never answers an
+// event with a command. Events with seq <= model.seq are ignored (already applied); any
+// other event the fold refuses (a gap, a tab or page the model does not have) asks for a
+// fresh snapshot (`sync`) — nothing is skipped; a welcome with a snapshot rebuilds.
+// What an event does on screen beyond the state (scroll animations, the log) is here.
 // The DOM keeps one panel per tab and one element per page id, all of them in the page
 // (hidden ones with visibility:hidden), so scroll offsets and typed text survive.
-"use strict";
+import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js";
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
@@ -48,6 +52,7 @@
   let awaitingPong = false;
   let catchUpRef = null; // a ping sent after a resumed welcome: frames before its pong are replays
   let syncBuffer = null; // frames held back while a `sync` is outstanding
+  let replaying = false; // onSnapshotReply is replaying the frames it held back
   let syncFresh = false; // the awaited snapshot starts a new history (drop the DOM)
   let refCounter = 0;
   let connections = 0;
@@ -220,24 +225,43 @@
     syncFresh = false;
     rebuild(f.snapshot, fresh, "sync");
     if (connState !== "live" && !catchUpRef) setConn("live");
-    for (const frame of held) onEvents(frame);
+    replaying = true;
+    try {
+      for (const frame of held) onEvents(frame);
+    } finally {
+      replaying = false;
+    }
   }
 
   function onEvents(f) {
-    if (!Array.isArray(f.events)) return;
     if (syncBuffer) { syncBuffer.push(f); return; }
     if (!model) return;
     if (dropBatches > 0) { dropBatches -= 1; return; }
-    const fresh = f.events.filter((e) => e.seq > model.seq);
-    if (fresh.length === 0) return; // already applied
-    if (fresh[0].seq !== model.seq + 1) { requestSync(f); return; }
+    // Events this model already holds (a frame held back while a snapshot that includes
+    // it was on its way) are not news. Everything else goes to the fold, which refuses
+    // what does not fit, a missing `events` array included.
+    const events = Array.isArray(f.events) ? f.events : [f.events];
+    const fresh = events.filter((e) => !(e && typeof e.seq === "number" && e.seq <= model.seq));
+    if (fresh.length === 0) return;
     const live = connState === "live";
     const effects = [];
+    let refused = null;
     for (const e of fresh) {
-      if (e.seq !== model.seq + 1) { requestSync(f); break; }
-      applyEvent(e, f.by, live, effects);
-      model.seq = e.seq;
+      try {
+        applyEvent(model, e);
+      } catch (err) {
+        if (!(err instanceof FoldError)) throw err;
+        refused = err;
+        break;
+      }
       addLog(e, f.by);
+      effectsOf(e, f.by, live, effects);
+    }
+    if (refused) {
+      addLog({ seq: refused.seq, kind: "refused" }, f.by, refused.message);
+      // The snapshot answering this `sync` includes this frame (the daemon sent it first),
+      // so holding it back costs nothing; a held frame refused again is not held twice.
+      requestSync(replaying ? null : f);
     }
     render();
     for (const fx of effects) fx();
@@ -246,25 +270,9 @@
 
   // ---------------------------------------------------------------- the model
 
-  function normalizeTab(t) {
-    return {
-      id: t.id, title: t.title, icon: t.icon, color: t.color, badge: t.badge == null ? null : t.badge,
-      stack: (t.stack || []).map((p) => ({ id: p.id, route: p.route, appeared: !!p.appeared, appearCount: p.appearCount | 0 })),
-      scroll: Number(t.scroll) || 0,
-      values: Object.assign({}, t.values || {}),
-    };
-  }
-
   function rebuild(snap, fresh, why) {
     rebuilds += 1;
-    model = {
-      seq: snap.seq,
-      selected: snap.selected,
-      scrollToTop: snap.scrollToTop,
-      tabs: snap.tabs.map(normalizeTab),
-      clients: (snap.clients || []).map((c) => ({ id: c.id, name: c.name })),
-      clientCount: snap.clientCount | 0,
-    };
+    model = fromWire(snap);
     if (fresh) resetDOM();
     render();
     for (const t of model.tabs) setScrollInstant(t.id, t.scroll);
@@ -273,91 +281,24 @@
   }
 
   const tabById = (id) => model.tabs.find((t) => t.id === id);
-  const pageOf = (tab, pid) => (tab ? tab.stack.find((p) => p.id === pid) : undefined);
 
-  function applyEvent(e, by, live, effects) {
-    const tab = typeof e.tab === "string" ? tabById(e.tab) : null;
+  // What an event does on screen beyond the state, run after render() (the state change
+  // itself is model.js's). `live`: not a replay of missed batches.
+  function effectsOf(e, by, live, effects) {
     switch (e.kind) {
-      case "selected":
-        model.selected = e.to;
-        break;
-      case "firstAppear": {
-        const p = pageOf(tab, e.page);
-        if (p) p.appeared = true;
-        break;
-      }
-      case "appear": {
-        const p = pageOf(tab, e.page);
-        if (p) { p.appeared = true; p.appearCount += 1; }
-        break;
-      }
-      case "disappear":
-        break;
       case "pushed":
-        if (tab) {
-          tab.stack.push({ id: e.page, route: e.route, appeared: false, appearCount: 0 });
-          if (live) effects.push(() => markPushed(e.tab, e.page));
-        }
-        break;
-      case "popped":
-        if (tab) {
-          const gone = new Set(e.pages);
-          tab.stack = tab.stack.filter((p) => !gone.has(p.id));
-        }
+        if (live) effects.push(() => markPushed(e.tab, e.page));
         break;
       case "scrollToTop":
-        model.scrollToTop = e.count;
-        if (tab) {
-          tab.scroll = 0;
-          effects.push(live ? () => scrollToTopSmooth(e.tab) : () => setScrollInstant(e.tab, 0));
-        }
+        effects.push(live ? () => scrollToTopSmooth(e.tab) : () => setScrollInstant(e.tab, 0));
         break;
       case "scrolled":
-        if (tab) {
-          tab.scroll = Number(e.offset) || 0;
-          // Our own reports already are where the list is; applying their echo would
-          // drag the list back while the user keeps scrolling.
-          if (!myIds.has(by)) effects.push(() => setScrollInstant(e.tab, e.offset));
-        }
+        // Our own reports already are where the list is; applying their echo would
+        // drag the list back while the user keeps scrolling.
+        if (!myIds.has(by)) effects.push(() => setScrollInstant(e.tab, e.offset));
         break;
-      case "valueSet":
-        if (tab) {
-          if (e.value === null || e.value === undefined) delete tab.values[e.key];
-          else tab.values[e.key] = e.value;
-        }
-        break;
-      case "tabAdded": {
-        const t = normalizeTab(e.tab);
-        const i = Math.max(0, Math.min(e.index, model.tabs.length));
-        model.tabs.splice(i, 0, t);
-        effects.push(() => setScrollInstant(t.id, t.scroll));
-        break;
-      }
-      case "tabUpdated": {
-        const i = model.tabs.findIndex((t) => t.id === e.tab.id);
-        if (i >= 0) model.tabs[i] = normalizeTab(e.tab);
-        break;
-      }
-      case "tabMoved": {
-        const i = model.tabs.findIndex((t) => t.id === e.tab);
-        if (i >= 0) {
-          const [t] = model.tabs.splice(i, 1);
-          model.tabs.splice(Math.max(0, Math.min(e.index, model.tabs.length)), 0, t);
-        }
-        break;
-      }
-      case "tabRemoved":
-        model.tabs = model.tabs.filter((t) => t.id !== e.tab);
-        break;
-      case "clientJoined":
-        if (!model.clients.some((c) => c.id === e.client.id)) {
-          model.clientCount += 1;
-          if (model.clients.length < 100) model.clients.push({ id: e.client.id, name: e.client.name });
-        }
-        break;
-      case "clientLeft":
-        model.clientCount = Math.max(0, model.clientCount - 1);
-        model.clients = model.clients.filter((c) => c.id !== e.client);
+      case "tabAdded":
+        effects.push(() => setScrollInstant(e.tab.id, e.tab.scroll));
         break;
       default:
         break;
@@ -633,7 +574,8 @@
     const n = model.clientCount;
     presenceEl.hidden = connState !== "live";
     presenceEl.textContent = `${n} online`;
-    presenceEl.title = model.clients.map((c) => (myIds.has(c.id) ? `${c.name} (${c.id}, this window)` : `${c.name} (${c.id})`)).join("\n");
+    // The first 100 (a snapshot's list); the model also lists those who joined since.
+    presenceEl.title = model.clients.slice(0, MAX_CLIENTS_LISTED).map((c) => (myIds.has(c.id) ? `${c.name} (${c.id}, this window)` : `${c.name} (${c.id})`)).join("\n");
   }
 
   // ---------------------------------------------------------------- scrolling

@@ -1,0 +1,308 @@
+// The page's fold (web/model.js) against the daemon's (Snapshot.apply in Swift).
+//
+// Run: node --test Tests/web/   (node's own test runner; no npm packages)
+//
+// Golden streams: every `*.json` file in $TABD_GOLDEN_DIR (default test-output/golden
+// of the checkout), written by the Swift test that generates random sessions:
+//   { "name": "…", "start": <wire snapshot>, "frames": [<events frame as sent>],
+//     "end": <wire snapshot> | null, "refusedAt": <seq> | null }
+// Exactly one of `end` and `refusedAt` is null. With `end`, folding `start` with every
+// frame must give `end`: the state of the Swift fold after the same frames, every field
+// deep-equal (`values` in any key order). `end` lists every client that fold lists, not
+// capped at 100 (`Snapshot.json(capped: false)`): a capped `start` lists the first 100,
+// joins append beyond them. With `refusedAt`, the fold must throw a FoldError with that
+// seq. A missing or empty directory FAILS: the comparison cannot pass by having nothing
+// to compare. The hand-made tests below stand on their own.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { FoldError, MAX_CLIENTS_LISTED, applyEvent, applyFrame, fromWire, toWire } from "../../web/model.js";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
+// A relative TABD_GOLDEN_DIR is taken from the current directory, as any path argument.
+const GOLDEN_DIR = process.env.TABD_GOLDEN_DIR ? resolve(process.env.TABD_GOLDEN_DIR) : join(ROOT, "test-output", "golden");
+
+// ---------------------------------------------------------------- golden streams
+
+function goldenFiles() {
+  if (!existsSync(GOLDEN_DIR)) return [];
+  return readdirSync(GOLDEN_DIR).filter((f) => f.endsWith(".json")).sort();
+}
+
+const files = goldenFiles();
+
+test(`golden streams: ${GOLDEN_DIR} holds some`, () => {
+  assert.ok(files.length > 0,
+    `no golden stream (*.json) in ${GOLDEN_DIR}: run the Swift test that writes them first, or set TABD_GOLDEN_DIR`);
+});
+
+for (const file of files) {
+  test(`golden stream ${file}`, () => {
+    const g = JSON.parse(readFileSync(join(GOLDEN_DIR, file), "utf8"));
+    assert.equal(typeof g.name, "string", "'name' is a string");
+    assert.ok(Array.isArray(g.frames), "'frames' is an array");
+    assert.ok(g.start && typeof g.start === "object", "'start' is a snapshot");
+    assert.ok(g.end === null || typeof g.end === "object", "'end' is a snapshot or null");
+    assert.ok(g.refusedAt === null || Number.isInteger(g.refusedAt), "'refusedAt' is a seq or null");
+    assert.ok((g.end === null) !== (g.refusedAt === null), "exactly one of 'end' and 'refusedAt' is null");
+    for (const f of g.frames) assert.equal(f.type, "events", "every frame is an events frame");
+
+    const state = fromWire(g.start);
+    const fold = () => { for (const f of g.frames) applyFrame(state, f); };
+    if (g.refusedAt === null) {
+      fold();
+      assert.deepStrictEqual(state, g.end, `${g.name}: the fold ends where the Swift fold does`);
+    } else {
+      assert.throws(fold, (err) => {
+        assert.ok(err instanceof FoldError, `${g.name}: a FoldError, not ${err}`);
+        assert.equal(err.seq, g.refusedAt, `${g.name}: refused at seq ${g.refusedAt}, not ${err.message}`);
+        assert.ok(state.seq < g.refusedAt, "the refused event is not in the state");
+        return true;
+      }, `${g.name}: the fold refuses seq ${g.refusedAt}`);
+    }
+  });
+}
+
+// ---------------------------------------------------------------- hand-made
+
+// The welcome of PROTOCOL.md's complete session.
+function welcomeSnapshot() {
+  return {
+    seq: 3, selected: "home", scrollToTop: 0,
+    tabs: [
+      { id: "home", title: "Home", icon: "house", color: "#FF3B30", badge: null,
+        stack: [{ id: "p1", route: "root", appeared: true, appearCount: 1 }], scroll: 0, values: {} },
+      { id: "favorites", title: "Favorites", icon: "heart", color: "#007AFF", badge: null,
+        stack: [{ id: "p2", route: "root", appeared: false, appearCount: 0 }], scroll: 0, values: {} },
+      { id: "profile", title: "Profile", icon: "person", color: "#34C759", badge: null,
+        stack: [{ id: "p3", route: "root", appeared: false, appearCount: 0 }], scroll: 0, values: {} },
+    ],
+    clientCount: 1,
+    clients: [{ id: "c1", name: "kiosk-1" }],
+  };
+}
+
+const frame = (...events) => ({ type: "events", by: "c1", ref: "r", events });
+
+// Folds `events` (seqs filled in from the state's) into a fresh welcome state.
+function folded(...events) {
+  const s = fromWire(welcomeSnapshot());
+  for (const e of events) applyEvent(s, Object.assign({ seq: s.seq + 1 }, e));
+  return s;
+}
+
+// Asserts that `event` (seq filled in) is refused and changes nothing.
+function refuses(s, event, pattern) {
+  const e = Object.assign({ seq: s.seq + 1 }, event);
+  const before = structuredClone(s);
+  assert.throws(() => applyEvent(s, e), (err) => {
+    assert.ok(err instanceof FoldError, `a FoldError, not ${err}`);
+    assert.equal(err.seq, Number.isInteger(e.seq) ? e.seq : s.seq + 1, "the event's seq, else the expected one");
+    if (pattern) assert.match(err.message, pattern);
+    return true;
+  });
+  assert.deepStrictEqual(s, before, "a refused event changes nothing");
+}
+
+test("the complete session of PROTOCOL.md folds to its end state", () => {
+  const s = fromWire(welcomeSnapshot());
+  const frames = [
+    frame({ seq: 4, kind: "selected", from: "home", to: "favorites" }, { seq: 5, kind: "disappear", tab: "home", page: "p1" },
+      { seq: 6, kind: "firstAppear", tab: "favorites", page: "p2" }, { seq: 7, kind: "appear", tab: "favorites", page: "p2" }),
+    frame({ seq: 8, kind: "pushed", tab: "favorites", page: "p4", route: "detail" }, { seq: 9, kind: "disappear", tab: "favorites", page: "p2" },
+      { seq: 10, kind: "firstAppear", tab: "favorites", page: "p4" }, { seq: 11, kind: "appear", tab: "favorites", page: "p4" }),
+    frame({ seq: 12, kind: "disappear", tab: "favorites", page: "p4" }, { seq: 13, kind: "popped", tab: "favorites", pages: ["p4"] },
+      { seq: 14, kind: "appear", tab: "favorites", page: "p2" }),
+    frame({ seq: 15, kind: "scrollToTop", tab: "favorites", count: 1 }),
+    frame({ seq: 16, kind: "valueSet", tab: "favorites", key: "greeting", value: "Tapped" }),
+  ];
+  for (const f of frames) assert.equal(applyFrame(s, f), s, "applyFrame returns the state it changed");
+  const want = welcomeSnapshot();
+  want.seq = 16;
+  want.selected = "favorites";
+  want.scrollToTop = 1;
+  want.tabs[1].stack = [{ id: "p2", route: "root", appeared: true, appearCount: 2 }];
+  want.tabs[1].values = { greeting: "Tapped" };
+  assert.deepStrictEqual(toWire(s), want);
+});
+
+test("fromWire copies: the state shares nothing with the snapshot", () => {
+  const wire = welcomeSnapshot();
+  wire.tabs[0].values = { a: { b: [1] } };
+  const s = fromWire(wire);
+  assert.deepStrictEqual(s, wire);
+  wire.tabs[0].values.a.b.push(2);
+  wire.tabs[0].stack[0].appearCount = 9;
+  wire.clients.push({ id: "c9", name: "x" });
+  assert.deepStrictEqual(s.tabs[0].values, { a: { b: [1] } });
+  assert.equal(s.tabs[0].stack[0].appearCount, 1);
+  assert.equal(s.clients.length, 1);
+  assert.throws(() => fromWire({ seq: 1 }), TypeError);
+});
+
+test("seq: only the next one; a gap or a repeat is refused", () => {
+  const s = fromWire(welcomeSnapshot());
+  refuses(s, { seq: 5, kind: "scrolled", tab: "home", offset: 1 }, /expected seq 4/);
+  refuses(s, { seq: 3, kind: "scrolled", tab: "home", offset: 1 }, /expected seq 4/);
+  refuses(s, { seq: "4", kind: "scrolled", tab: "home", offset: 1 });
+  applyEvent(s, { seq: 4, kind: "scrolled", tab: "home", offset: 1 });
+  assert.equal(s.seq, 4);
+});
+
+test("an event for a tab the state does not have is refused, whatever its kind", () => {
+  const s = fromWire(welcomeSnapshot());
+  for (const e of [
+    { kind: "pushed", tab: "nope", page: "p9", route: "x" },
+    { kind: "popped", tab: "nope", pages: [] },
+    { kind: "scrolled", tab: "nope", offset: 3 },
+    { kind: "scrollToTop", tab: "nope", count: 1 },
+    { kind: "valueSet", tab: "nope", key: "k", value: 1 },
+    { kind: "firstAppear", tab: "nope", page: "p1" },
+    { kind: "disappear", tab: "nope", page: "p1" },
+    { kind: "tabMoved", tab: "nope", index: 0 },
+    { kind: "tabRemoved", tab: "nope" },
+    { kind: "selected", from: "home", to: "nope" },
+    { kind: "tabUpdated", tab: { id: "nope", title: "N", icon: "x", color: "#000000", badge: null,
+      stack: [{ id: "p9", route: "root", appeared: false, appearCount: 0 }], scroll: 0, values: {} } },
+  ]) refuses(s, e);
+  refuses(s, { kind: "noSuchKind", tab: "home" }, /unknown event kind/);
+  refuses(s, { kind: "pushed", tab: "home", page: "p9" }, /missing 'route'/);
+});
+
+test("selected: from the current selection to an existing tab", () => {
+  const s = folded();
+  refuses(s, { kind: "selected", from: "favorites", to: "profile" }, /home is selected/);
+  applyEvent(s, { seq: 4, kind: "selected", from: "home", to: "profile" });
+  assert.equal(s.selected, "profile");
+});
+
+test("firstAppear only of a fresh top page; appear only of the selected tab's first-appeared top", () => {
+  const s = folded({ kind: "pushed", tab: "favorites", page: "p4", route: "next" });
+  refuses(s, { kind: "firstAppear", tab: "favorites", page: "p2" }, /not a fresh top page/); // not the top
+  refuses(s, { kind: "firstAppear", tab: "home", page: "p1" }, /not a fresh top page/); // appeared already
+  refuses(s, { kind: "appear", tab: "favorites", page: "p4" }, /unselected tab/);
+  refuses(s, { kind: "appear", tab: "home", page: "p9" }, /not the top/);
+  applyEvent(s, { seq: 5, kind: "firstAppear", tab: "favorites", page: "p4" }); // any tab
+  assert.deepStrictEqual(s.tabs[1].stack[1], { id: "p4", route: "next", appeared: true, appearCount: 0 });
+  applyEvent(s, { seq: 6, kind: "appear", tab: "home", page: "p1" });
+  assert.equal(s.tabs[0].stack[0].appearCount, 2);
+});
+
+test("disappear: of a page in the tab's stack, changing nothing but the seq", () => {
+  const s = folded({ kind: "pushed", tab: "home", page: "p4", route: "next" });
+  refuses(s, { kind: "disappear", tab: "home", page: "p2" }, /unknown page/);
+  const before = structuredClone(s);
+  applyEvent(s, { seq: 5, kind: "disappear", tab: "home", page: "p1" }); // below the top: still in the stack
+  assert.deepStrictEqual(s, Object.assign(before, { seq: 5 }));
+});
+
+test("pushed: a page id new to the tab's stack", () => {
+  const s = folded({ kind: "pushed", tab: "home", page: "p4", route: "next" });
+  refuses(s, { kind: "pushed", tab: "home", page: "p4", route: "again" }, /pushed p4 twice/);
+  refuses(s, { kind: "pushed", tab: "home", page: "p1", route: "root" }, /pushed p1 twice/);
+  applyEvent(s, { seq: 5, kind: "pushed", tab: "favorites", page: "p9", route: "next" });
+  assert.deepStrictEqual(s.tabs[1].stack.map((p) => p.id), ["p2", "p9"]);
+});
+
+test("popped: the top pages, top first, and never the root", () => {
+  const s = folded(
+    { kind: "pushed", tab: "home", page: "p4", route: "next" },
+    { kind: "pushed", tab: "home", page: "p5", route: "next2" });
+  refuses(s, { kind: "popped", tab: "home", pages: ["p4", "p5"] }, /but the top is \[p5, p4\]/); // bottom first
+  refuses(s, { kind: "popped", tab: "home", pages: ["p4"] }, /popped/); // not the top
+  refuses(s, { kind: "popped", tab: "home", pages: ["p5", "p4", "p1"] }, /popped/); // the root too
+  refuses(s, { kind: "popped", tab: "favorites", pages: ["p5"] }, /popped/); // another tab's page
+  refuses(s, { kind: "popped", tab: "home", pages: [] }, /popped/); // nothing
+  applyEvent(s, { seq: 6, kind: "popped", tab: "home", pages: ["p5", "p4"] });
+  assert.deepStrictEqual(s.tabs[0].stack.map((p) => p.id), ["p1"]);
+});
+
+test("scrollToTop: the counter only goes up, and that tab's offset goes to 0", () => {
+  const s = folded({ kind: "scrolled", tab: "profile", offset: 120.5 }, { kind: "scrolled", tab: "home", offset: 7 });
+  refuses(s, { kind: "scrollToTop", tab: "profile", count: 0 }, /counter went from 0 to 0/);
+  applyEvent(s, { seq: 6, kind: "scrollToTop", tab: "profile", count: 1 });
+  assert.deepStrictEqual([s.scrollToTop, s.tabs[2].scroll, s.tabs[0].scroll], [1, 0, 7]);
+  refuses(s, { kind: "scrollToTop", tab: "home", count: 1 }, /counter/);
+});
+
+test("valueSet: null removes the key; any key, __proto__ included, is an own value", () => {
+  const s = folded(
+    { kind: "valueSet", tab: "home", key: "a", value: { x: [1, null] } },
+    { kind: "valueSet", tab: "home", key: "__proto__", value: 5 },
+    { kind: "valueSet", tab: "home", key: "gone", value: null });
+  assert.deepStrictEqual(s.tabs[0].values, JSON.parse('{"a": {"x": [1, null]}, "__proto__": 5}'));
+  assert.equal(Object.getPrototypeOf(s.tabs[0].values), Object.prototype);
+  applyEvent(s, { seq: 7, kind: "valueSet", tab: "home", key: "a", value: null });
+  applyEvent(s, { seq: 8, kind: "valueSet", tab: "home", key: "__proto__", value: null });
+  assert.deepStrictEqual(s.tabs[0].values, {});
+  refuses(s, { kind: "valueSet", tab: "home", key: "k" }, /missing 'value'/);
+});
+
+test("tabAdded at 0…count with a new id; tabUpdated changes only the tab bar's fields", () => {
+  const tab = (id, extra) => Object.assign({ id, title: "T", icon: "star", color: "#123456", badge: "3",
+    stack: [{ id: "p9", route: "root", appeared: false, appearCount: 0 }], scroll: 4, values: { v: 1 } }, extra);
+  const s = folded();
+  refuses(s, { kind: "tabAdded", tab: tab("home"), index: 0 }, /tabAdded home/);
+  refuses(s, { kind: "tabAdded", tab: tab("new"), index: 4 }, /tabAdded new at 4/);
+  refuses(s, { kind: "tabAdded", tab: tab("new"), index: -1 });
+  refuses(s, { kind: "tabAdded", tab: tab("new", { stack: [] }), index: 0 }, /empty stack/);
+  applyEvent(s, { seq: 4, kind: "tabAdded", tab: tab("new"), index: 3 });
+  assert.deepStrictEqual(s.tabs[3], tab("new"));
+  assert.equal(s.selected, "home", "an added tab is not selected");
+  applyEvent(s, { seq: 5, kind: "tabUpdated", tab: tab("home", { title: "Start", badge: null, scroll: 99, values: {},
+    stack: [{ id: "p1", route: "root", appeared: false, appearCount: 0 }] }) });
+  assert.deepStrictEqual(s.tabs[0], Object.assign(welcomeSnapshot().tabs[0],
+    { title: "Start", icon: "star", color: "#123456", badge: null }));
+});
+
+test("tabMoved to 0…count−1; tabRemoved of any tab but the last", () => {
+  const s = folded();
+  refuses(s, { kind: "tabMoved", tab: "home", index: 3 }, /tabMoved home to 3/);
+  applyEvent(s, { seq: 4, kind: "tabMoved", tab: "home", index: 2 });
+  assert.deepStrictEqual(s.tabs.map((t) => t.id), ["favorites", "profile", "home"]);
+  applyEvent(s, { seq: 5, kind: "tabMoved", tab: "profile", index: 0 });
+  assert.deepStrictEqual(s.tabs.map((t) => t.id), ["profile", "favorites", "home"]);
+  // The selected tab goes; the next event names the new selection, from the removed tab.
+  applyEvent(s, { seq: 6, kind: "tabRemoved", tab: "home" });
+  applyEvent(s, { seq: 7, kind: "selected", from: "home", to: "favorites" });
+  applyEvent(s, { seq: 8, kind: "tabRemoved", tab: "profile" });
+  refuses(s, { kind: "tabRemoved", tab: "favorites" }, /tabRemoved favorites/);
+});
+
+test("presence: joins append; a leave removes, or counts down one listed beyond the cap", () => {
+  const s = folded({ kind: "clientJoined", client: { id: "c2", name: "two" } });
+  assert.deepStrictEqual([s.clientCount, s.clients.map((c) => c.id)], [2, ["c1", "c2"]]);
+  refuses(s, { kind: "clientLeft", client: "c7" }, /unknown client c7/);
+  applyEvent(s, { seq: 5, kind: "clientLeft", client: "c1" });
+  assert.deepStrictEqual([s.clientCount, s.clients], [1, [{ id: "c2", name: "two" }]]);
+
+  // A capped start: 150 connected, 100 listed.
+  const wire = welcomeSnapshot();
+  wire.clients = Array.from({ length: MAX_CLIENTS_LISTED }, (_, i) => ({ id: `c${i + 1}`, name: "n" }));
+  wire.clientCount = 150;
+  const capped = fromWire(wire);
+  applyEvent(capped, { seq: 4, kind: "clientLeft", client: "c140" }); // not listed: only counted
+  assert.deepStrictEqual([capped.clientCount, capped.clients.length], [149, 100]);
+  applyEvent(capped, { seq: 5, kind: "clientJoined", client: { id: "c151", name: "late" } });
+  assert.deepStrictEqual([capped.clientCount, capped.clients.length], [150, 101]);
+  assert.deepStrictEqual(toWire(capped).clients, wire.clients, "the wire form lists the first 100");
+  assert.equal(toWire(capped).clientCount, 150);
+});
+
+test("applyFrame: a refused event leaves the events before it applied", () => {
+  const s = folded();
+  const f = frame(
+    { seq: 4, kind: "scrolled", tab: "home", offset: 10 },
+    { seq: 5, kind: "pushed", tab: "home", page: "p4", route: "next" },
+    { seq: 6, kind: "popped", tab: "home", pages: ["p1"] }, // the root
+    { seq: 7, kind: "scrolled", tab: "home", offset: 20 });
+  assert.throws(() => applyFrame(s, f), (err) => err instanceof FoldError && err.seq === 6);
+  assert.equal(s.seq, 5);
+  assert.equal(s.tabs[0].scroll, 10);
+  assert.equal(s.tabs[0].stack.length, 2);
+  assert.throws(() => applyFrame(s, { type: "events" }), (err) => err instanceof FoldError && err.seq === 6);
+  assert.throws(() => applyEvent(s, null), (err) => err instanceof FoldError && err.seq === 6);
+});
