@@ -31,11 +31,14 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONParser.parse([0x22, 0xFF, 0xFE, 0x22]) }
     }
 
-    @Test func deepNestingIsRefusedInsteadOfOverflowingTheStack() {
-        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
-        #expect(throws: JSONParseError.self) { try JSONParser.parse(deep) }
-        let fine = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
-        #expect((try? JSONParser.parse(fine)) != nil)
+    @Test func deepNestingIsRefusedInsteadOfOverflowingTheStack() throws {
+        func nested(_ depth: Int) -> String { String(repeating: "[", count: depth) + String(repeating: "]", count: depth) }
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(nested(100_000)) }
+        #expect(throws: JSONParseError.self) { try JSONParser.parse(nested(JSONParser.maxDepth + 1)) }
+        // Exactly `maxDepth` levels still parse, to the value they spell.
+        var deepest = JSONValue.array([])
+        for _ in 1..<JSONParser.maxDepth { deepest = .array([deepest]) }
+        #expect(try JSONParser.parse(nested(JSONParser.maxDepth)) == deepest)
     }
 
     @Test func duplicateKeysKeepTheLast() throws {
@@ -65,6 +68,11 @@ import Testing
         .clientJoined(ClientInfo(id: "c7", name: "kiosk-1")), .clientLeft("c7"),
     ]
 
+    /// Where an array keeps its elements: equal for arrays that share their storage.
+    private func storage(_ bytes: [UInt8]) -> UInt {
+        bytes.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) }
+    }
+
     @Test func everyEventKindRoundTrips() throws {
         for (i, event) in Self.everyEvent.enumerated() {
             let e = SequencedEvent(seq: i + 1, event: event)
@@ -73,16 +81,49 @@ import Testing
         }
     }
 
+    static let batch = EventBatch(by: "c7", ref: "r12", events: [
+        SequencedEvent(seq: 43, event: .selected(from: "home", to: "profile")),
+        SequencedEvent(seq: 44, event: .disappear(tab: "home", page: "p9")),
+    ])
+    /// `batch`'s `events` frame, written out by hand (PROTOCOL.md).
+    static let batchFrame =
+        #"{"type":"events","by":"c7","ref":"r12","events":[{"seq":43,"kind":"selected","from":"home","to":"profile"},{"seq":44,"kind":"disappear","tab":"home","page":"p9"}]}"#
+
     @Test func eventsFrameHasTheProtocolShape() throws {
-        let batch = EventBatch(by: "c7", ref: "r12", events: [
-            SequencedEvent(seq: 43, event: .selected(from: "home", to: "profile")),
-            SequencedEvent(seq: 44, event: .disappear(tab: "home", page: "p9")),
-        ])
-        #expect(ServerFrame.events(batch).json.compactString ==
-            #"{"type":"events","by":"c7","ref":"r12","events":[{"seq":43,"kind":"selected","from":"home","to":"profile"},{"seq":44,"kind":"disappear","tab":"home","page":"p9"}]}"#)
-        #expect(try ServerFrame(bytes: ServerFrame.events(batch).bytes) == .events(batch))
-        #expect(batch.frameBytes == ServerFrame.events(batch).bytes, "the cached frame is the frame")
-        #expect(batch.frameBytes == batch.frameBytes)
+        #expect(ServerFrame.events(Self.batch).json.compactString == Self.batchFrame)
+        #expect(ServerFrame.events(Self.batch).bytes == Array(Self.batchFrame.utf8))
+        #expect(try ServerFrame(bytes: ServerFrame.events(Self.batch).bytes) == .events(Self.batch))
+    }
+
+    @Test func aBatchsFrameIsEncodedOnceAndSharedByItsCopies() throws {
+        let batch = Self.batch
+        let copy = batch
+        let first = batch.frameBytes
+        let again = batch.frameBytes
+        let fromCopy = copy.frameBytes
+        // The cached bytes are the frame: the hand-written text, what the encoder makes, and
+        // they decode back to the batch.
+        #expect(String(decoding: first, as: UTF8.self) == Self.batchFrame)
+        #expect(first == ServerFrame.events(batch).bytes)
+        #expect(try ServerFrame(bytes: first) == .events(batch))
+        // Asked again, or through a copy, it hands out the same storage: nothing re-encoded.
+        #expect(storage(again) == storage(first))
+        #expect(storage(fromCopy) == storage(first))
+        // An equal batch made separately has its own cache, with equal bytes.
+        let twin = EventBatch(by: batch.by, ref: batch.ref, events: batch.events)
+        let twinBytes = twin.frameBytes
+        #expect(twin == batch)
+        #expect(twinBytes == first)
+        #expect(storage(twinBytes) != storage(first))
+    }
+
+    @Test func aFrameCacheRunsItsEncoderOnceAndKeepsTheFirstBytes() {
+        let cache = FrameCache()
+        var encodings = 0
+        let first = cache.bytes { encodings += 1; return [1, 2, 3] }
+        let second = cache.bytes { encodings += 1; return [9] }
+        #expect([first, second] == [[1, 2, 3], [1, 2, 3]])
+        #expect(encodings == 1)
     }
 
     @Test func repliesHaveTheProtocolShape() throws {

@@ -4,8 +4,16 @@ import Testing
 private func f(_ s: String) -> OutgoingFrame { OutgoingFrame(s) }
 private func text(_ frame: OutgoingFrame) -> String { String(decoding: frame.payload, as: UTF8.self) }
 
+/// Everything `drain` took for a connection: the frames' text, and how the last `takeOutput`
+/// answered (`.frames(more: false)` after the last frame, `.idle` when there was none, `.close`).
+private struct Drained: Equatable {
+    var frames: [String]
+    var end: ConnectionTable.Output
+    init(_ frames: [String], _ end: ConnectionTable.Output) { (self.frames, self.end) = (frames, end) }
+}
+
 /// Drains everything due for `id`, as the service thread would (any batch size).
-private func drain(_ t: inout ConnectionTable, _ id: ConnectionID, maxBytes: Int = 1 << 20) -> (frames: [String], end: ConnectionTable.Output) {
+private func drain(_ t: inout ConnectionTable, _ id: ConnectionID, maxBytes: Int = 1 << 20) -> Drained {
     var out: [String] = []
     while true {
         var batch: [OutgoingFrame] = []
@@ -13,7 +21,7 @@ private func drain(_ t: inout ConnectionTable, _ id: ConnectionID, maxBytes: Int
         out += batch.map(text)
         switch r {
         case .frames(more: true): continue
-        default: return (out, r)
+        default: return Drained(out, r)
         }
     }
 }
@@ -24,13 +32,13 @@ struct ConnectionTableTests {
         let a = t.open()!
         _ = t.broadcast(f("b1"), seq: 1)
         _ = t.broadcast(f("b2"), seq: 2)
-        do { let ok = (drain(&t, a).frames == []); #expect(ok) }
+        #expect(drain(&t, a) == Drained([], .idle))
         _ = t.activate(a, first: [f("welcome")], afterSeq: 1)
         _ = t.broadcast(f("b3"), seq: 3)
-        do { let ok = (drain(&t, a).frames == ["welcome", "b2", "b3"]); #expect(ok) }
+        #expect(drain(&t, a) == Drained(["welcome", "b2", "b3"], .frames(more: false)))
         _ = t.broadcast(f("b4"), seq: 4)
-        do { let ok = (drain(&t, a).frames == ["b4"]); #expect(ok) }
-        do { let ok = (drain(&t, a).frames == []); #expect(ok) }
+        #expect(drain(&t, a) == Drained(["b4"], .frames(more: false)))
+        #expect(drain(&t, a) == Drained([], .idle))
     }
 
     @Test func activateCanReachBackBeforeTheConnectionOpened() {
@@ -40,7 +48,7 @@ struct ConnectionTableTests {
         _ = t.broadcast(f("b1"), seq: 1)
         let a = t.open()!
         _ = t.activate(a, first: [f("w")], afterSeq: 0)
-        do { let ok = (drain(&t, a).frames == ["w", "b1"]); #expect(ok) }
+        #expect(drain(&t, a) == Drained(["w", "b1"], .frames(more: false)))
     }
 
     @Test func sendIsOrderedAfterEarlierBroadcastsAndBeforeLaterOnes() {
@@ -52,7 +60,7 @@ struct ConnectionTableTests {
         _ = t.broadcast(f("b2"), seq: 2)
         _ = t.send(f("ack2"), to: a)
         _ = t.send(f("ack2b"), to: a)
-        do { let ok = (drain(&t, a, maxBytes: 1).frames == ["w", "b1", "ack1", "b2", "ack2", "ack2b"]); #expect(ok) }
+        #expect(drain(&t, a, maxBytes: 1) == Drained(["w", "b1", "ack1", "b2", "ack2", "ack2b"], .frames(more: false)))
     }
 
     @Test(arguments: [(0, ["w", "b1", "x", "b2"]), (1, ["w", "x", "b2"]), (5, ["w", "x"])])
@@ -63,7 +71,7 @@ struct ConnectionTableTests {
         _ = t.send(f("x"), to: a)
         _ = t.broadcast(f("b2"), seq: 2)
         _ = t.activate(a, first: [f("w")], afterSeq: afterSeq)
-        do { let ok = (drain(&t, a).frames == expected); #expect(ok) }
+        #expect(drain(&t, a) == Drained(expected, .frames(more: false)))
     }
 
     @Test func broadcastsAtOrBelowAfterSeqAreSkippedEvenWhenMadeLater() {
@@ -73,7 +81,7 @@ struct ConnectionTableTests {
         _ = t.broadcast(f("b2"), seq: 2)
         _ = t.broadcast(f("b3"), seq: 3)
         _ = t.broadcast(f("b4"), seq: 4)
-        do { let ok = (drain(&t, a).frames == ["w", "b4"]); #expect(ok) }
+        #expect(drain(&t, a) == Drained(["w", "b4"], .frames(more: false)))
     }
 
     @Test func activationAfterTheNeededBroadcastWasDroppedClosesTooSlow() {
@@ -81,10 +89,10 @@ struct ConnectionTableTests {
         _ = t.broadcast(f("b1"), seq: 1)  // nobody connected: dropped at once
         let a = t.open()!
         _ = t.activate(a, first: [f("w")], afterSeq: 0)
-        do { let ok = (drain(&t, a).end == .close(.policyViolation, "too slow")); #expect(ok) }
+        #expect(drain(&t, a) == Drained([], .close(.policyViolation, "too slow")))
         let b = t.open()!
         _ = t.activate(b, first: [f("w")], afterSeq: 1)
-        do { let ok = (drain(&t, b).frames == ["w"]); #expect(ok) }
+        #expect(drain(&t, b) == Drained(["w"], .frames(more: false)))
     }
 
     @Test func aConnectionFallingBehindIsClosedAndTheOthersKeepGoingWithBoundedMemory() {
@@ -99,10 +107,10 @@ struct ConnectionTableTests {
             #expect(t.retainedLogCount <= 50 + 50 / 8 + 1)
         }
         #expect(fastGot == (1...1000).map { "b\($0)" })
-        do { let ok = (drain(&t, slow).end == .close(.policyViolation, "too slow")); #expect(ok) }
+        #expect(drain(&t, slow) == Drained([], .close(.policyViolation, "too slow")))
         let work = t.takeWakeWork()
         #expect(work.closing == [slow])
-        do { let ok = (t.remove(slow)! == (.policyViolation, "too slow")); #expect(ok) }
+        #expect(t.remove(slow).map { [$0.code: $0.reason] } == [.policyViolation: "too slow"])
         #expect(t.count == 1)
     }
 
@@ -116,7 +124,7 @@ struct ConnectionTableTests {
         #expect(t.backlog(of: a) == 3)
         if case .closing = t.state(of: a)! { Issue.record("closed too early") }
         _ = t.send(f("x4"), to: a)
-        do { let ok = (drain(&t, a).end == .close(.policyViolation, "too slow")); #expect(ok) }
+        #expect(drain(&t, a) == Drained([], .close(.policyViolation, "too slow")))
     }
 
     @Test func closeSendsWhatWasQueuedFirstThenTheCloseAndNothingAfter() {
@@ -128,9 +136,7 @@ struct ConnectionTableTests {
         _ = t.close(a, code: .policyViolation, reason: "bye")
         _ = t.broadcast(f("b2"), seq: 2)
         _ = t.send(f("late"), to: a)
-        let r = drain(&t, a, maxBytes: 1)
-        #expect(r.frames == ["w", "b1", "err"])
-        #expect(r.end == .close(.policyViolation, "bye"))
+        #expect(drain(&t, a, maxBytes: 1) == Drained(["w", "b1", "err"], .close(.policyViolation, "bye")))
     }
 
     @Test func shutdownClosesEveryoneAtOnceRefusesNewAndEndsWhenEmpty() {
@@ -138,12 +144,12 @@ struct ConnectionTableTests {
         let a = t.open()!, b = t.open()!
         _ = t.activate(a, first: [f("w")], afterSeq: 0)
         _ = t.takeWakeWork()
-        do { let ok = (t.beginShutdown(code: .goingAway, reason: "server stopping")); #expect(ok) }
-        do { let ok = (t.open() == nil); #expect(ok) }
+        #expect(t.beginShutdown(code: .goingAway, reason: "server stopping") == true)
+        #expect(t.open() == nil)
         #expect(!t.shouldExit)
-        do { let ok = (drain(&t, a).end == .close(.goingAway, "server stopping")); #expect(ok) }
-        do { let ok = (drain(&t, b).end == .close(.goingAway, "server stopping")); #expect(ok) }
-        do { let ok = (Set(t.takeWakeWork().closing) == [a, b]); #expect(ok) }
+        #expect(drain(&t, a) == Drained([], .close(.goingAway, "server stopping")))
+        #expect(drain(&t, b) == Drained([], .close(.goingAway, "server stopping")))
+        #expect(Set(t.takeWakeWork().closing) == [a, b])
         _ = t.remove(a)
         _ = t.remove(b)
         #expect(t.shouldExit)
@@ -152,14 +158,14 @@ struct ConnectionTableTests {
     @Test func wakeUpsAreCoalescedUntilTheServiceThreadTakesTheWork() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        do { let ok = (t.activate(a, first: [f("w")], afterSeq: 0)); #expect(ok) }
-        do { let ok = (!t.broadcast(f("b1"), seq: 1)); #expect(ok) }
-        do { let ok = (!t.send(f("x"), to: a)); #expect(ok) }
+        #expect(t.activate(a, first: [f("w")], afterSeq: 0) == true)
+        #expect(t.broadcast(f("b1"), seq: 1) == false)
+        #expect(t.send(f("x"), to: a) == false)
         let work = t.takeWakeWork()
-        #expect(work.writableAll && work.writable == [a])
-        do { let ok = (t.broadcast(f("b2"), seq: 2)); #expect(ok) }
+        #expect((work.writableAll, work.writable, work.closing) == (true, [a], []))
+        #expect(t.broadcast(f("b2"), seq: 2) == true)
         t.markStopped()
-        do { let ok = (!t.send(f("y"), to: a)); #expect(ok) }
+        #expect(t.send(f("y"), to: a) == false)
     }
 
     @Test func batchesRespectTheByteBudgetButAlwaysTakeOneFrame() {
@@ -169,13 +175,13 @@ struct ConnectionTableTests {
         let big = String(repeating: "x", count: 300)
         for seq in 1...5 { _ = t.broadcast(f(big), seq: seq) }
         var batch: [OutgoingFrame] = []
-        do { let ok = (t.takeOutput(a, maxBytes: 700, into: &batch) == .frames(more: true)); #expect(ok) }
+        #expect(t.takeOutput(a, maxBytes: 700, into: &batch) == .frames(more: true))
         #expect(batch.count == 2)
         batch = []
-        do { let ok = (t.takeOutput(a, maxBytes: 10, into: &batch) == .frames(more: true)); #expect(ok) }
+        #expect(t.takeOutput(a, maxBytes: 10, into: &batch) == .frames(more: true))
         #expect(batch.count == 1)
         batch = []
-        do { let ok = (t.takeOutput(a, maxBytes: 10_000, into: &batch) == .frames(more: false)); #expect(ok) }
+        #expect(t.takeOutput(a, maxBytes: 10_000, into: &batch) == .frames(more: false))
         #expect(batch.count == 2)
     }
 
