@@ -1,4 +1,5 @@
 import Dispatch
+import Locking
 import Synchronization
 import Testing
 @testable import Coordinator
@@ -81,21 +82,37 @@ final class ScriptedStore: Durability {
         return (c, store)
     }
 
+    /// Every batch the coordinator publishes, in order, as its observers see them.
+    func published(_ c: Coordinator) async -> Locked<[EventBatch]> {
+        let seen = Locked<[EventBatch]>([])
+        await c.addObserver { batch in seen.withLock { $0.append(batch) } }
+        return seen
+    }
+
     @Test func aBatchIsPublishedOnlyAfterItsCommit() async throws {
         let (c, store) = try await durable()
-        let sub = await c.subscribe()
-        try await run(c, .push(tab: nil, route: "a"))
+        let seen = await published(c)
+        store.hold()
+        let receipt = await c.submit(.push(tab: nil, route: "a"))
+        try await until { store.heldCount == 1 }
+        // Committed, but the store has not said so: nothing may be published yet.
         #expect(store.committedSeqs.last == [3, 6])
-        for await batch in sub.batches {
-            #expect(batch.firstSeq == 3)
-            break
-        }
+        #expect(seen.withLock { $0 }.isEmpty)
+        #expect(await c.currentSeq == 2)
+        store.release()
+        let outcome = try await c.outcome(of: receipt)
+        let expected = EventBatch(by: Coordinator.daemonID, ref: nil, events: sequenced(from: 3, [
+            .pushed(tab: "home", page: "p4", route: "a"), .disappear(tab: "home", page: "p1"),
+            .firstAppear(tab: "home", page: "p4"), .appear(tab: "home", page: "p4"),
+        ]))
+        #expect(outcome == .applied(seq: 6, batch: expected))
+        #expect(seen.withLock { $0 } == [expected])
     }
 
     @Test func aFailedCommitAnswersUnavailablePublishesNothingAndRollsBack() async throws {
         let (c, store) = try await durable()
-        let sub = await c.subscribe()
-        try await run(c, .scroll(tab: nil, offset: 5))
+        let seen = await published(c)
+        let scrolled = try await run(c, .scroll(tab: nil, offset: 5))
         let before = await c.snapshot()
         store.setFailing(true)
         await #expect(throws: CommandError.unavailable("disk full")) {
@@ -105,15 +122,12 @@ final class ScriptedStore: Durability {
         #expect(c.counter.value == 0)
         // The disk comes back: the next command follows on the committed seq, no gap.
         store.setFailing(false)
-        let batch = try await run(c, .push(tab: nil, route: "kept"))
-        #expect(batch?.firstSeq == before.seq + 1)
-        #expect(batch?.events.first?.event == .pushed(tab: "home", page: "p4", route: "kept"))
-        var seen: [Int] = []
-        for await b in sub.batches {
-            seen.append(b.firstSeq)
-            if b.lastSeq >= batch!.lastSeq { break }
-        }
-        #expect(seen == [3, 4], "the subscriber never saw the failed batch")
+        let kept = try await run(c, .push(tab: nil, route: "kept"))
+        #expect(kept == EventBatch(by: "c1", ref: "r", events: sequenced(from: before.seq + 1, [
+            .pushed(tab: "home", page: "p4", route: "kept"), .disappear(tab: "home", page: "p1"),
+            .firstAppear(tab: "home", page: "p4"), .appear(tab: "home", page: "p4"),
+        ])))
+        #expect(seen.withLock { $0 } == [scrolled!, kept!], "observers never saw the failed batch")
     }
 
     @Test func commandsAppliedBehindAFailedOneFailToo() async throws {
@@ -134,7 +148,7 @@ final class ScriptedStore: Durability {
 
     @Test func pipelinedCommandsAreAnsweredInOrderAndAllPublished() async throws {
         let (c, _) = try await durable()
-        let sub = await c.subscribe()
+        let seen = await published(c)
         var receipts: [Receipt] = []
         for i in 0..<50 { receipts.append(await c.submit(.scroll(tab: nil, offset: Double(i)), by: "c1", ref: "r\(i)")) }
         var seqs: [Int] = []
@@ -142,11 +156,10 @@ final class ScriptedStore: Durability {
             if case let .applied(seq, _) = try await c.outcome(of: r) { seqs.append(seq) }
         }
         #expect(seqs == Array(3...52))
-        var published = 0
-        for await _ in sub.batches {
-            published += 1
-            if published == 50 { break }
-        }
+        // Each outcome returns once its batch is published: all 50 are there, in order.
+        #expect(seen.withLock { $0 } == (0..<50).map { i in
+            EventBatch(by: "c1", ref: "r\(i)", events: [SequencedEvent(seq: 3 + i, event: .scrolled(tab: "home", offset: Double(i)))])
+        })
     }
 
     @Test func aCommandThatChangesNothingWaitsForEarlierCommitsButPublishesNoLaterOne() async throws {
@@ -188,5 +201,17 @@ extension Snapshot {
         var s = self
         s.seq = seq
         return StoredState(epoch: "e1", snapshot: s, nextPage: 4, nextClient: 3, history: [])
+    }
+}
+
+/// Waits, yielding, until `condition` holds; fails after `seconds`.
+func until(_ seconds: Double = 10, _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(seconds)
+    while !condition() {
+        guard ContinuousClock.now < deadline else {
+            Issue.record("the condition did not hold within \(seconds) s")
+            throw CancellationError()
+        }
+        await Task.yield()
     }
 }
