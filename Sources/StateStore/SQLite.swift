@@ -18,6 +18,9 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 final class SQLiteConnection {
     let path: String
     private let db: OpaquePointer
+    /// Prepared statements by their text, kept for the connection's life: the writer runs
+    /// the same few statements for every commit.
+    private var statements: [String: OpaquePointer] = [:]
 
     init(path: String, readOnly: Bool) throws(SQLiteError) {
         self.path = path
@@ -34,7 +37,10 @@ final class SQLiteConnection {
         sqlite3_busy_timeout(db, 2000)
     }
 
-    deinit { sqlite3_close_v2(db) }
+    deinit {
+        for stmt in statements.values { sqlite3_finalize(stmt) }
+        sqlite3_close_v2(db)
+    }
 
     private func error(_ rc: Int32, _ what: String) -> SQLiteError {
         SQLiteError(code: rc, message: "state file '\(path)': \(what): \(String(cString: sqlite3_errmsg(db)))")
@@ -49,10 +55,21 @@ final class SQLiteConnection {
     /// Runs one statement with bound values; returns every row, as columns of `Value`.
     @discardableResult
     func query(_ sql: String, _ bindings: [Value] = []) throws(SQLiteError) -> [[Value]] {
-        var stmt: OpaquePointer?
-        let rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nil)
-        guard rc == SQLITE_OK, let stmt else { throw error(rc, "prepare \(sql.prefix(60))") }
-        defer { sqlite3_finalize(stmt) }
+        let stmt: OpaquePointer
+        if let cached = statements[sql] {
+            stmt = cached
+        } else {
+            var prepared: OpaquePointer?
+            let rc = sqlite3_prepare_v2(db, sql, -1, &prepared, nil)
+            guard rc == SQLITE_OK, let prepared else { throw error(rc, "prepare \(sql.prefix(60))") }
+            statements[sql] = prepared
+            stmt = prepared
+        }
+        // Ready for the next run whatever happens in this one (also releases its locks).
+        defer {
+            sqlite3_reset(stmt)
+            sqlite3_clear_bindings(stmt)
+        }
         for (i, value) in bindings.enumerated() {
             let index = Int32(i + 1)
             let brc: Int32
