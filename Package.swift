@@ -10,6 +10,7 @@ let package = Package(
     products: [
         .library(name: "Coordinator", targets: ["Coordinator"]),
         .library(name: "WebSockets", targets: ["WebSockets"]),
+        .library(name: "WebSocketsClient", targets: ["WebSocketsClient"]),
         .executable(name: "tabd", targets: ["tabd"]),
         .executable(name: "tabbench", targets: ["tabbench"]),
     ],
@@ -32,21 +33,26 @@ let package = Package(
         .target(name: "Locking", swiftSettings: strict),
         // The heart: tab state, lifecycle rules, sequencing, JSON. No networking.
         .target(name: "Coordinator", dependencies: ["Locking"], swiftSettings: strict),
-        // libwebsockets wrapped for Swift: server (HTTP + WebSocket) and client.
-        .target(name: "WebSockets", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
+        // libwebsockets wrapped for Swift, in three modules, the only ones that import CWebSockets:
+        // what the server and the client share (the service thread, close frames, limits),
+        .target(name: "WebSocketEngine", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
+        // the server (HTTP + WebSocket), which is all the daemon links,
+        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "Locking"], swiftSettings: strict),
+        // and the client (many connections on one thread) for tests, tools and client libraries.
+        .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "Locking"], swiftSettings: strict),
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
         .executableTarget(name: "tabd", dependencies: ["Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
-        .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSockets"], swiftSettings: strict),
+        .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
-        .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "TabdLoad"], swiftSettings: strict),
+        .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
-        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "Locking"], swiftSettings: strict),
+        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).
-        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "Locking", "WebSockets"], path: "Tests/stress",
+        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "Locking", "WebSocketsClient"], path: "Tests/stress",
                     swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

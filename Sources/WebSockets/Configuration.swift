@@ -1,16 +1,7 @@
 /// Everything a `WebSocketServer` is set up with; fixed once the server exists.
 public struct Configuration: Sendable {
     /// How much libwebsockets logs to stderr.
-    public enum LogLevel: String, Sendable, CaseIterable {
-        /// Errors only.
-        case error
-        /// Errors and warnings.
-        case warn
-        /// Same as `warn` for libwebsockets: its info output is chatter.
-        case info
-        /// Errors, warnings, notices and libwebsockets' info output.
-        case debug
-    }
+    public typealias LogLevel = WebSocketLogLevel
 
     /// The address to listen on: an IPv4/IPv6 literal, or `0.0.0.0` / `*` / `""` for all.
     public var host: String = "127.0.0.1"

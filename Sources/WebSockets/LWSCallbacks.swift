@@ -88,7 +88,7 @@ extension ServiceLoop {
         }
         lastUpgrade = nil
         guard let user, let id = table.withLock({ $0.open() }) else {
-            Self.setCloseReason(wsi, .goingAway, "server stopping")
+            LWS.setCloseReason(wsi, .goingAway, "server stopping")
             return -1
         }
         let session = Session(id: id, wsi: wsi)
@@ -137,7 +137,7 @@ extension ServiceLoop {
     /// Sets the close code and makes lws close the connection (return the result from the callback).
     private func closeNow(_ session: Session, _ code: CloseCode, _ reason: String) -> Int32 {
         session.localClose = (code, reason)
-        Self.setCloseReason(session.wsi, code, reason)
+        LWS.setCloseReason(session.wsi, code, reason)
         return -1
     }
 
@@ -207,21 +207,10 @@ extension ServiceLoop {
         handler.disconnected(session.id, code: code, reason: reason)
     }
 
-    static func setCloseReason(_ wsi: OpaquePointer, _ code: CloseCode, _ reason: String) {
-        var bytes = Array(reason.utf8)
-        if bytes.count > 123 {
-            // Cut at a character boundary: the reason must stay valid UTF-8.
-            var end = 123
-            while end > 0 && bytes[end] & 0xC0 == 0x80 { end -= 1 }
-            bytes.removeSubrange(end...)
-        }
-        bytes.withUnsafeBytes { tabd_lws_close_reason(wsi, code.rawValue, $0.baseAddress, $0.count) }
-    }
-
+    /// A peer's close as the handler hears it: a code this server knows, and a reason.
     static func parseClose(_ payload: UnsafeRawBufferPointer) -> (code: CloseCode?, reason: String) {
-        guard payload.count >= 2 else { return (nil, "closed by peer") }
-        let raw = UInt16(payload[0]) << 8 | UInt16(payload[1])
-        let text = String(decoding: payload[2...], as: UTF8.self)
+        let (raw, text) = LWS.parseClose(payload)
+        guard let raw else { return (nil, "closed by peer") }
         return (CloseCode(rawValue: raw), text.isEmpty ? "closed by peer (\(raw))" : text)
     }
 }

@@ -42,7 +42,7 @@ final class LWSContext {
             else { throw .webRootMissing(path: webRoot) }
         }
 
-        lws_set_log_level(Self.logMask(config.logLevel), nil)
+        lws_set_log_level(LWS.logMask(config.logLevel), nil)
 
         // Protocol table: ours, then the zeroed terminator. Our per-session data is one pointer.
         let protocols = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
@@ -162,29 +162,9 @@ final class LWSContext {
         }
     }
 
-    /// The soft open-file limit, raised toward the hard one when `maxConnections` needs more.
     static func fileDescriptorLimit(for maxConnections: Int?) throws(WebSocketServerError) -> Int {
-        var limits = rlimit()
-        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limits) == 0 else { return 1024 }
-        let reserve = 64  // listener, cancel pipe, files being served, stdio, the rest of the process
-        guard let maxConnections else { return Int(clamping: limits.rlim_cur) }
-        let required = maxConnections + reserve
-        if limits.rlim_cur < rlim_t(required) && limits.rlim_max > limits.rlim_cur {
-            var raised = limits
-            raised.rlim_cur = min(limits.rlim_max, rlim_t(required))
-            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limits = raised }
-        }
-        guard limits.rlim_cur >= rlim_t(required) else {
-            throw .fileDescriptorLimitTooLow(limit: Int(clamping: limits.rlim_cur), required: required)
-        }
-        return Int(clamping: limits.rlim_cur)
-    }
-
-    static func logMask(_ level: Configuration.LogLevel) -> Int32 {
-        switch level {
-        case .error: return tabd_lll_err()
-        case .warn, .info: return tabd_lll_err() | tabd_lll_warn()
-        case .debug: return tabd_lll_err() | tabd_lll_warn() | tabd_lll_notice() | tabd_lll_info()
+        do { return try LWS.fileDescriptorLimit(for: maxConnections) } catch {
+            throw .fileDescriptorLimitTooLow(limit: error.limit, required: error.required)
         }
     }
 

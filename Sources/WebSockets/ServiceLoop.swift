@@ -25,8 +25,8 @@ final class ServiceLoop: @unchecked Sendable {
     let configuration: Configuration
     let handler: any WebSocketServerHandler
     let table: Locked<ConnectionTable>
-    private let lifecycle = Locked<(state: Lifecycle, waiters: [CheckedContinuation<Void, Never>])>(
-        (.created, []))
+    private let lifecycle = Locked<Lifecycle>(.created)
+    private let thread = ServiceThread(name: "tabd-lws")
     /// Set once in `init`, immutable afterwards (nil only while `init` runs).
     private(set) var lws: LWSContext!
     /// Exact paths answered by the handler.
@@ -80,32 +80,31 @@ final class ServiceLoop: @unchecked Sendable {
     /// Starts the service thread once; false if it was started or shut down before.
     func start() -> Bool {
         let starting = lifecycle.withLock { life -> Bool in
-            guard life.state == .created else { return false }
-            life.state = .running
+            guard life == .created else { return false }
+            life = .running
             return true
         }
         guard starting else { return false }
-        let thread = Thread { [self] in run() }
-        thread.name = "tabd-lws"
-        thread.start()
+        thread.start { [self] in run() }
         return true
     }
 
     /// Closes every connection with `code`, waits for them (at most `timeout`), then stops.
     func shutdown(code: CloseCode, reason: String, timeout: Duration) async {
         let neverStarted = lifecycle.withLock { life -> Bool in
-            guard life.state == .created else { return false }
-            life.state = .finished
+            guard life == .created else { return false }
+            life = .finished
             return true
         }
         if neverStarted {
             table.withLock { $0.markStopped() }
             lws.destroy()
+            thread.markFinished()
             return
         }
         update { $0.beginShutdown(code: code, reason: reason) }
         await withTaskGroup(of: Bool.self) { group in
-            group.addTask { await self.finished(); return true }
+            group.addTask { await self.thread.finishedRunning(); return true }
             group.addTask {
                 try? await Task.sleep(for: timeout)
                 return false
@@ -117,36 +116,18 @@ final class ServiceLoop: @unchecked Sendable {
         }
     }
 
-    /// Returns once the service thread has destroyed the context.
-    private func finished() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = lifecycle.withLock { life -> Bool in
-                if life.state == .finished { return true }
-                life.waiters.append(continuation)
-                return false
-            }
-            if done { continuation.resume() }
-        }
-    }
-
     // MARK: Service thread
 
     private func run() {
-        while !table.withLock({ $0.shouldExit }) {
-            if lws_service(lws.context, 0) < 0 { break }
+        thread.run(context: lws.context, until: { table.withLock { $0.shouldExit } }) {
+            table.withLock { $0.markStopped() }
+            lws.destroy()  // remaining connections are closed and reported through `closed`
+            for session in sessions.values {
+                handler.disconnected(session.id, code: nil, reason: "server stopped")
+            }
+            sessions = [:]
+            lifecycle.withLock { $0 = .finished }
         }
-        table.withLock { $0.markStopped() }
-        lws.destroy()  // remaining connections are closed and reported through `closed`
-        for session in sessions.values {
-            handler.disconnected(session.id, code: nil, reason: "server stopped")
-        }
-        sessions = [:]
-        let waiters = lifecycle.withLock { life in
-            life.state = .finished
-            defer { life.waiters = [] }
-            return life.waiters
-        }
-        for waiter in waiters { waiter.resume() }
     }
 }
 

@@ -2,7 +2,7 @@ import Coordinator
 import Foundation
 import Synchronization
 import TabdLoad
-import WebSockets
+import WebSocketsClient
 
 /// The clients of one tabbench run: connects them (a bounded number of handshakes at a time),
 /// sends messages from the senders, matches every delivery to its message, times the last

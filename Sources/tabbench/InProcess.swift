@@ -3,6 +3,7 @@ import Coordinator
 import Foundation
 import TabdLoad
 import WebSockets
+import WebSocketsClient
 
 /// What the Coordinator and the encoder cost without any socket: commands per second with
 /// 1 and 8 concurrent callers, and the time to encode one events frame.

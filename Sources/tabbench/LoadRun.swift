@@ -2,7 +2,7 @@ import Conformance
 import Coordinator
 import Foundation
 import TabdLoad
-import WebSockets
+import WebSocketsClient
 
 /// One result line of the summary, and the JSON object written with `--json`.
 struct Summary {

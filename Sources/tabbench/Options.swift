@@ -1,5 +1,5 @@
 import Foundation
-import WebSockets
+import WebSocketsClient
 
 /// The kind of server tabbench talks to.
 enum ServerKind: String, Sendable {

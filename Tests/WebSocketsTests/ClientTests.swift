@@ -2,6 +2,7 @@ import Locking
 import Foundation
 import Testing
 @testable import WebSockets
+@testable import WebSocketsClient
 
 /// What a test client heard, in order.
 enum ClientEvent: Sendable, Equatable {

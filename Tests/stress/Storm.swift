@@ -3,7 +3,7 @@ import Conformance
 import Coordinator
 import Foundation
 import TabdLoad
-import WebSockets
+import WebSocketsClient
 
 /// One events frame as a client received it: its seqs and a digest of its bytes.
 struct FrameRecord: Sendable, Equatable {

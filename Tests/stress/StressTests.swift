@@ -2,7 +2,7 @@ import Coordinator
 import Foundation
 import TabdLoad
 import Testing
-import WebSockets
+import WebSocketsClient
 
 /// Seeds from `TABD_STRESS_SEEDS` (comma-separated), else three fixed ones.
 private let seeds: [UInt64] = {

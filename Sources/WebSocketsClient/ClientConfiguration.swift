@@ -5,7 +5,7 @@ public struct ClientConfiguration: Sendable {
     public var maxConnections: Int = 1024
     /// When set, libwebsockets' log level for the whole process (it is global: a client in the
     /// same process as a server changes the server's too). Nil leaves it as it is.
-    public var logLevel: Configuration.LogLevel? = nil
+    public var logLevel: WebSocketLogLevel? = nil
     /// Seconds a connection may take from `connect` to an open WebSocket.
     public var connectTimeoutSeconds: Int = 20
     /// The name the service thread gets (shows in `top -H`, `perf`).
@@ -13,7 +13,7 @@ public struct ClientConfiguration: Sendable {
 
     public init(
         maxConnections: Int = 1024,
-        logLevel: Configuration.LogLevel? = nil,
+        logLevel: WebSocketLogLevel? = nil,
         connectTimeoutSeconds: Int = 20,
         threadName: String = "ws-client"
     ) {

@@ -1,28 +1,30 @@
 /// A FIFO queue on a growable circular buffer: O(1) append, removeFirst and random access.
 /// (The toolchain has no Deque; this is the part of one the connection table needs.)
-struct Ring<Element> {
+package struct Ring<Element> {
+    package init() {}
+
     private var slots: [Element?] = []
     private var head = 0
-    private(set) var count = 0
+    package private(set) var count = 0
 
-    var isEmpty: Bool { count == 0 }
+    package var isEmpty: Bool { count == 0 }
 
-    var first: Element? { count == 0 ? nil : slots[head] }
+    package var first: Element? { count == 0 ? nil : slots[head] }
 
     /// The element `index` places after the first one.
-    subscript(index: Int) -> Element {
+    package subscript(index: Int) -> Element {
         precondition(index >= 0 && index < count, "Ring index out of range")
         return slots[(head + index) & (slots.count - 1)]!
     }
 
-    mutating func append(_ element: Element) {
+    package mutating func append(_ element: Element) {
         if count == slots.count { grow() }
         slots[(head + count) & (slots.count - 1)] = element
         count += 1
     }
 
     @discardableResult
-    mutating func removeFirst() -> Element {
+    package mutating func removeFirst() -> Element {
         precondition(count > 0, "removeFirst on an empty Ring")
         let element = slots[head].take()!
         head = (head + 1) & (slots.count - 1)
@@ -31,7 +33,7 @@ struct Ring<Element> {
     }
 
     /// Removes the first `k` elements (all of them if `k >= count`).
-    mutating func removeFirst(_ k: Int) {
+    package mutating func removeFirst(_ k: Int) {
         if k >= count {
             removeAll()
             return
@@ -40,7 +42,7 @@ struct Ring<Element> {
     }
 
     /// Empties the ring and gives back its memory once it had grown large.
-    mutating func removeAll() {
+    package mutating func removeAll() {
         if slots.count > 1024 {
             slots = []
         } else {
@@ -52,7 +54,7 @@ struct Ring<Element> {
 
     /// The first index in `0..<count` whose element does not satisfy `isBefore`, given that
     /// the elements satisfying it all come first (binary search).
-    func partitionPoint(_ isBefore: (Element) -> Bool) -> Int {
+    package func partitionPoint(_ isBefore: (Element) -> Bool) -> Int {
         var low = 0
         var high = count
         while low < high {
@@ -76,7 +78,7 @@ struct Ring<Element> {
 extension Ring: Sendable where Element: Sendable {}
 
 extension Ring {
-    init(_ elements: some Sequence<Element>) {
+    package init(_ elements: some Sequence<Element>) {
         self.init()
         for element in elements { append(element) }
     }

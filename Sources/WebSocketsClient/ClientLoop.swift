@@ -23,9 +23,7 @@ final class ClientLoop: @unchecked Sendable {
     let configuration: ClientConfiguration
     let handler: any WebSocketClientHandler
     let table = Locked(ClientTable())
-    private let finishedWaiters = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
-    /// The service thread's pthread id (0 until it runs), to let it skip the wake-up.
-    private let serviceThread = Atomic<UInt>(0)
+    private let thread: ServiceThread
 
     /// Set once in `init`, immutable afterwards (nil only while `init` runs).
     private(set) var context: OpaquePointer!
@@ -47,15 +45,13 @@ final class ClientLoop: @unchecked Sendable {
         }
         self.configuration = configuration
         self.handler = handler
+        thread = ServiceThread(name: configuration.threadName, stackSize: 1 << 20)
         let fdLimit: Int
-        do { fdLimit = try LWSContext.fileDescriptorLimit(for: configuration.maxConnections) } catch {
-            if case let .fileDescriptorLimitTooLow(limit, required) = error {
-                throw .fileDescriptorLimitTooLow(limit: limit, required: required)
-            }
-            throw .libwebsocketsFailed("\(error)")
+        do { fdLimit = try LWS.fileDescriptorLimit(for: configuration.maxConnections) } catch {
+            throw .fileDescriptorLimitTooLow(limit: error.limit, required: error.required)
         }
         scratch = .allocate(byteCount: 64 * 1024, alignment: 16)
-        if let level = configuration.logLevel { lws_set_log_level(LWSContext.logMask(level), nil) }
+        if let level = configuration.logLevel { lws_set_log_level(LWS.logMask(level), nil) }
         tabd_ignore_sigpipe()
 
         let protocols = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
@@ -100,7 +96,7 @@ final class ClientLoop: @unchecked Sendable {
 
     // MARK: Any thread
 
-    var onServiceThread: Bool { serviceThread.load(ordering: .acquiring) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
+    var onServiceThread: Bool { thread.isCurrent }
 
     /// Applies `change` to the table and wakes the service thread if it asks for it.
     func update<R>(_ change: (inout ClientTable) -> (R, wake: Bool)) -> R {
@@ -113,10 +109,7 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in run() }
-        thread.name = configuration.threadName
-        thread.stackSize = 1 << 20
-        thread.start()
+        thread.start { [self] in run() }
     }
 
     /// From the service thread: ask lws for a writable callback now (no wake-up needed).
@@ -126,35 +119,20 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Returns once the service thread has destroyed the context.
     func finished() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = finishedWaiters.withLock { state -> Bool in
-                if state.done { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if done { continuation.resume() }
-        }
+        await thread.finishedRunning()
     }
 
     // MARK: Service thread
 
     private func run() {
-        serviceThread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)
-        while !table.withLock({ $0.stopping }) {
-            if lws_service(context, 0) < 0 { break }
+        thread.run(context: context, until: { table.withLock { $0.stopping } }) {
+            destroyContext()  // open connections are reported through `closed`
+            for session in sessions.values where !session.reported {
+                session.reported = true
+                handler.closed(session.id, ClientClose(code: nil, reason: "client stopped", wasOpen: session.open))
+            }
+            sessions = [:]
         }
-        destroyContext()  // open connections are reported through `closed`
-        for session in sessions.values where !session.reported {
-            session.reported = true
-            handler.closed(session.id, ClientClose(code: nil, reason: "client stopped", wasOpen: session.open))
-        }
-        sessions = [:]
-        let waiters = finishedWaiters.withLock { state in
-            state.done = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
     }
 
     func handle(
@@ -193,7 +171,7 @@ final class ClientLoop: @unchecked Sendable {
             guard let session = session(wsi) else { return 0 }
             return writeable(session, wsi)
         case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-            session(wsi)?.peerClose = Self.parseClose(UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
+            session(wsi)?.peerClose = LWS.parseClose(UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
             return 0
         case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
             let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? "connection failed"
@@ -270,7 +248,7 @@ final class ClientLoop: @unchecked Sendable {
                 if request.abort {
                     tabd_lws_abort_socket(wsi)
                 } else {
-                    ServiceLoop.setCloseReason(wsi, request.code, request.reason)
+                    LWS.setCloseReason(wsi, request.code, request.reason)
                 }
                 return -1
             case let .message(message, more):
@@ -309,11 +287,6 @@ final class ClientLoop: @unchecked Sendable {
             close = ClientClose(code: nil, reason: "connection lost", wasOpen: session.open)
         }
         report(session, close)
-    }
-
-    static func parseClose(_ payload: UnsafeRawBufferPointer) -> (code: UInt16?, reason: String) {
-        guard payload.count >= 2 else { return (nil, "") }
-        return (UInt16(payload[0]) << 8 | UInt16(payload[1]), String(decoding: payload[2...], as: UTF8.self))
     }
 
     private func report(_ session: ClientSession, _ close: ClientClose) {

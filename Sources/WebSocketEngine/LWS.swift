@@ -1,0 +1,56 @@
+import CWebSockets
+import Foundation
+
+/// What the server and the client both need from libwebsockets, in one place: the
+/// open-file limit, the log mask, and close frames both ways.
+package enum LWS {
+    /// Why a context cannot take the connections it is asked for.
+    package struct FileLimitTooLow: Error, Sendable {
+        package let limit: Int
+        package let required: Int
+    }
+
+    /// The soft open-file limit, raised toward the hard one when `maxConnections` needs more.
+    package static func fileDescriptorLimit(for maxConnections: Int?) throws(FileLimitTooLow) -> Int {
+        var limits = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limits) == 0 else { return 1024 }
+        let reserve = 64  // listener, cancel pipe, files being served, stdio, the rest of the process
+        guard let maxConnections else { return Int(clamping: limits.rlim_cur) }
+        let required = maxConnections + reserve
+        if limits.rlim_cur < rlim_t(required) && limits.rlim_max > limits.rlim_cur {
+            var raised = limits
+            raised.rlim_cur = min(limits.rlim_max, rlim_t(required))
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limits = raised }
+        }
+        guard limits.rlim_cur >= rlim_t(required) else {
+            throw FileLimitTooLow(limit: Int(clamping: limits.rlim_cur), required: required)
+        }
+        return Int(clamping: limits.rlim_cur)
+    }
+
+    package static func logMask(_ level: WebSocketLogLevel) -> Int32 {
+        switch level {
+        case .error: return tabd_lll_err()
+        case .warn, .info: return tabd_lll_err() | tabd_lll_warn()
+        case .debug: return tabd_lll_err() | tabd_lll_warn() | tabd_lll_notice() | tabd_lll_info()
+        }
+    }
+
+    /// Sets the close frame lws sends when the callback returns -1. The reason is cut to
+    /// the 123 bytes a close frame holds, at a character boundary (it must stay UTF-8).
+    package static func setCloseReason(_ wsi: OpaquePointer, _ code: CloseCode, _ reason: String) {
+        var bytes = Array(reason.utf8)
+        if bytes.count > 123 {
+            var end = 123
+            while end > 0 && bytes[end] & 0xC0 == 0x80 { end -= 1 }
+            bytes.removeSubrange(end...)
+        }
+        bytes.withUnsafeBytes { tabd_lws_close_reason(wsi, code.rawValue, $0.baseAddress, $0.count) }
+    }
+
+    /// A peer's close payload: its code (nil when it had none) and its reason text.
+    package static func parseClose(_ payload: UnsafeRawBufferPointer) -> (code: UInt16?, reason: String) {
+        guard payload.count >= 2 else { return (nil, "") }
+        return (UInt16(payload[0]) << 8 | UInt16(payload[1]), String(decoding: payload[2...], as: UTF8.self))
+    }
+}

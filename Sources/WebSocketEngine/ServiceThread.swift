@@ -1,0 +1,69 @@
+import CWebSockets
+import Foundation
+import Locking
+import Synchronization
+
+/// The one thread that serves a libwebsockets context, for the server and the client alike:
+/// it runs `lws_service` until told to stop, lets its owner destroy the context on it, and
+/// wakes whoever waits for the end.
+///
+/// Threads: ``run(context:until:finish:)`` is the service thread, the only one that calls
+/// lws with this context (callbacks arrive on it). Other threads may only call
+/// `lws_cancel_service`, which their owner guards so that the context is alive meanwhile.
+package final class ServiceThread: Sendable {
+    private let finished = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    /// The service thread's pthread id (0 until it runs), to let callers skip the wake-up.
+    private let thread = Atomic<UInt>(0)
+    private let name: String
+    private let stackSize: Int?
+
+    package init(name: String, stackSize: Int? = nil) {
+        self.name = name
+        self.stackSize = stackSize
+    }
+
+    /// Whether the caller runs on the service thread.
+    package var isCurrent: Bool { thread.load(ordering: .acquiring) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
+
+    /// Starts the thread; it runs `body` (which calls ``run(context:until:finish:)``).
+    package func start(_ body: @escaping @Sendable () -> Void) {
+        let t = Thread(block: body)
+        t.name = name
+        if let stackSize { t.stackSize = stackSize }
+        t.start()
+    }
+
+    /// On the new thread: services `context` until `shouldStop` says so or lws fails, then
+    /// calls `finish` (which destroys the context and reports what is left) and wakes every
+    /// ``finishedRunning()`` waiter.
+    package func run(context: OpaquePointer, until shouldStop: () -> Bool, finish: () -> Void) {
+        thread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)
+        while !shouldStop() {
+            if lws_service(context, 0) < 0 { break }
+        }
+        finish()
+        markFinished()
+    }
+
+    /// Wakes every waiter; for an owner whose thread never ran.
+    package func markFinished() {
+        let waiters = finished.withLock { state in
+            state.done = true
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() } // outside the lock
+    }
+
+    /// Returns once the service thread has finished.
+    package func finishedRunning() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = finished.withLock { state -> Bool in
+                if state.done { return true }
+                state.waiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+}
