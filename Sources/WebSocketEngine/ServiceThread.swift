@@ -33,13 +33,15 @@ package final class ServiceThread: Sendable {
         t.start()
     }
 
-    /// On the new thread: services `context` until `shouldStop` says so or lws fails, then
+    /// On the new thread: services `context` until `shouldStop` says so or lws fails
+    /// (calling `afterEachPass` after each pass over the sockets), then
     /// calls `finish` (which destroys the context and reports what is left) and wakes every
     /// ``finishedRunning()`` waiter.
-    package func run(context: OpaquePointer, until shouldStop: () -> Bool, finish: () -> Void) {
+    package func run(context: OpaquePointer, until shouldStop: () -> Bool, afterEachPass: () -> Void = {}, finish: () -> Void) {
         thread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)
         while !shouldStop() {
             if lws_service(context, 0) < 0 { break }
+            afterEachPass()
         }
         finish()
         markFinished()

@@ -119,7 +119,8 @@ final class ServiceLoop: @unchecked Sendable {
     // MARK: Service thread
 
     private func run() {
-        thread.run(context: lws.context, until: { table.withLock { $0.shouldExit } }) {
+        thread.run(context: lws.context, until: { table.withLock { $0.shouldExit } },
+                   afterEachPass: { handler.serviceCycleEnded() }) {
             table.withLock { $0.markStopped() }
             lws.destroy()  // remaining connections are closed and reported through `closed`
             for session in sessions.values {

@@ -23,4 +23,13 @@ public protocol WebSocketServerHandler: Sendable {
 
     /// Answers a GET for one of `Configuration.dynamicPaths`; nil answers 404.
     func httpRequest(_ request: HTTPRequest) -> HTTPResponse?
+
+    /// The service thread finished one pass over the sockets: whatever the calls above
+    /// gathered in it can be handed on together (one wake-up of the consumer, not one per
+    /// message).
+    func serviceCycleEnded()
+}
+
+extension WebSocketServerHandler {
+    public func serviceCycleEnded() {}
 }

@@ -17,6 +17,10 @@ actor Dispatcher {
     /// Clients whose departure could not be stored yet; retried with the next presence.
     private var unrecordedLeaves: [ClientID] = []
 
+    /// The dispatcher runs on the coordinator's executor: handing a command over is a call,
+    /// not a switch to another executor.
+    nonisolated var unownedExecutor: UnownedSerialExecutor { coordinator.unownedExecutor }
+
     init(coordinator: Coordinator, server: WebSocketServer, gateway: Gateway) {
         self.coordinator = coordinator
         self.server = server
@@ -40,15 +44,17 @@ actor Dispatcher {
     }
 
     /// Runs until the input stream finishes.
-    func run(_ inputs: AsyncStream<Gateway.Input>) async {
-        for await input in inputs {
-            switch input {
-            case .presence:
-                await presence()
-            case let .command(id, client, envelope):
-                await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: id.rawValue)
-            case let .refused(id, client, frame):
-                await coordinator.answer(frame, client: client, to: id.rawValue)
+    func run(_ inputs: AsyncStream<[Gateway.Input]>) async {
+        for await pass in inputs {
+            for input in pass {
+                switch input {
+                case .presence:
+                    await presence()
+                case let .command(id, client, envelope):
+                    await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: id.rawValue)
+                case let .refused(id, client, frame):
+                    await coordinator.answer(frame, client: client, to: id.rawValue)
+                }
             }
         }
     }

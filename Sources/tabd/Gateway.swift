@@ -50,14 +50,16 @@ final class Gateway: WebSocketServerHandler {
     let options: Options
     let metrics: Metrics
     let log: Log
-    let inbox: AsyncStream<Input>.Continuation
+    let inbox: AsyncStream<[Input]>.Continuation
     /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
     private let pending = Locked(Pending())
     private let sessions = Locked<[ConnectionID: Session]>([:])
+    /// What this pass of the service thread produced, handed over at its end.
+    private let gathered = Locked<[Input]>([])
 
-    init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<Input>.Continuation) {
+    init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<[Input]>.Continuation) {
         self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox
     }
 
@@ -103,6 +105,16 @@ final class Gateway: WebSocketServerHandler {
         schedule { $0.joins.append(join) }
     }
 
+    func serviceCycleEnded() {
+        let inputs = gathered.withLock { g -> [Input] in
+            defer { g.removeAll(keepingCapacity: true) }
+            return g
+        }
+        if !inputs.isEmpty { inbox.yield(inputs) }
+    }
+
+    private func hand(_ input: Input) { gathered.withLock { $0.append(input) } }
+
     func received(_ id: ConnectionID, message: [UInt8]) {
         let admitted = sessions.withLock { s -> (client: ClientID, allowed: Bool)? in
             guard s[id] != nil else { return nil }
@@ -111,20 +123,20 @@ final class Gateway: WebSocketServerHandler {
         guard let (client, allowed) = admitted else { return } // not welcomed yet (cannot send before), or gone
         guard allowed else {
             let error = CommandError(.rateLimited, "more than \(options.rateLimit) commands or \(options.byteRateLimit) bytes per second")
-            inbox.yield(.refused(id, client, .error(ref: nil, error)))
+            hand(.refused(id, client, .error(ref: nil, error)))
             return
         }
         let envelope: CommandEnvelope
         do { envelope = try CommandEnvelope.parse(message) } catch {
-            inbox.yield(.refused(id, client, .error(ref: error.ref, error.error)))
+            hand(.refused(id, client, .error(ref: error.ref, error.error)))
             return
         }
         metrics.command(envelope.command.type)
         if stopping.load(ordering: .relaxed) {
-            inbox.yield(.refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down"))))
+            hand(.refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down"))))
             return
         }
-        inbox.yield(.command(id, client, envelope))
+        hand(.command(id, client, envelope))
     }
 
     /// A joined connection's frames are read from now on, as `client`'s.
@@ -162,7 +174,7 @@ final class Gateway: WebSocketServerHandler {
             defer { p.scheduled = true }
             return !p.scheduled
         }
-        if wake { inbox.yield(.presence) }
+        if wake { hand(.presence) }
     }
 
     /// Everything that connected or disconnected since the last call.

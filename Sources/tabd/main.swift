@@ -50,7 +50,7 @@ if let path = options.resolvedStatePath(webRoot: webRoot) {
 
 let metrics = Metrics()
 metrics.started(seq: await coordinator.currentSeq, scrollToTop: coordinator.counter.value)
-let (inputs, inbox) = AsyncStream.makeStream(of: Gateway.Input.self)
+let (inputs, inbox) = AsyncStream.makeStream(of: [Gateway.Input].self)
 let gateway = Gateway(options: options, metrics: metrics, log: log, inbox: inbox)
 
 let server: WebSocketServer

@@ -132,11 +132,16 @@ final class ScriptedStore: Durability {
 
     @Test func commandsAppliedBehindAFailedOneFailToo() async throws {
         let (c, store) = try await durable()
+        // The store's reports are held until all three are applied: each is built on the
+        // state of the one before, which the failure takes away.
+        store.hold()
         store.setFailing(true)
         let first = await c.submit(.push(tab: nil, route: "a"))
         let second = await c.submit(.scroll(tab: nil, offset: 9))
         store.setFailing(false)
         let third = await c.submit(.tap(tab: "home"))
+        try await until { store.heldCount == 3 }
+        store.release()
         for receipt in [first, second, third] {
             await #expect(throws: CommandError.self) { try await c.outcome(of: receipt) }
         }

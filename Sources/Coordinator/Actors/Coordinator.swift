@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Owns the tab order, the selection and the event history, applies commands one at
 /// a time, stamps their events with gap-free seqs and publishes each command's events
 /// as one batch.
@@ -48,6 +50,9 @@ public actor Coordinator {
     /// The store's thread signals every finished commit here; a task of the coordinator
     /// publishes what committed (or rolls back), so nobody has to await each commit.
     private let commitSignals: AsyncStream<Void>.Continuation
+    /// Set while a signal is on its way: the store's reports of one transaction wake the
+    /// commit task once, not once per batch.
+    private let commitSignalled = SignalFlag()
     private var subscribers: [Int: (AsyncStream<EventBatch>.Continuation, SubscriptionStatus)] = [:]
     private var nextSubscriber = 0
     private var busy = false
@@ -212,9 +217,9 @@ public actor Coordinator {
         }
         let wait = CommitWait()
         unpublished.append((batch, wait))
-        durability.append(batch, generation: generation) { [commitSignals] error in
+        durability.append(batch, generation: generation) { [commitSignals, commitSignalled] error in
             wait.complete(error)
-            commitSignals.yield()
+            if commitSignalled.raise() { commitSignals.yield() }
         }
         return (batch, wait)
     }
@@ -251,6 +256,8 @@ public actor Coordinator {
     /// Called on every signal of the store: publishes the committed prefix of the
     /// waiting batches, and rolls back when a commit failed.
     private func committed() async {
+        // Reports after this point signal again; those before it are all seen below.
+        commitSignalled.lower()
         var n = 0
         var failure: CommandError?
         while n < unpublished.count, let result = unpublished[n].wait.result {
@@ -429,4 +436,14 @@ public actor Coordinator {
     public func disconnect(_ id: ClientID) async throws(CommandError) {
         _ = try await presence(joining: [], leaving: [id])
     }
+}
+
+/// A flag raised from any thread and lowered by the one who acts on it.
+final class SignalFlag: Sendable {
+    private let raised = Atomic<Bool>(false)
+
+    /// Raises the flag; true when it was down (the caller must signal).
+    func raise() -> Bool { !raised.exchange(true, ordering: .acquiringAndReleasing) }
+
+    func lower() { raised.store(false, ordering: .sequentiallyConsistent) }
 }
