@@ -73,7 +73,7 @@ test-web:
 	$(SWIFT) build --build-tests $(SWIFTFLAGS)
 	rm -rf $(CURDIR)/test-output/golden
 	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(SWIFT) test --skip-build $(SWIFTFLAGS) --filter GoldenStreamTests
-	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(NODE) --test Tests/web/
+	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(NODE) --test $(wildcard Tests/web/*.test.mjs)
 
 clean:
 	rm -rf .build $(TSAN_DIR)
