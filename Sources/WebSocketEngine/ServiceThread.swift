@@ -34,16 +34,19 @@ package final class ServiceThread: Sendable {
     }
 
     /// On the new thread: services `context` until `shouldStop` says so or lws fails
-    /// (calling `afterEachPass` after each pass over the sockets), then
+    /// (calling `afterEachPass` after each pass over the sockets, and once more after
+    /// `finish`), then
     /// calls `finish` (which destroys the context and reports what is left) and wakes every
     /// ``finishedRunning()`` waiter.
     package func run(context: OpaquePointer, until shouldStop: () -> Bool, afterEachPass: () -> Void = {}, finish: () -> Void) {
         thread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)
         while !shouldStop() {
-            if lws_service(context, 0) < 0 { break }
+            let failed = lws_service(context, 0) < 0
             afterEachPass()
+            if failed { break }
         }
         finish()
+        afterEachPass() // what the last connections' ends produced
         markFinished()
     }
 

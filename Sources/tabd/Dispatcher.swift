@@ -14,6 +14,8 @@ actor Dispatcher {
     private let server: WebSocketServer
     private let gateway: Gateway
     private let log: Log
+    /// The client of every welcomed connection.
+    private var clients: [ConnectionID: ClientID] = [:]
     /// Clients whose departure could not be stored yet; retried with the next presence.
     private var unrecordedLeaves: [ClientID] = []
 
@@ -48,8 +50,8 @@ actor Dispatcher {
         for await pass in inputs {
             for input in pass {
                 switch input {
-                case .presence:
-                    await presence()
+                case let .presence(joins, leaves):
+                    await presence(joins: joins, leaves: leaves)
                 case let .command(id, client, envelope):
                     await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: id.rawValue)
                 case let .refused(id, client, frame):
@@ -59,11 +61,10 @@ actor Dispatcher {
         }
     }
 
-    private func presence() async {
-        let (joins, leaves) = gateway.takePresence()
+    private func presence(joins: [Gateway.Join], leaves: [Gateway.Leave]) async {
         var leaving = unrecordedLeaves
         for leave in leaves {
-            guard let client = gateway.endSession(leave.connection) else { continue }
+            guard let client = clients.removeValue(forKey: leave.connection) else { continue }
             leaving.append(client)
             log.info("client \(client) left (connection #\(leave.connection.rawValue)), \(leave.how)")
         }
@@ -80,6 +81,7 @@ actor Dispatcher {
             return
         }
         for (join, welcome) in zip(joins, welcomes) {
+            clients[join.connection] = welcome.client.id
             gateway.beginSession(join.connection, client: welcome.client.id)
             var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]
             frames += welcome.replay.map { OutgoingFrame($0.frameBytes) }

@@ -7,26 +7,24 @@ import WebSockets
 /// `/metrics`, and turns connections and messages into ``Dispatcher`` input.
 ///
 /// Called on the server's service thread, so it never waits: it checks, counts, parses
-/// and queues. Each frame is rate-limited (frames and bytes) and parsed here, as it
+/// and gathers. Each frame is rate-limited (frames and bytes) and parsed here, as it
 /// arrives: parsing is linear in the input, and libwebsockets reads the connections in
-/// turn, so one connection's costly frames delay another's by at most a few parses,
-/// and the core only ever sees parsed commands. Joins and leaves are gathered in a
-/// pending list and handed over as one `presence` item, so connections that arrive
-/// together share one `clientJoined` batch.
+/// turn, so one connection's costly frames delay another's by at most a few parses, and
+/// the core only ever sees parsed commands. What one pass of the service thread gathers
+/// is handed over at its end, in order: the commands and refusals, then one `presence`
+/// with the pass's joins and leaves (so connections that arrive together share one
+/// `clientJoined` batch, and a leave comes after the leaving connection's last command).
+///
+/// A connection's frames that arrive before its welcome are kept (up to
+/// ``maxEarlyFrames``) and read once it is welcomed, before any later frame of it.
 final class Gateway: WebSocketServerHandler {
     enum Input: Sendable {
-        /// Take the pending joins and leaves (see ``takePresence()``).
-        case presence
+        /// Joins and leaves, in this order of application: leaves, then joins.
+        case presence(joins: [Join], leaves: [Leave])
         /// A parsed command of a welcomed connection.
         case command(ConnectionID, ClientID, CommandEnvelope)
         /// A frame refused before it became a command, and the error frame to answer.
         case refused(ConnectionID, ClientID, ServerFrame)
-    }
-
-    /// A welcomed connection.
-    private struct Session {
-        let client: ClientID
-        var limiter: RateLimiter
     }
 
     struct Leave: Sendable {
@@ -41,10 +39,29 @@ final class Gateway: WebSocketServerHandler {
         let peer: String
     }
 
-    private struct Pending {
+    /// Frames kept for a connection before its welcome; more are answered `rate_limited`.
+    static let maxEarlyFrames = 64
+
+    /// An open WebSocket connection.
+    private struct Connection {
+        /// Nil until the connection is welcomed.
+        var client: ClientID?
+        var limiter: RateLimiter
+        /// Frames not read yet because they came before the welcome, in order.
+        var early: [[UInt8]] = []
+        /// Frames beyond ``maxEarlyFrames`` before the welcome.
+        var refusedEarly = 0
+    }
+
+    /// What the service thread and the dispatcher share.
+    private struct State {
+        var connections: [ConnectionID: Connection] = [:]
+        /// Welcomed connections whose early frames are to be read at the end of this pass.
+        var welcomed: [ConnectionID] = []
+        /// What this pass produced so far.
+        var inputs: [Input] = []
         var joins: [Join] = []
         var leaves: [Leave] = []
-        var scheduled = false
     }
 
     let options: Options
@@ -54,10 +71,7 @@ final class Gateway: WebSocketServerHandler {
     /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
-    private let pending = Locked(Pending())
-    private let sessions = Locked<[ConnectionID: Session]>([:])
-    /// What this pass of the service thread produced, handed over at its end.
-    private let gathered = Locked<[Input]>([])
+    private let state = Locked(State())
 
     init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<[Input]>.Continuation) {
         self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox
@@ -102,52 +116,58 @@ final class Gateway: WebSocketServerHandler {
         let resume = request.query["resume"].flatMap { Int($0) }
         let join = Join(connection: id, request: .init(name: request.query["name"], resume: resume, epoch: request.query["epoch"]),
                         peer: request.peer)
-        schedule { $0.joins.append(join) }
-    }
-
-    func serviceCycleEnded() {
-        let inputs = gathered.withLock { g -> [Input] in
-            defer { g.removeAll(keepingCapacity: true) }
-            return g
+        let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
+        state.withLock { s in
+            s.connections[id] = Connection(client: nil, limiter: limiter)
+            s.joins.append(join)
         }
-        if !inputs.isEmpty { inbox.yield(inputs) }
     }
-
-    private func hand(_ input: Input) { gathered.withLock { $0.append(input) } }
 
     func received(_ id: ConnectionID, message: [UInt8]) {
-        let admitted = sessions.withLock { s -> (client: ClientID, allowed: Bool)? in
-            guard s[id] != nil else { return nil }
-            return (s[id]!.client, s[id]!.limiter.allow(bytes: message.count))
+        enum Admission { case gone, kept, read(ClientID, allowed: Bool) }
+        let admission = state.withLock { s -> Admission in
+            guard var c = s.connections[id] else { return .gone }
+            guard let client = c.client, c.early.isEmpty else {
+                // Not welcomed yet, or its early frames are still to be read: after them.
+                if c.early.count < Self.maxEarlyFrames { c.early.append(message) } else { c.refusedEarly += 1 }
+                s.connections[id] = c
+                return .kept
+            }
+            let allowed = c.limiter.allow(bytes: message.count)
+            s.connections[id] = c
+            return .read(client, allowed: allowed)
         }
-        guard let (client, allowed) = admitted else { return } // not welcomed yet (cannot send before), or gone
+        guard case let .read(client, allowed) = admission else { return }
+        let input = read(message, from: id, client: client, allowed: allowed)
+        state.withLock { $0.inputs.append(input) }
+    }
+
+    /// One frame of a welcomed connection as input: refused (rate, parse, stopping) or a command.
+    private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, allowed: Bool) -> Input {
         guard allowed else {
             let error = CommandError(.rateLimited, "more than \(options.rateLimit) commands or \(options.byteRateLimit) bytes per second")
-            hand(.refused(id, client, .error(ref: nil, error)))
-            return
+            return .refused(id, client, .error(ref: nil, error))
         }
         let envelope: CommandEnvelope
         do { envelope = try CommandEnvelope.parse(message) } catch {
-            hand(.refused(id, client, .error(ref: error.ref, error.error)))
-            return
+            return .refused(id, client, .error(ref: error.ref, error.error))
         }
         metrics.command(envelope.command.type)
         if stopping.load(ordering: .relaxed) {
-            hand(.refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down"))))
-            return
+            return .refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down")))
         }
-        hand(.command(id, client, envelope))
+        return .command(id, client, envelope)
     }
 
-    /// A joined connection's frames are read from now on, as `client`'s.
+    /// From the dispatcher: the connection is welcomed as `client`; its frames are read from
+    /// now on, those that came before first (at the end of the service thread's pass that
+    /// the welcome wakes).
     func beginSession(_ id: ConnectionID, client: ClientID) {
-        let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
-        sessions.withLock { $0[id] = Session(client: client, limiter: limiter) }
-    }
-
-    /// Forgets a connection's session; returns its client, if it had joined.
-    func endSession(_ id: ConnectionID) -> ClientID? {
-        sessions.withLock { $0.removeValue(forKey: id)?.client }
+        state.withLock { s in
+            guard s.connections[id] != nil else { return } // gone meanwhile
+            s.connections[id]!.client = client
+            if !s.connections[id]!.early.isEmpty || s.connections[id]!.refusedEarly > 0 { s.welcomed.append(id) }
+        }
     }
 
     func disconnected(_ id: ConnectionID, code: CloseCode?, reason: String) {
@@ -155,34 +175,50 @@ final class Gateway: WebSocketServerHandler {
         metrics.clientsChanged(by: -1)
         if code == .policyViolation, reason == "too slow" { metrics.slowClientClosed() }
         let how = "code \(code.map { String($0.rawValue) } ?? "none")\(reason.isEmpty ? "" : " (\(reason))")"
-        var neverJoined = false
-        schedule { p in
-            // Gone before it was welcomed: it never joined, so it does not leave either.
-            if let i = p.joins.firstIndex(where: { $0.connection == id }) {
-                p.joins.remove(at: i)
-                neverJoined = true
-            } else {
-                p.leaves.append(Leave(connection: id, how: how))
+        let neverJoined = state.withLock { s -> Bool in
+            s.connections[id] = nil
+            // Gone before its join was handed over: it never joins, so it does not leave either.
+            if let i = s.joins.firstIndex(where: { $0.connection == id }) {
+                s.joins.remove(at: i)
+                return true
             }
+            s.leaves.append(Leave(connection: id, how: how))
+            return false
         }
         if neverJoined { log.info("connection #\(id.rawValue) closed before its welcome, \(how)") }
     }
 
-    private func schedule(_ change: (inout Pending) -> Void) {
-        let wake = pending.withLock { p in
-            change(&p)
-            defer { p.scheduled = true }
-            return !p.scheduled
+    /// The end of a pass: reads the early frames of connections welcomed since, then hands
+    /// everything over, the pass's joins and leaves last.
+    func serviceCycleEnded() {
+        let early = state.withLock { s -> [(ConnectionID, ClientID, [[UInt8]], Int)] in
+            guard !s.welcomed.isEmpty else { return [] }
+            defer { s.welcomed = [] }
+            return s.welcomed.compactMap { id in
+                guard var c = s.connections[id], let client = c.client else { return nil }
+                defer { c.early = []; c.refusedEarly = 0; s.connections[id] = c }
+                return (id, client, c.early, c.refusedEarly)
+            }
         }
-        if wake { hand(.presence) }
-    }
-
-    /// Everything that connected or disconnected since the last call.
-    func takePresence() -> (joins: [Join], leaves: [Leave]) {
-        pending.withLock { p in
-            defer { p = Pending() }
-            return (p.joins, p.leaves)
+        for (id, client, frames, refused) in early {
+            var inputs: [Input] = []
+            for frame in frames {
+                let allowed = state.withLock { $0.connections[id]?.limiter.allow(bytes: frame.count) ?? false }
+                inputs.append(read(frame, from: id, client: client, allowed: allowed))
+            }
+            let tooMany = CommandError(.rateLimited, "more than \(Self.maxEarlyFrames) frames before the welcome")
+            inputs += Array(repeating: .refused(id, client, .error(ref: nil, tooMany)), count: refused)
+            state.withLock { $0.inputs += inputs }
         }
+        let inputs = state.withLock { s -> [Input] in
+            var all = s.inputs
+            if !s.joins.isEmpty || !s.leaves.isEmpty { all.append(.presence(joins: s.joins, leaves: s.leaves)) }
+            s.inputs.removeAll(keepingCapacity: true)
+            s.joins = []
+            s.leaves = []
+            return all
+        }
+        if !inputs.isEmpty { inbox.yield(inputs) }
     }
 
     // MARK: HTTP

@@ -5,7 +5,21 @@ import os
 import socket
 
 
-def connect(host_port, path="/ws", rcvbuf=None):
+def frame_bytes(payload: bytes):
+    """One masked text frame (zero mask key), as bytes."""
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x81, 0x80 | n])
+    elif n < 65536:
+        head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
+    return head + b"\0\0\0\0" + payload
+
+
+def connect(host_port, path="/ws", rcvbuf=None, then=b""):
+    """Completes a WebSocket handshake on a plain socket. `then` (frame bytes) goes out in
+    the same write as the upgrade request, before the server's answer is read."""
     host, port = host_port.rsplit(":", 1)
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     if rcvbuf:
@@ -14,7 +28,7 @@ def connect(host_port, path="/ws", rcvbuf=None):
     s.connect((host, int(port)))
     key = base64.b64encode(os.urandom(16)).decode()
     s.sendall((f"GET {path} HTTP/1.1\r\nHost: {host_port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode() + then)
     head = b""
     while b"\r\n\r\n" not in head:
         chunk = s.recv(1)
@@ -27,14 +41,7 @@ def connect(host_port, path="/ws", rcvbuf=None):
 
 def send_text(s, payload: bytes):
     """Sends one masked text frame. The mask key is zero (legal, and no XOR to compute)."""
-    n = len(payload)
-    if n < 126:
-        head = bytes([0x81, 0x80 | n])
-    elif n < 65536:
-        head = bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        head = bytes([0x81, 0x80 | 127]) + n.to_bytes(8, "big")
-    s.sendall(head + b"\0\0\0\0" + payload)
+    s.sendall(frame_bytes(payload))
 
 
 def _exactly(s, n):
