@@ -16,6 +16,9 @@ final class ScriptedStore: Durability {
         /// While holding, finished commits wait here instead of being reported.
         var holding = false
         var held: [@Sendable () -> Void] = []
+        /// While holding commits, appended batches wait here before they are even written.
+        var holdingCommits = false
+        var heldCommits: [@Sendable () -> Void] = []
     }
     private let state: Mutex<State>
     private let queue = DispatchQueue(label: "scripted-store")
@@ -43,10 +46,24 @@ final class ScriptedStore: Durability {
 
     var heldCount: Int { state.withLock { $0.held.count } }
 
+    /// Holds appended batches back before they are written: a writer busy elsewhere.
+    func holdCommits() { state.withLock { $0.holdingCommits = true } }
+    var heldCommitCount: Int { state.withLock { $0.heldCommits.count } }
+
+    /// Writes the held batches, in order, and stops holding them.
+    func releaseCommits() {
+        let commits = state.withLock { s -> [@Sendable () -> Void] in
+            s.holdingCommits = false
+            defer { s.heldCommits = [] }
+            return s.heldCommits
+        }
+        for commit in commits { queue.async(execute: commit) }
+    }
+
     func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         // Whether the disk is full is decided when the batch arrives, so tests are deterministic.
         let diskFull = state.withLock { $0.failing }
-        queue.async {
+        let commit: @Sendable () -> Void = {
             let error = self.state.withLock { s -> CommandError? in
                 if s.failed || generation < s.minGeneration { return .unavailable("earlier failure") }
                 if diskFull { s.failed = true; return .unavailable("disk full") }
@@ -67,6 +84,12 @@ final class ScriptedStore: Durability {
             }
             if !held { report() }
         }
+        let later = state.withLock { s -> Bool in
+            guard s.holdingCommits else { return false }
+            s.heldCommits.append(commit)
+            return true
+        }
+        if !later { queue.async(execute: commit) }
     }
 
     func committedState() -> StoredState { state.withLock { $0.committed } }
@@ -151,6 +174,28 @@ final class ScriptedStore: Durability {
         #expect(c.counter.value == 1, "the counter was rolled back and counts on from the committed value")
     }
 
+    @Test func aLateSecondReportOfAFailureDoesNotRollBackWhatWasAppliedSince() async throws {
+        let (c, store) = try await durable()
+        store.hold()
+        store.setFailing(true)
+        let a = await c.submit(.push(tab: nil, route: "a"))
+        let failedWait = try #require(await c.lastUnpublished?.wait)
+        try await until { store.heldCount == 1 }
+        store.setFailing(false)
+        store.release()
+        await #expect(throws: CommandError.unavailable("disk full")) { try await c.outcome(of: a) }
+        // Applied on the restored state; the writer has not written it yet.
+        store.holdCommits()
+        let b = await c.submit(.scroll(tab: nil, offset: 3))
+        try await until { store.heldCommitCount == 1 }
+        // The same failure reported again, late (as the commit task would): nothing to undo.
+        await c.rollback(.unavailable("disk full"), failed: failedWait)
+        store.releaseCommits()
+        #expect(try await c.outcome(of: b) == .applied(seq: 3, batch: EventBatch(by: Coordinator.daemonID, ref: nil,
+                events: [SequencedEvent(seq: 3, event: .scrolled(tab: "home", offset: 3))])))
+        #expect(await c.snapshot().tabs[0].scroll == 3)
+    }
+
     @Test func pipelinedCommandsAreAnsweredInOrderAndAllPublished() async throws {
         let (c, _) = try await durable()
         let seen = await published(c)
@@ -173,7 +218,7 @@ final class ScriptedStore: Durability {
         let a = await c.submit(.push(tab: nil, route: "a"))
         let noop = await c.submit(.select(tab: "home"))
         let b = await c.submit(.push(tab: nil, route: "b"))
-        while store.heldCount < 2 { await Task.yield() }
+        try await until { store.heldCount == 2 }
         store.release(1) // only a's commit is reported
         #expect(try await c.outcome(of: noop) == .applied(seq: 6, batch: nil))
         #expect(await c.currentSeq == 6, "b is applied but not committed: it must not be published")

@@ -68,14 +68,16 @@ struct AnswerQueues {
     }
 
     /// After a failed commit that rolled the state back to `committed`: commands whose
-    /// batch is gone answer `error`; commands that changed nothing answer `ack` at `committed`.
+    /// batch is gone answer `error`, and so do commands that changed nothing on top of it
+    /// (they were decided on state that is gone: a `select` of a tab whose selection was
+    /// lost is no `ack`).
     mutating func rollBack(to committed: Int, error: CommandError) {
         for (address, queue) in queues {
             queues[address] = queue.map { entry in
                 var entry = entry
                 switch entry.pending {
                 case let .applied(seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
-                case let .unchanged(after) where after > committed: entry.pending = .ready(.ack(ref: entry.ref, seq: committed))
+                case let .unchanged(after) where after > committed: entry.pending = .ready(.error(ref: entry.ref, error))
                 default: break
                 }
                 return entry

@@ -110,7 +110,7 @@ extension Coordinator {
             throw error
         case let .pending(batch, wait):
             if let error = await wait.value {
-                await rollback(error)
+                await rollback(error, failed: wait)
                 throw error
             }
             publishCommitted(through: batch.lastSeq)
@@ -118,7 +118,12 @@ extension Coordinator {
         case let .unchanged(after):
             if let after {
                 // Only what is known to be committed: later batches may still be on their way.
-                if let error = await after.wait.value { await rollback(error) } else { publishCommitted(through: after.seq) }
+                // Decided on state that a failed commit took away: it cannot say it took effect.
+                if let error = await after.wait.value {
+                    await rollback(error, failed: after.wait)
+                    throw error
+                }
+                publishCommitted(through: after.seq)
             }
             return .applied(seq: currentSeq, batch: nil)
         }

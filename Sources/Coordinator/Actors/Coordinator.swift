@@ -237,7 +237,7 @@ public actor Coordinator {
     func settle() async -> CommandError? {
         guard let last = unpublished.last else { return nil }
         if let error = await last.wait.value {
-            await rollbackHoldingGate(error)
+            await rollbackHoldingGate(error, failed: last.wait)
             return error
         }
         publishCommitted(through: last.batch.lastSeq)
@@ -265,14 +265,18 @@ public actor Coordinator {
             n += 1
         }
         if n > 0 { publishCommitted(through: unpublished[n - 1].batch.lastSeq) }
-        if let failure { await rollback(failure) }
+        if let failure { await rollback(failure, failed: unpublished[n].wait) }
     }
 
     /// After a failed commit: publishes what did commit, then puts the state back to the
     /// store's last commit. The batches still waiting were built on state that is gone:
     /// the store fails them, and they are never published.
-    func rollbackHoldingGate(_ error: CommandError) async {
-        guard let durability, !unpublished.isEmpty else { return }
+    ///
+    /// `failed` is the wait of the batch whose failure is reported: when it is no longer
+    /// waiting, another report of the same failure has rolled back already, and batches
+    /// applied since (on the restored state) must not be thrown away.
+    func rollbackHoldingGate(_ error: CommandError, failed: CommitWait) async {
+        guard let durability, unpublished.contains(where: { $0.wait === failed }) else { return }
         let stored = durability.committedState()
         publishCommitted(through: stored.snapshot.seq)
         generation += 1
@@ -287,9 +291,9 @@ public actor Coordinator {
         publish([])
     }
 
-    func rollback(_ error: CommandError) async {
+    func rollback(_ error: CommandError, failed: CommitWait) async {
         await enter(); defer { leave() }
-        await rollbackHoldingGate(error)
+        await rollbackHoldingGate(error, failed: failed)
     }
 
     /// The commit wait and last seq of the last applied batch, if it is not published yet.
