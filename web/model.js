@@ -317,5 +317,10 @@ export function applyFrame(state, frame) {
     throw new FoldError(state.seq + 1, "not an events frame (no 'events' array)");
   }
   for (const e of frame.events) applyEvent(state, e);
+  // Within a frame the selection may name a removed tab (until the `selected` that
+  // follows); at its end it must name a tab the state has.
+  if (!state.tabs.some((t) => t.id === state.selected)) {
+    throw new FoldError(state.seq, `after the frame, the selected tab '${state.selected}' does not exist`);
+  }
   return state;
 }

@@ -89,9 +89,9 @@ import Testing
     /// Broken streams: an event for a tab nobody has, a page nobody has, a missing batch.
     @Test(arguments: [UInt64(11), 12, 13])
     func brokenStreamsAreRefusedAtTheEventThatDoesNotFit(seed: UInt64) async throws {
-        let (start, batches, _) = try await Self.session(seed: seed, commands: 200, joinFirst: 0)
+        let (start, batches, _) = try await Self.session(seed: seed, commands: 600, joinFirst: 0)
         var rng = SeededRandom(seed: seed)
-        let cut = Int.random(in: batches.count / 2..<batches.count, using: &rng)
+        let cut = Int.random(in: batches.count / 2..<batches.count - 1, using: &rng) // a batch follows the cut
 
         // A tab-scoped event whose tab is unknown.
         var ghost = batches
@@ -119,6 +119,19 @@ import Testing
         gap.remove(at: cut)
         #expect(Self.fold(start, gap).failureSeq == batches[cut + 1].firstSeq)
         try Self.write(name: "broken-gap-\(seed)", start: start, batches: gap, end: nil, refusedAt: batches[cut + 1].firstSeq)
+
+        // The selected tab removed, and the batch ends before anything else is selected.
+        let r = try #require(batches.firstIndex { b in
+            b.events.indices.dropLast().contains { i in
+                if case .tabRemoved = b.events[i].event, case .selected = b.events[i + 1].event { return true }
+                return false
+            }
+        })
+        let ri = batches[r].events.firstIndex { if case .tabRemoved = $0.event { true } else { false } }!
+        let dangling = Array(batches[..<r]) + [EventBatch(by: batches[r].by, ref: batches[r].ref, events: Array(batches[r].events[...ri]))]
+        #expect(Self.fold(start, dangling).failureSeq == batches[r].events[ri].seq)
+        try Self.write(name: "broken-selection-\(seed)", start: start, batches: dangling, end: nil,
+                       refusedAt: batches[r].events[ri].seq)
     }
 }
 

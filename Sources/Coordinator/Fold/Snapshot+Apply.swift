@@ -1,7 +1,12 @@
 extension Snapshot {
-    /// Applies one batch (its seqs must follow on from ``seq``).
+    /// Applies one batch (its seqs must follow on from ``seq``). Within a batch the
+    /// selection may name a removed tab (until the `selected` that follows); at its end it
+    /// must name a tab the snapshot has.
     public mutating func apply(_ batch: EventBatch) throws(ReplayError) {
         for e in batch.events { try apply(e) }
+        guard tabs.contains(where: { $0.id == selected }) else {
+            throw ReplayError(seq: seq, message: "after the batch, the selected tab '\(selected)' does not exist")
+        }
     }
 
     /// Applies one event: the state after it, exactly as the coordinator has it. Each
@@ -23,16 +28,17 @@ extension Snapshot {
             switch event {
             case let .tabAdded(tab, index): tabs.insert(tab, at: index)
             case let .tabRemoved(id): tabs.removeAll { $0.id == id }
-            case .tabMoved:
-                let byID = Dictionary(uniqueKeysWithValues: tabs.map { ($0.id, $0) })
-                tabs = bar.order.map { byID[$0]! }
+            case let .tabMoved(id, index):
+                tabs.insert(tabs.remove(at: tabs.firstIndex { $0.id == id }!), at: index) // the bar checked both
             default: break
             }
             selected = bar.selected
         case .clientJoined, .clientLeft:
+            // The list moves into the roster and back, so it is not copied per event.
             var roster = Roster(clients: clients, count: clientCount)
+            clients = []
+            defer { (clients, clientCount) = (roster.clients, roster.count) }
             try roster.apply(event)
-            (clients, clientCount) = (roster.clients, roster.count)
         default:
             guard let id = event.tabScope, let i = tabs.firstIndex(where: { $0.id == id }) else {
                 throw FoldError("\(event.kind) for unknown tab '\(event.tabScope ?? "-")'")

@@ -48,23 +48,21 @@ extension JSONParser {
     /// ``string(size:)`` checks them.
     mutating func skipString() throws(JSONParseError) {
         i += 1
-        let start = i
+        // Like the building parser, bad UTF-8 is reported once the whole string is read
+        // (after any bad escape or control character in it), at the byte after its end.
+        var validUTF8 = true
         while true {
             guard i < input.count else { throw fail("unterminated string") }
             let b = input[i]
-            if b == UInt8(ascii: "\"") { i += 1; return }
+            if b == UInt8(ascii: "\"") {
+                i += 1
+                guard validUTF8 else { throw fail("invalid UTF-8 in string") }
+                return
+            }
             if b < 0x20 { throw fail("control character in string") }
             if b == UInt8(ascii: "\\") { _ = try escape(); continue }
             if b < 0x80 { i += 1; continue }
-            guard let length = Self.utf8SequenceLength(input, at: i) else {
-                // The building parser reports bad UTF-8 once the string is read; report
-                // it at the same byte, the end of the string.
-                i = start
-                while i < input.count, input[i] != UInt8(ascii: "\"") { i += input[i] == UInt8(ascii: "\\") ? 2 : 1 }
-                i = min(i + 1, input.count)
-                throw fail("invalid UTF-8 in string")
-            }
-            i += length
+            if let length = Self.utf8SequenceLength(input, at: i) { i += length } else { validUTF8 = false; i += 1 }
         }
     }
 
