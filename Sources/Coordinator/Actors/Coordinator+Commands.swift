@@ -79,7 +79,7 @@ extension Coordinator {
             }
             guard !events.isEmpty else {
                 answers.add(.unchanged(after: seq), client: client, ref: ref, to: address)
-                publish([])
+                publishAnswers(to: address)
                 return
             }
             // Queued before the batch is recorded: in memory, recording publishes it at
@@ -90,14 +90,14 @@ extension Coordinator {
             return
         }
         answers.add(pending, client: client, ref: ref, to: address)
-        publish([])
+        publishAnswers(to: address)
     }
 
     /// Answers `address` with `frame` (a frame refused before it reached a command),
     /// after every answer queued for it before.
     public func answer(_ frame: ServerFrame, client: ClientID, to address: UInt64) {
         answers.add(.ready(frame), client: client, ref: nil, to: address)
-        publish([])
+        publishAnswers(to: address)
     }
 
     /// What a submitted command came to: its events are published (committed, with a

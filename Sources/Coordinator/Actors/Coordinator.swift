@@ -322,6 +322,14 @@ public actor Coordinator {
         for publisher in publishers { publisher(batches, released) }
     }
 
+    /// Hands the publishers what `address` can be answered now (no batch was published:
+    /// only that address's answers can have become ready).
+    func publishAnswers(to address: UInt64) {
+        let released = answers.release(address, published: publishedSeq)
+        guard !released.isEmpty else { return }
+        for publisher in publishers { publisher([], released) }
+    }
+
     /// What a publisher gets: committed batches in seq order (possibly none) and the
     /// answers that can be sent after them (possibly none).
     public typealias Publisher = @Sendable (_ batches: [EventBatch], _ answers: [Answer]) -> Void
