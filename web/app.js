@@ -247,6 +247,10 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     const effects = [];
     let refused = null;
     for (const e of fresh) {
+      // Described before it applies: a removed tab, a popped page or a client that
+      // left still has its name.
+      const said = describe(e);
+      const by = nameOf(f.by);
       try {
         applyEvent(model, e);
       } catch (err) {
@@ -254,11 +258,11 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
         refused = err;
         break;
       }
-      addLog(e, f.by);
+      addLog(e, by, said);
       effectsOf(e, f.by, live, effects);
     }
     if (refused) {
-      addLog({ seq: refused.seq, kind: "refused" }, f.by, refused.message);
+      addLog({ seq: refused.seq, kind: "refused" }, nameOf(f.by), { text: refused.message, ids: "" });
       // The snapshot answering this `sync` includes this frame (the daemon sent it first),
       // so holding it back costs nothing; a held frame refused again is not held twice.
       requestSync(replaying ? null : f);
@@ -276,7 +280,12 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     if (fresh) resetDOM();
     render();
     for (const t of model.tabs) setScrollInstant(t.id, t.scroll);
-    addLog({ seq: snap.seq, kind: why === "sync" ? "sync" : "snapshot" }, "tabd", `rebuilt: ${model.tabs.length} tabs, selected ${model.selected}`);
+    // A marker, not an event: it has no seq of its own (the snapshot's seq is its last event's).
+    const selected = tabById(model.selected);
+    addLog({ seq: null, kind: "rebuilt" }, null, {
+      text: `${why === "sync" ? "Caught up from a fresh snapshot" : "Started from a snapshot"}: ${model.tabs.length} tabs, ${selected ? selected.title : model.selected} selected`,
+      ids: `snapshot at seq ${snap.seq}`,
+    });
     renderLog();
   }
 
@@ -497,7 +506,9 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     const title = el("h1", "large-title");
     const greeting = actionButton("greeting", "", "greeting", t.id);
     const greetingText = el("span", "greeting-text");
-    const greetingHint = el("span", "greeting-hint", "Tap to set “Tapped”");
+    // Seed 002's greeting: a value kept on the tab. Tapping stores "Tapped" in it; every
+    // window shows it, and it survives push, pop and switching tabs.
+    const greetingHint = el("span", "greeting-hint", "Tap to store “Tapped” on this tab: every window sees it, and it stays when you come back");
     greeting.append(greetingText, greetingHint);
     const chips = lifecycleChips();
     const push = actionButton("primary push", "Show next page", "push", t.id);
@@ -725,27 +736,53 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     countdownTimer = null;
   }
 
-  function describe(e) {
-    switch (e.kind) {
-      case "selected": return `${e.from} → ${e.to}`;
-      case "appear": case "firstAppear": case "disappear": return `${e.tab} · ${e.page}`;
-      case "pushed": return `${e.tab} + ${e.page} “${e.route}”`;
-      case "popped": return `${e.tab} − ${(e.pages || []).join(", ")}`;
-      case "scrollToTop": return `${e.tab} · count ${e.count}`;
-      case "scrolled": return `${e.tab} · ${e.offset}`;
-      case "valueSet": return `${e.tab} · ${e.key} = ${JSON.stringify(e.value)}`;
-      case "tabAdded": return `${e.tab.id} at ${e.index}`;
-      case "tabUpdated": return `${e.tab.id} “${e.tab.title}”`;
-      case "tabMoved": return `${e.tab} → ${e.index}`;
-      case "tabRemoved": return e.tab;
-      case "clientJoined": return `${e.client.name} (${e.client.id})`;
-      case "clientLeft": return e.client;
-      default: return "";
-    }
+  // Names for people, ids for the curious: an event as a line of names (tab titles, page
+  // routes, client names) and, for the tooltip, the same with the ids the wire uses.
+  function tabName(id) {
+    const t = model && typeof id === "string" ? tabById(id) : null;
+    return t ? t.title : String(id);
   }
 
-  function addLog(e, by, text) {
-    logEntries.push({ seq: e.seq, kind: e.kind, text: text != null ? text : describe(e), by: by });
+  function pageName(tabId, pageId) {
+    const t = model && typeof tabId === "string" ? tabById(tabId) : null;
+    const p = t ? t.stack.find((x) => x.id === pageId) : null;
+    if (!p) return String(pageId);
+    return p.route === "root" ? `${t.title} (first page)` : `“${p.route}”`;
+  }
+
+  function nameOf(clientId) {
+    if (clientId == null) return null;
+    if (clientId === "tabd") return "tabd";
+    if (myIds.has(clientId)) return "you";
+    const c = model ? model.clients.find((x) => x.id === clientId) : null;
+    return c ? c.name : clientId;
+  }
+
+  function describe(e) {
+    const ids = JSON.stringify(Object.fromEntries(Object.entries(e).filter(([k]) => k !== "kind" && k !== "seq" && k !== "value")));
+    let text;
+    switch (e.kind) {
+      case "selected": text = `${tabName(e.from)} → ${tabName(e.to)}`; break;
+      case "appear": case "firstAppear": case "disappear": text = pageName(e.tab, e.page); break;
+      case "pushed": text = `${tabName(e.tab)} + “${e.route}”`; break;
+      case "popped": text = `${tabName(e.tab)} − ${(e.pages || []).map((p) => pageName(e.tab, p)).join(", ")}`; break;
+      case "scrollToTop": text = `${tabName(e.tab)} · counter ${e.count}`; break;
+      case "scrolled": text = `${tabName(e.tab)} · ${e.offset}`; break;
+      case "valueSet": text = `${tabName(e.tab)} · ${e.key} = ${JSON.stringify(e.value)}`; break;
+      case "tabAdded": text = `${e.tab && e.tab.title} at ${e.index}`; break;
+      case "tabUpdated": text = `${tabName(e.tab && e.tab.id)} → “${e.tab && e.tab.title}”`; break;
+      case "tabMoved": text = `${tabName(e.tab)} → position ${e.index}`; break;
+      case "tabRemoved": text = tabName(e.tab); break;
+      case "clientJoined": text = e.client ? e.client.name : ""; break;
+      case "clientLeft": text = nameOf(e.client) || ""; break;
+      default: text = "";
+    }
+    return { text, ids: e.kind === "tabAdded" || e.kind === "tabUpdated" ? `tab ${e.tab && e.tab.id}` : ids };
+  }
+
+  // `said`: { text, ids } (a line of names, and the ids behind it for the tooltip).
+  function addLog(e, by, said) {
+    logEntries.push({ seq: e.seq, kind: e.kind, text: said.text, ids: said.ids, by: by });
     if (logEntries.length > LOG_LIMIT) logEntries.splice(0, logEntries.length - LOG_LIMIT);
   }
 
@@ -753,11 +790,13 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     const frag = document.createDocumentFragment();
     for (let i = logEntries.length - 1; i >= 0; i--) {
       const x = logEntries[i];
-      const li = el("li", "log-entry kind-" + x.kind);
-      li.dataset.seq = String(x.seq);
+      const marker = x.seq == null;
+      const li = el("li", "log-entry kind-" + x.kind + (marker ? " log-marker" : ""));
+      if (!marker) li.dataset.seq = String(x.seq);
       li.dataset.kind = x.kind;
-      li.append(el("span", "log-n", "#" + x.seq), el("span", "log-kind", x.kind), el("span", "log-text", x.text));
-      if (x.by) li.append(el("span", "log-by", myIds.has(x.by) ? "you" : x.by));
+      if (x.ids) li.title = x.ids;
+      li.append(el("span", "log-n", marker ? "" : "#" + x.seq), el("span", "log-kind", x.kind), el("span", "log-text", x.text));
+      if (x.by) li.append(el("span", "log-by", x.by));
       frag.append(li);
     }
     logListEl.replaceChildren(frag);

@@ -54,9 +54,15 @@ def test_screenshots_at_phone_and_desktop_width(make_daemon, tabs_file, browsers
     desktop.wait_greeting("favorites", "Tapped")
     desktop.driver.find_element("css selector", "#log summary").click()
     desktop.wait(lambda: desktop.js("return document.getElementById('log').open"), message="log open")
-    entries = desktop.js("return Array.from(document.querySelectorAll('#log-list li')).map(li => [li.dataset.seq, li.dataset.kind])")
-    assert entries[0][1] == "valueSet" and 1 < len(entries) <= 50
-    assert [int(s) for s, _ in entries] == sorted((int(s) for s, _ in entries), reverse=True)
+    rows = desktop.js("return Array.from(document.querySelectorAll('#log-list li')).map(li => [li.dataset.seq || null, li.dataset.kind, li.querySelector('.log-n').textContent, li.querySelector('.log-text').textContent, li.title])")
+    assert rows[0][1] == "valueSet" and 1 < len(rows) <= 50
+    events = [r for r in rows if r[1] != "rebuilt"]
+    assert [int(r[0]) for r in events] == sorted((int(r[0]) for r in events), reverse=True)
+    # The start from a snapshot is a marker without a seq, not an event.
+    markers = [r for r in rows if r[1] == "rebuilt"]
+    assert markers and all(r[0] is None and r[2] == "" for r in markers)
+    # Names on the line, ids on hover: the greeting set by this window, on Favorites.
+    assert rows[0][3] == 'Favorites · greeting = "Tapped"' and '"tab":"favorites"' in rows[0][4]
     desktop_path = desktop.screenshot("desktop.png")
     assert png_size(desktop_path) == (1280, 800)
     phone.wait(lambda: phone.greeting("favorites") == "Tapped", message="phone in sync")

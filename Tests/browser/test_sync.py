@@ -139,8 +139,8 @@ def test_a_gap_in_the_stream_rebuilds_from_a_snapshot(daemon, browsers, remote):
     b.wait_selected("favorites")
     assert b.js("return window.__tabd.rebuilds") == rebuilds + 1
     assert b.top_page("home")["route"] == "lost"
-    kinds = b.js("return Array.from(document.querySelectorAll('#log-list li')).map(li => li.dataset.kind)")
-    assert "sync" in kinds
+    rows = b.js("return Array.from(document.querySelectorAll('#log-list li')).map(li => [li.dataset.kind, li.querySelector('.log-text').textContent])")
+    assert ["rebuilt", "Caught up from a fresh snapshot: 3 tabs, Favorites selected"] in rows
     b.wait_in_sync_with(r)
 
 
