@@ -18,11 +18,6 @@ actor Dispatcher {
     private var clients: [ConnectionID: ClientID] = [:]
     /// Clients whose departure could not be stored yet; retried with the next presence.
     private var unrecordedLeaves: [ClientID] = []
-
-    /// The dispatcher runs on the coordinator's executor: handing a command over is a call,
-    /// not a switch to another executor.
-    nonisolated var unownedExecutor: UnownedSerialExecutor { coordinator.unownedExecutor }
-
     init(coordinator: Coordinator, server: WebSocketServer, gateway: Gateway) {
         self.coordinator = coordinator
         self.server = server
@@ -46,18 +41,36 @@ actor Dispatcher {
     }
 
     /// Runs until the input stream finishes.
-    func run(_ inputs: AsyncStream<[Gateway.Input]>) async {
-        for await pass in inputs {
-            for input in pass {
+    ///
+    /// Everything that arrived while the last inputs were handled is taken at once, and
+    /// all its joins and leaves become one presence batch, after its commands: a leave
+    /// may come later than it happened, never before the leaving client's commands, and
+    /// a joining connection sends nothing before its welcome. So clients that arrive
+    /// together, over many passes of the network thread, share one `clientJoined` batch.
+    func run(_ inbox: Inbox<Gateway.Input>) async {
+        while let inputs = await inbox.takeAll() {
+            var joins: [Gateway.Join] = []
+            var leaves: [Gateway.Leave] = []
+            for input in inputs {
                 switch input {
-                case let .presence(joins, leaves):
-                    await presence(joins: joins, leaves: leaves)
+                case let .presence(j, l):
+                    joins += j
+                    for leave in l {
+                        // Joined and left before the join was applied: it never joins.
+                        if let i = joins.firstIndex(where: { $0.connection == leave.connection }) {
+                            joins.remove(at: i)
+                            log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)")
+                        } else {
+                            leaves.append(leave)
+                        }
+                    }
                 case let .command(id, client, envelope):
                     await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: id.rawValue)
                 case let .refused(id, client, frame):
                     await coordinator.answer(frame, client: client, to: id.rawValue)
                 }
             }
+            if !joins.isEmpty || !leaves.isEmpty { await presence(joins: joins, leaves: leaves) }
         }
     }
 

@@ -67,13 +67,13 @@ final class Gateway: WebSocketServerHandler {
     let options: Options
     let metrics: Metrics
     let log: Log
-    let inbox: AsyncStream<[Input]>.Continuation
+    let inbox: Inbox<Input>
     /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
     private let state = Locked(State())
 
-    init(options: Options, metrics: Metrics, log: Log, inbox: AsyncStream<[Input]>.Continuation) {
+    init(options: Options, metrics: Metrics, log: Log, inbox: Inbox<Input>) {
         self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox
     }
 
@@ -218,7 +218,7 @@ final class Gateway: WebSocketServerHandler {
             s.leaves = []
             return all
         }
-        if !inputs.isEmpty { inbox.yield(inputs) }
+        inbox.put(inputs)
     }
 
     // MARK: HTTP

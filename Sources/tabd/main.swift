@@ -50,7 +50,7 @@ if let path = options.resolvedStatePath(webRoot: webRoot) {
 
 let metrics = Metrics()
 metrics.started(seq: await coordinator.currentSeq, scrollToTop: coordinator.counter.value)
-let (inputs, inbox) = AsyncStream.makeStream(of: [Gateway.Input].self)
+let inbox = Inbox<Gateway.Input>()
 let gateway = Gateway(options: options, metrics: metrics, log: log, inbox: inbox)
 
 let server: WebSocketServer
@@ -74,7 +74,7 @@ do {
 await Dispatcher.attach(to: coordinator, server: server, metrics: metrics, log: log)
 
 let dispatcher = Dispatcher(coordinator: coordinator, server: server, gateway: gateway)
-let dispatching = Task { await dispatcher.run(inputs) }
+let dispatching = Task { await dispatcher.run(inbox) }
 
 server.start()
 // The first line on stdout, written unbuffered: scripts wait for it.
