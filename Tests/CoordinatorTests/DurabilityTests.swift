@@ -1,6 +1,5 @@
 import Dispatch
 import Locking
-import Synchronization
 import Testing
 @testable import Coordinator
 
@@ -20,10 +19,11 @@ final class ScriptedStore: Durability {
         var holdingCommits = false
         var heldCommits: [@Sendable () -> Void] = []
     }
-    private let state: Mutex<State>
+    // `Locked` (a pthread mutex), not `Mutex`: the TSan run must see this synchronisation.
+    private let state: Locked<State>
     private let queue = DispatchQueue(label: "scripted-store")
 
-    init(_ initial: StoredState) { state = Mutex(State(committed: initial)) }
+    init(_ initial: StoredState) { state = Locked(State(committed: initial)) }
 
     /// While true, every commit fails (a full disk).
     func setFailing(_ failing: Bool) { state.withLock { $0.failing = failing } }
