@@ -1,6 +1,7 @@
 # tabd: the two commands are `make run` and `make test`; each installs what is missing.
 SWIFT      ?= swift
-PYTHON     ?= python3
+# The project's own virtual environment (scripts/install-python-env makes it).
+PYTHON     ?= $(CURDIR)/.venv/bin/python
 HOST       ?= 127.0.0.1
 PORT       ?= 8080
 # Warnings are errors here, as in CI.
