@@ -39,21 +39,12 @@ extension Coordinator {
     /// ``outcome(of:)`` for the answer; receipts complete in the order they were issued.
     public func submit(_ command: Command, by client: ClientID = Coordinator.daemonID, ref: String? = nil) async -> Receipt {
         await enter(); defer { leave() }
-        switch command {
-        case .sync:
-            if let error = await settle() { return Receipt(state: .failed(error)) }
-            return Receipt(state: .done(.snapshot(await buildSnapshot())))
-        case .ping:
-            return Receipt(state: .done(.pong))
-        default: break
-        }
-        let events: [Event]
-        do { events = try await decide(command) } catch { return Receipt(state: .failed(error)) }
-        await apply(events)
-        switch record(events, by: client, ref: ref) {
-        case nil: return Receipt(state: .unchanged(after: lastUnpublished))
-        case let (batch, nil)?: return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
-        case let (batch, wait?)?: return Receipt(state: .pending(batch, wait))
+        switch await perform(command, by: client, ref: ref) {
+        case let .answered(outcome): return Receipt(state: .done(outcome))
+        case let .refused(error): return Receipt(state: .failed(error))
+        case .unchanged: return Receipt(state: .unchanged(after: lastUnpublished))
+        case let .recorded(batch, nil): return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
+        case let .recorded(batch, wait?): return Receipt(state: .pending(batch, wait))
         }
     }
 
@@ -63,34 +54,56 @@ extension Coordinator {
     /// reports. The daemon's short road: nobody waits for the commit.
     public func enqueue(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64) async {
         await enter(); defer { leave() }
+        // The ack is queued before the batch is recorded: in memory, recording publishes
+        // the batch at once, and the ack goes with it.
+        let step = await perform(command, by: client, ref: ref) { lastSeq in
+            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address)
+        }
         let pending: AnswerQueues.Pending
-        switch command {
-        case .sync:
-            if let error = await settle() { pending = .ready(.error(ref: ref, error)) } else {
-                pending = .ready(.snapshot(ref: ref, await buildSnapshot()))
-            }
-        case .ping:
-            pending = .ready(.pong(ref: ref))
-        default:
-            let events: [Event]
-            do { events = try await decide(command) } catch {
-                answer(.error(ref: ref, error), client: client, to: address)
-                return
-            }
-            guard !events.isEmpty else {
-                answers.add(.unchanged(after: seq), client: client, ref: ref, to: address)
-                publishAnswers(to: address)
-                return
-            }
-            // Queued before the batch is recorded: in memory, recording publishes it at
-            // once, and the ack goes with it.
-            answers.add(.applied(seq: seq + events.count), client: client, ref: ref, to: address)
-            await apply(events)
-            _ = record(events, by: client, ref: ref)
-            return
+        switch step {
+        case .answered(.pong): pending = .ready(.pong(ref: ref))
+        case let .answered(.snapshot(snapshot)): pending = .ready(.snapshot(ref: ref, snapshot))
+        case let .answered(.applied(seq, _)): pending = .ready(.ack(ref: ref, seq: seq))
+        case let .refused(error): pending = .ready(.error(ref: ref, error))
+        case .unchanged: pending = .unchanged(after: seq)
+        case .recorded: return // its ack is queued and goes with the batch
         }
         answers.add(pending, client: client, ref: ref, to: address)
         publishAnswers(to: address)
+    }
+
+    /// What ``perform(_:by:ref:recording:)`` came to.
+    private enum Step {
+        /// `sync` and `ping`: answered at once.
+        case answered(CommandOutcome)
+        case refused(CommandError)
+        /// Applied, and changed nothing.
+        case unchanged
+        /// Applied and recorded; with a store, `wait` tells when it is committed.
+        case recorded(EventBatch, wait: CommitWait?)
+    }
+
+    /// What both roads share, inside the gate: `sync` and `ping` answered, any other
+    /// command decided, applied and recorded. `recording` runs with the batch's last seq
+    /// just before the batch is applied and recorded.
+    private func perform(_ command: Command, by client: ClientID, ref: String?,
+                         recording: (Int) -> Void = { _ in }) async -> Step {
+        switch command {
+        case .sync:
+            if let error = await settle() { return .refused(error) }
+            return .answered(.snapshot(await buildSnapshot()))
+        case .ping:
+            return .answered(.pong)
+        default:
+            break
+        }
+        let events: [Event]
+        do { events = try await decide(command) } catch { return .refused(error) }
+        guard !events.isEmpty else { return .unchanged }
+        recording(seq + events.count)
+        await apply(events)
+        let (batch, wait) = record(events, by: client, ref: ref)!
+        return .recorded(batch, wait: wait)
     }
 
     /// Answers `address` with `frame` (a frame refused before it reached a command),
