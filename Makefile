@@ -55,7 +55,7 @@ bench:
 
 ## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
 ## The fairness test (test_fairness.py) holds the release build to its latency bound.
-test-e2e:
+test-e2e: test-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
