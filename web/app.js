@@ -10,12 +10,20 @@
 // What an event does on screen beyond the state (scroll animations, the log) is here.
 // The DOM keeps one panel per tab and one element per page id, all of them in the page
 // (hidden ones with visibility:hidden), so scroll offsets and typed text survive.
+//
+// Rooms: the page at /?room=ID is in room ID (no parameter: "main") and connects to
+// /ws?room=ID, every reconnect and resume included; its model, epoch and resume position
+// belong to that room (they live in memory only). A room id that is not one
+// ([A-Za-z0-9_-]{1,64}) is said in the status area, and the page does not connect.
 import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js";
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
   const TOKEN = PARAMS.get("token");
   const NAME = (PARAMS.get("name") || "browser").slice(0, 64);
+  const DEFAULT_ROOM = "main";
+  const ROOM = PARAMS.has("room") ? PARAMS.get("room") : DEFAULT_ROOM;
+  const ROOM_OK = /^[A-Za-z0-9_-]{1,64}$/.test(ROOM);
   const LOG_LIMIT = 50;
   const SCROLL_INTERVAL_MS = 250; // at most 4 scroll reports per second and tab
   const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
@@ -34,16 +42,26 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   const logListEl = $("log-list");
   const logSeqEl = $("log-seq");
   const toastEl = $("toast");
+  const statusLinkEl = $("status-link");
+  const roomEl = $("room");
+  const roomIdEl = $("room-id");
+  const shareEl = $("share");
+  const sharePanelEl = $("share-panel");
+  const shareFieldEl = $("share-field");
+  const shareHintEl = $("share-hint");
+  const shareCloseEl = $("share-close");
 
   // ---------------------------------------------------------------- state
 
   let model = null; // snapshot + applied events; null until the first welcome
   let epoch = null;
   let clientId = null;
+  let role = null; // the welcome's role in the room ("control")
+  let fatal = null; // why the page does not connect (a bad room id): it stays so
   const myIds = new Set(); // every client id this page had (one per connection)
 
   let ws = null;
-  let connState = "connecting"; // connecting | catching-up | live | reconnecting
+  let connState = "connecting"; // connecting | catching-up | live | reconnecting | error
   let attempt = 0;
   let retryTimer = null;
   let retryAt = 0;
@@ -71,6 +89,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
     const q = new URLSearchParams();
     q.set("name", NAME);
+    q.set("room", ROOM);
     if (model && epoch) {
       q.set("resume", String(model.seq));
       q.set("epoch", epoch);
@@ -81,6 +100,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   }
 
   function connect() {
+    if (fatal) return;
     clearTimeout(retryTimer);
     retryTimer = null;
     stopCountdown();
@@ -96,9 +116,14 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     sock.addEventListener("message", (ev) => {
       if (sock === ws) onFrame(ev.data);
     });
-    sock.addEventListener("close", () => {
+    sock.addEventListener("close", (ev) => {
       if (sock !== ws) return;
       ws = null;
+      if (ev.code === 4404) {
+        // The room was deleted: reconnecting would make a new, empty room of the same id.
+        stop(`Room '${shown(ROOM)}' was deleted.`, { href: location.href, text: "Open it again" });
+        return;
+      }
       connectionLost();
     });
   }
@@ -112,7 +137,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   }
 
   function scheduleReconnect() {
-    if (retryTimer) return;
+    if (retryTimer || fatal) return;
     const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
     const delay = Math.max(Math.round(base * (0.8 + Math.random() * 0.4)), holdUntil - Date.now());
     attempt += 1;
@@ -122,7 +147,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   }
 
   function retryNow() {
-    if (ws) return;
+    if (ws || fatal) return;
     holdUntil = 0;
     clearTimeout(retryTimer);
     retryTimer = null;
@@ -191,6 +216,13 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   }
 
   function onWelcome(f) {
+    // An older tabd names no room: it is the one asked for.
+    const room = typeof f.room === "string" ? f.room : ROOM;
+    if (room !== ROOM) {
+      stop(`tabd answered for room '${shown(room)}', not '${ROOM}'`, { href: location.href, text: "Reload" });
+      return;
+    }
+    role = typeof f.role === "string" ? f.role : null;
     connections += 1;
     attempt = 0;
     clientId = f.client;
@@ -349,7 +381,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     renderPanels();
     renderPresence();
     const sel = tabById(model.selected);
-    document.title = sel ? `${sel.title} · tabd` : "tabd";
+    document.title = sel ? `${sel.title} · ${titleSuffix()}` : titleSuffix();
     logSeqEl.textContent = "#" + model.seq;
   }
 
@@ -809,6 +841,104 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     toastTimer = setTimeout(() => { toastEl.hidden = true; }, 4000);
   }
 
+  // ---------------------------------------------------------------- the room
+
+  // A room id as said in a message: a long one cut (it can be anything the URL held).
+  function shown(id) {
+    return id.length > 80 ? id.slice(0, 79) + "…" : id;
+  }
+
+  function titleSuffix() {
+    return ROOM === DEFAULT_ROOM ? "tabd" : `${ROOM} · tabd`;
+  }
+
+  // The page gives up for good (a reload starts over) and says why in the status area,
+  // with a way out when there is one.
+  function stop(message, link) {
+    fatal = message;
+    const sock = ws;
+    ws = null;
+    if (sock) {
+      try { sock.close(1000, "wrong room"); } catch (e) { /* already closing */ }
+    }
+    stopHeartbeat();
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    stopCountdown();
+    setConn("error", message);
+    statusEl.title = message;
+    if (link) {
+      statusLinkEl.href = link.href;
+      statusLinkEl.textContent = link.text;
+      statusLinkEl.hidden = false;
+    }
+    const ph = $("placeholder");
+    if (ph) ph.textContent = "Not connected.";
+    document.title = "Not connected · tabd";
+  }
+
+  function showRoom() {
+    roomIdEl.textContent = ROOM;
+    roomEl.title = `Room ${ROOM}`;
+    shareEl.setAttribute("aria-label", `Copy link to room ${ROOM}`);
+    shareEl.title = `Copy a link to room ${ROOM}`;
+    roomEl.hidden = false;
+    document.title = titleSuffix();
+  }
+
+  // What to share: this room on this server, never the token (nor the name).
+  function roomLink() {
+    return location.origin + "/?room=" + encodeURIComponent(ROOM);
+  }
+
+  // Copies the room's link. Where the clipboard is out of reach (a page served over plain
+  // http from another host than localhost, a refused permission), shows it selected in a
+  // field to copy by hand.
+  async function shareRoom() {
+    const link = roomLink();
+    if (navigator.clipboard && typeof navigator.clipboard.writeText === "function") {
+      try {
+        await navigator.clipboard.writeText(link);
+        closeSharePanel(false);
+        showToast("Link copied");
+        return;
+      } catch (e) {
+        // refused: the field below
+      }
+    }
+    openSharePanel(link);
+  }
+
+  function openSharePanel(link) {
+    shareFieldEl.value = link;
+    sharePanelEl.hidden = false;
+    shareFieldEl.focus();
+    shareFieldEl.select();
+    // The old way still copies where the clipboard API is missing (plain http).
+    let copied = false;
+    try { copied = document.execCommand("copy"); } catch (e) { copied = false; }
+    shareHintEl.textContent = copied ? "Link copied" : "Press Ctrl+C (⌘C on a Mac) to copy it";
+    if (copied) showToast("Link copied");
+  }
+
+  function closeSharePanel(refocus) {
+    if (sharePanelEl.hidden) return;
+    sharePanelEl.hidden = true;
+    if (refocus) shareEl.focus();
+  }
+
+  shareEl.addEventListener("click", shareRoom);
+  shareCloseEl.addEventListener("click", () => closeSharePanel(true));
+  shareFieldEl.addEventListener("focus", () => shareFieldEl.select());
+  sharePanelEl.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Escape") return;
+    ev.preventDefault();
+    closeSharePanel(true);
+  });
+  document.addEventListener("click", (ev) => {
+    if (!sharePanelEl.contains(ev.target) && !shareEl.contains(ev.target)) closeSharePanel(false);
+  });
+
   // ---------------------------------------------------------------- input
 
   tabbarEl.addEventListener("click", (ev) => {
@@ -850,6 +980,9 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
 
   // Hooks for tests and for poking around in the console.
   window.__tabd = {
+    room: ROOM,
+    get role() { return role; },
+    roomLink,
     get model() { return model; },
     get epoch() { return epoch; },
     get clientId() { return clientId; },
@@ -871,5 +1004,13 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     greetingOf,
   };
 
-  connect();
+  if (ROOM_OK) {
+    showRoom();
+    connect();
+  } else {
+    const away = new URL(location.href);
+    away.searchParams.delete("room");
+    stop(`'${shown(ROOM)}' is not a room id: use 1–64 letters, digits, '-' or '_'`,
+      { href: away.pathname + away.search + away.hash, text: "Open the main room" });
+  }
 })();

@@ -6,21 +6,29 @@ import Synchronization
 /// Why the state file cannot be used. The message names the file.
 public struct StoreError: Error, Sendable, CustomStringConvertible {
     public let message: String
+    /// ``StateStore/createRoom(_:tabs:)`` found the id taken.
+    public var roomExists = false
     public var description: String { message }
 }
 
-/// tabd's durable state: an SQLite file (WAL mode) holding the event log and snapshots.
+/// tabd's durable state: one SQLite file (WAL mode) holding every room's event log and
+/// snapshots.
 ///
-/// - An `ack` means durable: the coordinator publishes a batch only once ``append``
-///   has committed it. Batches that arrive while a transaction commits go into the next
-///   one (group commit), written by one writer thread.
+/// - An `ack` means durable: a room's coordinator publishes a batch only once its
+///   ``RoomStore/append(_:generation:done:)`` has committed it. Batches of every room that
+///   arrive while a transaction commits go into the next one (group commit across rooms),
+///   written by one writer thread.
 /// - `synchronous=NORMAL`: a commit survives a crash of tabd (`kill -9`) but may be lost
 ///   on power loss; `FULL` would fsync every transaction and cap throughput far lower.
-/// - Bounded: a snapshot every ``Options/snapshotEvery`` events; batches older than both
-///   the resume window and the latest snapshot are deleted, and older snapshots too.
+/// - Bounded: per room, a snapshot every ``Options/snapshotEvery`` events; batches older
+///   than both the resume window and the latest snapshot are deleted, and older snapshots too.
+/// - Only loaded rooms are held in memory (``openRoom(_:)`` … ``RoomStore/unload()``); a
+///   stored room costs nothing here until it is opened.
 /// - A file is checked read-only before it is written to: another application's file, a
-///   newer schema or a corrupt file is refused and left exactly as it was.
-public final class StateStore: Durability {
+///   newer schema or a corrupt file is refused and left exactly as it was. A file of the
+///   single-room version (schema 1) is upgraded in one transaction: its history becomes
+///   room `main`.
+public final class StateStore: Sendable {
     public struct Options: Sendable {
         public var path: String
         public var resumeWindow: Int
@@ -32,25 +40,24 @@ public final class StateStore: Durability {
 
     /// 'tabd' as PRAGMA application_id, and the schema this build writes.
     static let applicationID = 0x7461_6264
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
+    /// The room a schema-1 file's history becomes.
+    public static let upgradedRoom = "main"
 
     public let options: Options
-    /// What the file held when it was opened (or the new history it now holds).
-    public let loaded: StoredState
-    private let writer: Writer
+    let writer: Writer
 
-    /// Opens (or creates) the state file. A new or empty file starts a new history with
-    /// `tabs`; an existing one continues where it stopped.
-    public init(options: Options, tabs: [TabInfo]) throws(StoreError) {
+    /// Opens (or creates) the state file, upgrading a single-room file. No room is loaded.
+    public init(options: Options) throws(StoreError) {
         self.options = options
         let path = options.path
         let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? nil
         do {
+            let db: SQLiteConnection
             if let size, size > 0 {
-                try Self.check(path)
-                let db = try Self.openForWriting(path)
-                loaded = try Self.load(db, options: options)
-                writer = Writer(db: db, options: options, model: loaded)
+                let version = try Self.check(path)
+                db = try Self.openForWriting(path)
+                if version < Self.schemaVersion { try Self.upgrade(db, from: version, path: path) }
             } else {
                 let directory = (path as NSString).deletingLastPathComponent
                 if !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) {
@@ -58,10 +65,10 @@ public final class StateStore: Durability {
                         throw StoreError(message: "cannot create the directory of state file '\(path)': \(error.localizedDescription)")
                     }
                 }
-                let db = try Self.openForWriting(path)
-                loaded = try Self.create(db, path: path, tabs: tabs)
-                writer = Writer(db: db, options: options, model: loaded)
+                db = try Self.openForWriting(path)
+                try Self.create(db, path: path)
             }
+            writer = Writer(db: db, options: options)
         } catch let error as SQLiteError {
             throw StoreError(message: error.message)
         } catch let error as StoreError {
@@ -71,10 +78,85 @@ public final class StateStore: Durability {
         }
     }
 
-    // MARK: Opening
+    // MARK: Rooms
 
-    /// Read-only checks: whose file, which schema, intact.
-    private static func check(_ path: String) throws {
+    /// Every stored room's id.
+    public func roomIDs() async throws(StoreError) -> [String] {
+        try await writer.perform { db in try db.query("SELECT id FROM rooms ORDER BY id").compactMap { $0.first?.text } }
+    }
+
+    /// Stored rooms in id order after `after`, at most `limit`, with the seq they were last committed at.
+    public func listRooms(after: String?, limit: Int) async throws(StoreError) -> [(id: String, seq: Int)] {
+        try await writer.perform { db in
+            try db.query("SELECT id, seq FROM rooms WHERE id > ? ORDER BY id LIMIT ?", [.text(after ?? ""), .int(limit)])
+                .compactMap { row in row[0].text.flatMap { id in row[1].int.map { (id, $0) } } }
+        }
+    }
+
+    /// Loads a stored room for its coordinator; nil when no such room is stored. Opening a
+    /// room that is open already is a programmer error (one coordinator per room).
+    public func openRoom(_ id: String) async throws(StoreError) -> RoomStore? {
+        let options = options
+        let state: StoredState? = try await writer.perform { db in
+            guard let state = try Self.load(db, room: id, options: options) else { return nil }
+            try self.writer.register(id, committed: state)
+            return state
+        }
+        return state.map { RoomStore(room: id, loaded: $0, writer: writer) }
+    }
+
+    /// Stores a new room with `tabs` and a new epoch, and opens it. Throws an error whose
+    /// `roomExists` is true when the id is taken.
+    public func createRoom(_ id: String, tabs: [TabInfo]) async throws(StoreError) -> RoomStore {
+        let origin: Snapshot
+        do { origin = try Coordinator.origin(tabs: tabs) } catch { throw StoreError(message: "tabs: \(error.message)") }
+        let state = StoredState(epoch: Coordinator.newEpoch(), snapshot: origin, nextPage: origin.tabs.count + 1, nextClient: 1, history: [])
+        let path = options.path
+        try await writer.perform { db in
+            guard try db.query("SELECT 1 FROM rooms WHERE id = ?", [.text(id)]).isEmpty else {
+                throw StoreError(message: "room '\(id)' exists", roomExists: true)
+            }
+            do {
+                try db.execute("BEGIN IMMEDIATE")
+                try db.query("INSERT INTO rooms(id, epoch, seq) VALUES (?, ?, 0)", [.text(id), .text(state.epoch)])
+                try Self.insertSnapshot(db, room: id, state)
+                try db.execute("COMMIT")
+            } catch {
+                if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                throw StoreError(message: "cannot write state file '\(path)': \(error)")
+            }
+            try self.writer.register(id, committed: state)
+        }
+        return RoomStore(room: id, loaded: state, writer: writer)
+    }
+
+    /// Removes a room's whole state (it must not be open); false when it was not stored.
+    public func deleteRoom(_ id: String) async throws(StoreError) -> Bool {
+        let path = options.path
+        return try await writer.perform { db in
+            do {
+                try db.execute("BEGIN IMMEDIATE")
+                let existed = !(try db.query("SELECT 1 FROM rooms WHERE id = ?", [.text(id)]).isEmpty)
+                try db.query("DELETE FROM rooms WHERE id = ?", [.text(id)])
+                try db.query("DELETE FROM batches WHERE room = ?", [.text(id)])
+                try db.query("DELETE FROM snapshots WHERE room = ?", [.text(id)])
+                try db.execute("COMMIT")
+                return existed
+            } catch {
+                if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                throw StoreError(message: "cannot write state file '\(path)': \(error)")
+            }
+        }
+    }
+
+    /// Waits for queued batches, then writes a final snapshot of every open room and
+    /// checkpoints the WAL.
+    public func close() { writer.close() }
+
+    // MARK: Opening the file
+
+    /// Read-only checks: whose file, which schema, intact. Returns the schema version.
+    private static func check(_ path: String) throws -> Int {
         let db: SQLiteConnection
         do { db = try SQLiteConnection(path: path, readOnly: true) } catch {
             throw StoreError(message: "cannot read state file '\(path)': \(error.message)")
@@ -90,10 +172,12 @@ public final class StateStore: Durability {
         guard version <= schemaVersion else {
             throw StoreError(message: "state file '\(path)' was written by a newer tabd (schema \(version), this tabd knows \(schemaVersion)); refusing to touch it")
         }
+        guard version >= 1 else { throw StoreError(message: "state file '\(path)' has no schema version; it was left as it is") }
         let result = try db.query("PRAGMA quick_check").first?.first?.text ?? "no answer"
         guard result == "ok" else {
             throw StoreError(message: "state file '\(path)' is corrupt (quick_check: \(result)); it was left as it is")
         }
+        return version
     }
 
     private static func openForWriting(_ path: String) throws -> SQLiteConnection {
@@ -108,40 +192,82 @@ public final class StateStore: Durability {
         return db
     }
 
-    private static func create(_ db: SQLiteConnection, path: String, tabs: [TabInfo]) throws -> StoredState {
-        let origin: Snapshot
-        do { origin = try Coordinator.origin(tabs: tabs) } catch { throw StoreError(message: "tabs: \(error.message)") }
-        let state = StoredState(epoch: Coordinator.newEpoch(), snapshot: origin, nextPage: origin.tabs.count + 1, nextClient: 1, history: [])
+    static let tables = """
+        CREATE TABLE rooms(id TEXT PRIMARY KEY, epoch TEXT NOT NULL, seq INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TABLE batches(room TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, frame BLOB NOT NULL,
+                             PRIMARY KEY(room, first_seq)) WITHOUT ROWID;
+        CREATE TABLE snapshots(room TEXT NOT NULL, seq INTEGER NOT NULL, next_page INTEGER NOT NULL, next_client INTEGER NOT NULL,
+                               state BLOB NOT NULL, PRIMARY KEY(room, seq)) WITHOUT ROWID;
+        """
+
+    private static func create(_ db: SQLiteConnection, path: String) throws {
         do {
             try db.execute("BEGIN IMMEDIATE")
             try db.execute("""
-                CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                CREATE TABLE batches(first_seq INTEGER PRIMARY KEY, last_seq INTEGER NOT NULL, frame BLOB NOT NULL);
-                CREATE TABLE snapshots(seq INTEGER PRIMARY KEY, next_page INTEGER NOT NULL, next_client INTEGER NOT NULL, state BLOB NOT NULL);
+                \(tables)
                 PRAGMA application_id = \(applicationID);
                 PRAGMA user_version = \(schemaVersion);
                 """)
-            try db.query("INSERT INTO meta(key, value) VALUES ('epoch', ?)", [.text(state.epoch)])
-            try insertSnapshot(db, state)
             try db.execute("COMMIT")
         } catch {
+            if !db.isAutocommit { try? db.execute("ROLLBACK") }
             throw StoreError(message: "cannot write state file '\(path)': \(error.message)")
         }
-        return state
     }
 
-    static func insertSnapshot(_ db: SQLiteConnection, _ state: StoredState) throws(SQLiteError) {
-        try db.query("INSERT OR REPLACE INTO snapshots(seq, next_page, next_client, state) VALUES (?, ?, ?, ?)",
-                     [.int(state.snapshot.seq), .int(state.nextPage), .int(state.nextClient),
+    /// Schema 1 (one history: `meta`, `batches`, `snapshots`) → schema 2: the history
+    /// becomes room ``upgradedRoom`` with its epoch, seqs, pages and batches as they were.
+    private static func upgrade(_ db: SQLiteConnection, from version: Int, path: String) throws {
+        precondition(version == 1)
+        do {
+            try db.execute("BEGIN IMMEDIATE")
+            try db.execute("""
+                ALTER TABLE batches RENAME TO batches_v1;
+                ALTER TABLE snapshots RENAME TO snapshots_v1;
+                \(tables)
+                INSERT INTO rooms(id, epoch, seq)
+                    SELECT '\(upgradedRoom)', value, max(
+                        (SELECT coalesce(max(last_seq), 0) FROM batches_v1), (SELECT coalesce(max(seq), 0) FROM snapshots_v1))
+                    FROM meta WHERE key = 'epoch';
+                INSERT INTO batches(room, first_seq, last_seq, frame)
+                    SELECT '\(upgradedRoom)', first_seq, last_seq, frame FROM batches_v1;
+                INSERT INTO snapshots(room, seq, next_page, next_client, state)
+                    SELECT '\(upgradedRoom)', seq, next_page, next_client, state FROM snapshots_v1;
+                DROP TABLE batches_v1;
+                DROP TABLE snapshots_v1;
+                DROP TABLE meta;
+                PRAGMA user_version = \(schemaVersion);
+                """)
+            guard try db.integer("SELECT count(*) FROM rooms") == 1 else {
+                throw StoreError(message: "state file '\(path)' (schema 1) has no epoch; it was left as it is")
+            }
+            try db.execute("COMMIT")
+        } catch let error as StoreError {
+            if !db.isAutocommit { try? db.execute("ROLLBACK") }
+            throw error
+        } catch let error as SQLiteError {
+            if !db.isAutocommit { try? db.execute("ROLLBACK") }
+            throw StoreError(message: "cannot upgrade state file '\(path)' from schema 1: \(error.message); it was left as it is")
+        }
+    }
+
+    static func insertSnapshot(_ db: SQLiteConnection, room: String, _ state: StoredState) throws(SQLiteError) {
+        try db.query("INSERT OR REPLACE INTO snapshots(room, seq, next_page, next_client, state) VALUES (?, ?, ?, ?, ?)",
+                     [.text(room), .int(state.snapshot.seq), .int(state.nextPage), .int(state.nextClient),
                       .blob(state.snapshot.json(capped: false).compactBytes)])
     }
 
-    /// The latest snapshot with every later batch applied, and the retained history.
-    private static func load(_ db: SQLiteConnection, options: Options) throws -> StoredState {
+    /// A room's latest snapshot with every later batch applied, and its retained history;
+    /// nil when the room is not stored.
+    static func load(_ db: SQLiteConnection, room: String, options: Options) throws -> StoredState? {
         let path = options.path
-        func corrupt(_ why: String) -> StoreError { StoreError(message: "state file '\(path)' is inconsistent: \(why); it was left as it is") }
-        guard let epoch = try db.query("SELECT value FROM meta WHERE key = 'epoch'").first?.first?.text else { throw corrupt("no epoch") }
-        guard let row = try db.query("SELECT seq, next_page, next_client, state FROM snapshots ORDER BY seq DESC LIMIT 1").first,
+        func corrupt(_ why: String) -> StoreError {
+            StoreError(message: "state file '\(path)' is inconsistent in room '\(room)': \(why); it was left as it is")
+        }
+        guard let roomRow = try db.query("SELECT epoch FROM rooms WHERE id = ?", [.text(room)]).first else { return nil }
+        guard let epoch = roomRow[0].text else { throw corrupt("no epoch") }
+        guard let row = try db.query("SELECT seq, next_page, next_client, state FROM snapshots WHERE room = ? ORDER BY seq DESC LIMIT 1",
+                                     [.text(room)]).first,
               let nextPage = row[1].int, let nextClient = row[2].int, let blob = row[3].blob
         else { throw corrupt("no snapshot") }
         var state: StoredState
@@ -154,7 +280,7 @@ public final class StateStore: Durability {
         }
         let floor = max(0, state.snapshot.seq)
         var history: [EventBatch] = []
-        for row in try db.query("SELECT frame FROM batches ORDER BY first_seq") {
+        for row in try db.query("SELECT frame FROM batches WHERE room = ? ORDER BY first_seq", [.text(room)]) {
             guard let frame = row.first?.blob, case let .events(batch)? = try? ServerFrame(bytes: frame) else { throw corrupt("unreadable batch") }
             if batch.firstSeq > floor {
                 do { try state.apply(batch) } catch { throw corrupt("\(error)") }
@@ -174,17 +300,28 @@ public final class StateStore: Durability {
         state.history = kept.reversed()
         return state
     }
+}
 
-    // MARK: Durability
+/// One open room's part of the state file: the ``Durability`` of its coordinator.
+public final class RoomStore: Durability {
+    public let room: String
+    /// What the file held when the room was opened (or the new room's origin).
+    public let loaded: StoredState
+    private let writer: Writer
 
-    public func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
-        writer.enqueue(batch, generation: generation, done: done)
+    init(room: String, loaded: StoredState, writer: Writer) {
+        self.room = room; self.loaded = loaded; self.writer = writer
     }
 
-    public func committedState() -> StoredState { writer.committed }
+    public func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
+        writer.enqueue(batch, room: room, generation: generation, done: done)
+    }
 
-    public func reset(generation: Int) { writer.reset(generation: generation) }
+    public func committedState() -> StoredState { writer.committed(room) }
 
-    /// Waits for queued batches, then writes a final snapshot and checkpoints the WAL.
-    public func close() { writer.close() }
+    public func reset(generation: Int) { writer.reset(room, generation: generation) }
+
+    /// The room's coordinator is gone: once what it queued is committed, the writer writes
+    /// a snapshot and forgets the room (it stays stored; ``StateStore/openRoom(_:)`` loads it again).
+    public func unload() async { await writer.unload(room) }
 }

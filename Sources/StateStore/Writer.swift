@@ -2,108 +2,189 @@ import Locking
 import Coordinator
 import Dispatch
 
-
-/// The one writer of a state file: commits queued batches on its own serial queue,
-/// every batch that arrived meanwhile in one transaction (group commit), and keeps the
-/// committed state in memory for the coordinator to fall back to.
+/// The one writer of a state file: commits queued batches on its own serial queue, every
+/// batch of every room that arrived meanwhile in one transaction (group commit), and keeps
+/// each open room's committed state in memory for its coordinator to fall back to.
+///
+/// Everything else that touches the file (opening, creating, listing, deleting rooms) runs
+/// on the same queue through ``perform(_:)``, so it is ordered with the commits: a room
+/// opened after another coordinator of it unloaded sees every batch that one queued.
 ///
 /// `@unchecked Sendable`: the SQLite connection (`db`) and `sinceSnapshot` are only
 /// touched on `queue`, a serial queue; everything else shared is behind `state`'s lock.
 final class Writer: @unchecked Sendable {
     private struct Pending {
+        let room: String
         let batch: EventBatch
         let generation: Int
         let done: @Sendable (CommandError?) -> Void
     }
 
+    /// An open room, as the writer sees it.
+    private struct Room {
+        var committed: StoredState
+        /// After a failed commit, the room's queued batches fail until its coordinator resets.
+        var failed = false
+        var minGeneration = 0
+    }
+
     private struct State {
         var queue: [Pending] = []
         var draining = false
-        /// After a failed commit, everything queued fails until the coordinator resets.
-        var failed = false
-        var minGeneration = 0
-        var committed: StoredState
+        var rooms: [String: Room] = [:]
     }
 
     private let db: SQLiteConnection
     private let options: StateStore.Options
     private let queue = DispatchQueue(label: "tabd.state-writer")
-    private let state: Locked<State>
-    private var sinceSnapshot = 0
+    private let state = Locked(State())
+    /// Events committed per open room since its last snapshot (queue only).
+    private var sinceSnapshot: [String: Int] = [:]
 
-    init(db: SQLiteConnection, options: StateStore.Options, model: StoredState) {
+    init(db: SQLiteConnection, options: StateStore.Options) {
         self.db = db
         self.options = options
-        var committed = model
-        committed.history = []
-        state = Locked(State(committed: committed))
     }
 
-    var committed: StoredState { state.withLock { $0.committed } }
+    /// Runs `body` on the writer's queue, after every commit queued before.
+    func perform<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws(StoreError) -> T {
+        let result: Result<T, StoreError> = await withCheckedContinuation { continuation in
+            queue.async { [self] in
+                do { continuation.resume(returning: .success(try body(self.db))) } catch let error as StoreError {
+                    continuation.resume(returning: .failure(error))
+                } catch let error as SQLiteError {
+                    continuation.resume(returning: .failure(StoreError(message: error.message)))
+                } catch {
+                    continuation.resume(returning: .failure(StoreError(message: "\(error)")))
+                }
+            }
+        }
+        return try result.get()
+    }
 
-    func enqueue(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
+    /// A room is open (on the queue, from ``perform(_:)``).
+    func register(_ room: String, committed: StoredState) throws {
+        var base = committed
+        base.history = []
+        let added = state.withLock { s -> Bool in
+            guard s.rooms[room] == nil else { return false }
+            s.rooms[room] = Room(committed: base)
+            return true
+        }
+        guard added else { throw StoreError(message: "room '\(room)' is open already") }
+        sinceSnapshot[room] = 0
+    }
+
+    /// Whether the writer holds `room` in memory.
+    func isOpen(_ room: String) -> Bool { state.withLock { $0.rooms[room] != nil } }
+
+    func committed(_ room: String) -> StoredState {
+        state.withLock { $0.rooms[room]!.committed }
+    }
+
+    func enqueue(_ batch: EventBatch, room: String, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         let start = state.withLock { s -> Bool in
-            s.queue.append(Pending(batch: batch, generation: generation, done: done))
+            s.queue.append(Pending(room: room, batch: batch, generation: generation, done: done))
             defer { s.draining = true }
             return !s.draining
         }
         if start { queue.async { self.drain() } }
     }
 
-    func reset(generation: Int) {
+    func reset(_ room: String, generation: Int) {
         state.withLock { s in
-            s.failed = false
-            s.minGeneration = generation
+            s.rooms[room]?.failed = false
+            s.rooms[room]?.minGeneration = generation
+        }
+    }
+
+    /// Snapshots the room if it changed since its last snapshot, and forgets it.
+    func unload(_ room: String) async {
+        _ = try? await perform { [self] db in
+            if sinceSnapshot.removeValue(forKey: room) ?? 0 > 0, let committed = state.withLock({ $0.rooms[room]?.committed }) {
+                try? db.execute("BEGIN IMMEDIATE")
+                try? StateStore.insertSnapshot(db, room: room, committed)
+                _ = try? db.query("DELETE FROM snapshots WHERE room = ? AND seq < ?", [.text(room), .int(committed.snapshot.seq)])
+                try? db.execute("COMMIT")
+                if !db.isAutocommit { try? db.execute("ROLLBACK") }
+            }
+            state.withLock { _ = $0.rooms.removeValue(forKey: room) }
         }
     }
 
     /// Commits until the queue is empty.
     private func drain() {
         while true {
-            let (items, failed, minGeneration, base) = state.withLock { s -> ([Pending], Bool, Int, StoredState) in
+            let (items, rooms) = state.withLock { s -> ([Pending], [String: Room]) in
                 let items = s.queue
                 s.queue = []
                 if items.isEmpty { s.draining = false }
-                return (items, s.failed, s.minGeneration, s.committed)
+                // Only the rooms these items touch: a transaction costs what it carries.
+                var rooms: [String: Room] = [:]
+                for item in items where rooms[item.room] == nil { rooms[item.room] = s.rooms[item.room] }
+                return (items, rooms)
             }
             guard !items.isEmpty else { return }
-            let stale = items.filter { failed || $0.generation < minGeneration }
-            let live = items.filter { !failed && $0.generation >= minGeneration }
-            for item in stale { item.done(.unavailable("an earlier command could not be stored")) }
+            var live: [Pending] = []
+            for item in items {
+                guard let room = rooms[item.room] else {
+                    item.done(.unavailable("room '\(item.room)' is not open"))
+                    continue
+                }
+                if room.failed || item.generation < room.minGeneration {
+                    item.done(.unavailable("an earlier command could not be stored"))
+                } else {
+                    live.append(item)
+                }
+            }
             guard !live.isEmpty else { continue }
-            switch commit(live.map(\.batch), onto: base) {
+            switch commit(live, onto: rooms.mapValues(\.committed)) {
             case let .success(next):
-                state.withLock { $0.committed = next }
+                state.withLock { s in
+                    for (room, committed) in next { s.rooms[room]?.committed = committed }
+                }
                 for item in live { item.done(nil) }
             case let .failure(error):
-                state.withLock { $0.failed = true }
+                state.withLock { s in
+                    for item in live { s.rooms[item.room]?.failed = true }
+                }
                 for item in live { item.done(.unavailable("state store: \(error.message)")) }
             }
         }
     }
 
-    /// One transaction: the batches, and a snapshot when one is due. Returns the new
-    /// committed state; on failure nothing of it is kept.
-    private func commit(_ batches: [EventBatch], onto base: StoredState) -> Result<StoredState, SQLiteError> {
-        var next = base
+    /// One transaction: the batches, each room's new seq, and a room's snapshot when one is
+    /// due. Returns the new committed state of every room it touched; on failure nothing of
+    /// it is kept.
+    private func commit(_ items: [Pending], onto base: [String: StoredState]) -> Result<[String: StoredState], SQLiteError> {
+        var next: [String: StoredState] = [:]
+        var events: [String: Int] = [:]
         do {
             try db.execute("BEGIN IMMEDIATE")
-            for batch in batches {
-                try db.query("INSERT INTO batches(first_seq, last_seq, frame) VALUES (?, ?, ?)",
-                             [.int(batch.firstSeq), .int(batch.lastSeq), .blob(batch.frameBytes)])
-                do { try next.apply(batch) } catch {
-                    throw SQLiteError(code: 1, message: "batch \(batch.firstSeq) does not apply to the stored state: \(error)")
+            for item in items {
+                let batch = item.batch
+                try db.query("INSERT INTO batches(room, first_seq, last_seq, frame) VALUES (?, ?, ?, ?)",
+                             [.text(item.room), .int(batch.firstSeq), .int(batch.lastSeq), .blob(batch.frameBytes)])
+                var state = next[item.room] ?? base[item.room]!
+                do { try state.apply(batch) } catch {
+                    throw SQLiteError(code: 1, message: "batch \(batch.firstSeq) of room '\(item.room)' does not apply to its stored state: \(error)")
                 }
+                next[item.room] = state
+                events[item.room, default: 0] += batch.events.count
             }
-            let events = batches.reduce(0) { $0 + $1.events.count }
-            if sinceSnapshot + events >= options.snapshotEvery {
-                try StateStore.insertSnapshot(db, next)
+            var snapshotted: [String] = []
+            for (room, state) in next {
+                try db.query("UPDATE rooms SET seq = ? WHERE id = ?", [.int(state.snapshot.seq), .text(room)])
+                guard (sinceSnapshot[room] ?? 0) + events[room]! >= options.snapshotEvery else { continue }
+                try StateStore.insertSnapshot(db, room: room, state)
                 // The snapshot covers everything up to now: keep only the resume window.
-                try db.query("DELETE FROM batches WHERE last_seq <= ?", [.int(next.snapshot.seq - options.resumeWindow)])
-                try db.query("DELETE FROM snapshots WHERE seq < ?", [.int(next.snapshot.seq)])
+                try db.query("DELETE FROM batches WHERE room = ? AND last_seq <= ?", [.text(room), .int(state.snapshot.seq - options.resumeWindow)])
+                try db.query("DELETE FROM snapshots WHERE room = ? AND seq < ?", [.text(room), .int(state.snapshot.seq)])
+                snapshotted.append(room)
             }
             try db.execute("COMMIT")
-            sinceSnapshot = sinceSnapshot + events >= options.snapshotEvery ? 0 : sinceSnapshot + events
+            for (room, n) in events { sinceSnapshot[room, default: 0] += n }
+            for room in snapshotted { sinceSnapshot[room] = 0 }
             return .success(next)
         } catch let error as SQLiteError {
             if !db.isAutocommit { try? db.execute("ROLLBACK") }
@@ -114,13 +195,15 @@ final class Writer: @unchecked Sendable {
         }
     }
 
-    /// Waits for the queue, then snapshots and checkpoints.
+    /// Waits for the queue, then snapshots every open room and checkpoints.
     func close() {
         queue.sync {
-            let final = committed
+            let rooms = state.withLock { $0.rooms }
             try? db.execute("BEGIN IMMEDIATE")
-            try? StateStore.insertSnapshot(db, final)
-            _ = try? db.query("DELETE FROM snapshots WHERE seq < ?", [.int(final.snapshot.seq)])
+            for (room, r) in rooms where (sinceSnapshot[room] ?? 0) > 0 {
+                try? StateStore.insertSnapshot(db, room: room, r.committed)
+                _ = try? db.query("DELETE FROM snapshots WHERE room = ? AND seq < ?", [.text(room), .int(r.committed.snapshot.seq)])
+            }
             try? db.execute("COMMIT")
             try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         }

@@ -16,4 +16,8 @@ public enum CloseCode: UInt16, Sendable {
     case messageTooBig = 1009
     /// The endpoint hit an unexpected condition.
     case internalError = 1011
+    /// The server is overloaded for now (here: no room can be created).
+    case tryAgainLater = 1013
+    /// tabd's own: the connection's room was deleted (`room deleted`), or does not exist.
+    case roomGone = 4404
 }

@@ -12,6 +12,12 @@ public struct Configuration: Sendable {
     public var webRoot: String? = nil
     /// Exact paths answered by `WebSocketServerHandler.httpRequest`, e.g. `["/healthz", "/metrics"]`.
     public var dynamicPaths: [String] = []
+    /// Path prefixes answered by `WebSocketServerHandler.httpRequest`, any method: every path
+    /// that starts with one, e.g. `["/api/"]`. Each starts and ends with `/`.
+    public var dynamicPrefixes: [String] = []
+    /// The longest request body read for the handler; a longer one reaches it unread, with
+    /// `HTTPRequest.bodyTooLarge` set.
+    public var maxRequestBodyBytes: Int = 65_536
     /// The only path a WebSocket upgrade is accepted on; others answer 404.
     public var webSocketPath: String = "/ws"
     /// The subprotocol accepted when offered; not required (a plain `new WebSocket(url)` works).
@@ -39,6 +45,8 @@ public struct Configuration: Sendable {
         port: Int = 8080,
         webRoot: String? = nil,
         dynamicPaths: [String] = [],
+        dynamicPrefixes: [String] = [],
+        maxRequestBodyBytes: Int = 65_536,
         webSocketPath: String = "/ws",
         subprotocol: String = "tabd.v1",
         maxMessageBytes: Int = 65_536,
@@ -53,6 +61,8 @@ public struct Configuration: Sendable {
         self.port = port
         self.webRoot = webRoot
         self.dynamicPaths = dynamicPaths
+        self.dynamicPrefixes = dynamicPrefixes
+        self.maxRequestBodyBytes = maxRequestBodyBytes
         self.webSocketPath = webSocketPath
         self.subprotocol = subprotocol
         self.maxMessageBytes = maxMessageBytes
@@ -73,8 +83,17 @@ public struct Configuration: Sendable {
         try check(webSocketPath.hasPrefix("/"), "webSocketPath must start with /")
         for path in dynamicPaths {
             try check(path.hasPrefix("/") && path.count > 1, "dynamic path \(path) must start with / and not be /")
+            try check(path.utf8.count < 256, "dynamic path \(path.prefix(40))... is longer than 255 bytes")
             try check(path != webSocketPath, "dynamic path \(path) is also the WebSocket path")
         }
+        for prefix in dynamicPrefixes {
+            try check(
+                prefix.hasPrefix("/") && prefix.hasSuffix("/") && prefix.count > 1,
+                "dynamic prefix \(prefix) must start and end with / and not be /")
+            try check(prefix.utf8.count < 256, "dynamic prefix \(prefix.prefix(40))... is longer than 255 bytes")
+            try check(!webSocketPath.hasPrefix(prefix), "the WebSocket path is under the dynamic prefix \(prefix)")
+        }
+        try check(maxRequestBodyBytes >= 0, "maxRequestBodyBytes must not be negative")
         try check(
             !subprotocol.isEmpty && subprotocol.utf8.count < 64
                 && subprotocol.unicodeScalars.allSatisfy { $0.isASCII && $0 != "," && $0 != " " },

@@ -1,86 +1,57 @@
-import Locking
 /// The output side of every connection, as plain state: what each connection still has to
 /// receive, in which order, and which connections must be woken or closed.
 ///
 /// Pure logic (no lws, no locks, no threads): the server keeps one inside a `Locked`; every
 /// mutating call returns what the caller must do next (wake the service thread, close).
 ///
-/// Ordering model. Broadcasts go to one shared log, each entry with its `seq`, at increasing
-/// absolute *positions*. A connection has a `cursor` (the position of the next broadcast it
-/// gets) and a FIFO of direct frames, each tagged with the log position at enqueue time; a
-/// direct frame goes out once every broadcast before its tag has gone out. So a `send` is
-/// ordered after every `broadcast` made before it, and frames are never duplicated or skipped.
-/// A connection more than `queueLimit` frames behind is closed 1008 `too slow`, and the log
-/// keeps only what live connections still need, so memory stays bounded.
+/// Channels. Broadcasts go to *channels*, independent logs each with its own increasing `seq`
+/// (two channels' seqs are unrelated). A connection is pending until `activate` puts it on one
+/// channel, whose *member* it stays until it is removed (or the channel is). Everything a
+/// broadcast does (append, wake-up, sweep) touches its channel's members only. A channel
+/// without members and frames is *idle*: it keeps only its last seq (`idleChannels`).
+///
+/// Pending connections. Which channel a pending connection will join is not known, yet it must
+/// get the broadcasts made while it waits (its welcome was computed before them), as when the
+/// table had one log that a pending connection's cursor held. So every channel also keeps the
+/// broadcasts made since the oldest pending connection opened, if among the last `queueLimit`
+/// of the whole table (by `clock`; the *horizon*): a sweep does not trim them, and a channel
+/// without members holds them (`held` lists them oldest first, to drop each once it falls
+/// behind the horizon or nobody is pending). That is at most `queueLimit` frames more in all,
+/// and none while no connection is pending: a channel without members then drops a broadcast
+/// at once, as the empty table did.
+///
+/// Ordering model. Within a channel, each log entry has an absolute *position*. A member has a
+/// `cursor` (the position of the next broadcast it gets) and a FIFO of direct frames, each
+/// tagged with the log position at enqueue time; a direct frame goes out once every broadcast
+/// before its tag has gone out. So a `send` is ordered after every `broadcast` made before it on
+/// the connection's channel, and frames are never duplicated or skipped. A pending connection's
+/// direct frames are tagged with the table's broadcast count (`clock`, which every log entry
+/// records too) and get their position at activation. A member more than `queueLimit` frames
+/// behind is closed 1008 `too slow`, and each log keeps only what its live members still need,
+/// so memory stays bounded.
 struct ConnectionTable: Sendable {
-    enum Phase: Equatable, Sendable { case running, stopping, stopped }
-
-    struct LogEntry: Sendable {
-        let seq: Int
-        let frame: OutgoingFrame
-    }
-
-    struct DirectEntry: Sendable {
-        /// Sent once the cursor reaches this log position.
-        var position: Int
-        let frame: OutgoingFrame
-    }
-
-    enum State: Sendable {
-        /// Connected, not yet activated: receives nothing.
-        case pending
-        case active
-        /// To be closed with `code`; when `drainUntil` is set, after everything queued before
-        /// the close (direct frames, and broadcasts before that log position) went out.
-        case closing(code: CloseCode, reason: String, drainUntil: Int?)
-    }
-
-    struct Connection: Sendable {
-        var state: State
-        var cursor: Int
-        var direct = Ring<DirectEntry>()
-        /// Direct frames at the front that came with `activate` and do not count toward the limit.
-        var uncountedDirect = 0
-        /// Broadcasts with `seq` up to this are skipped (the welcome already covered them).
-        var skipThrough = Int.min
-        var dirty = false
-    }
-
-    /// What the service thread must do after a wake-up.
-    struct WakeWork: Sendable {
-        /// Request a writable callback for every WebSocket connection (new broadcasts).
-        var writableAll = false
-        /// Request a writable callback for these connections.
-        var writable: [ConnectionID] = []
-        /// These connections just started closing: bound how long that may take.
-        var closing: [ConnectionID] = []
-    }
-
-    /// What a connection's writable callback must do.
-    enum Output: Equatable, Sendable {
-        /// Nothing to send now.
-        case idle
-        /// Write the frames appended to the array; `more` if frames remain after them.
-        case frames(more: Bool)
-        /// Send a close frame with this code and reason (nothing else remains).
-        case close(CloseCode, String)
-        /// The table does not know this connection.
-        case unknown
-    }
-
     static let tooSlowReason = "too slow"
 
     let queueLimit: Int
     private(set) var phase = Phase.running
     private(set) var forced = false
 
-    private var log = Ring<LogEntry>()
-    /// Absolute position of `log[0]`.
-    private var logStart = 0
-    private var lastSeq: Int?
-    /// The highest `seq` dropped from the log, so `activate` can tell whether it missed one.
-    private var trimmedSeq: Int?
     private var connections: [ConnectionID: Connection] = [:]
+    /// Channels with at least one member, or holding broadcasts for pending connections.
+    private var channels: [ChannelID: Channel] = [:]
+    /// Channels without members or frames, with their last seq (also the last dropped).
+    private var idleChannels: [ChannelID: Int] = [:]
+    /// Frames kept by channels without members, for pending connections, oldest first.
+    private var held = Ring<Hold>()
+    /// Connections in state `.pending`.
+    private var pendingCount = 0
+    /// Connections in the order they opened, with `clock` then; those no longer pending are
+    /// dropped from the front as found, and all at once when they are most of it.
+    private var pendingOpens = Ring<Hold.Opened>()
+    /// Channels that got broadcasts since the last `takeWakeWork`.
+    private var wokenChannels: [ChannelID] = []
+    /// Broadcasts made so far, on every channel.
+    private var clock = 0
     private var nextID: UInt64 = 1
     private var work = WakeWork()
     private var wakePending = false
@@ -91,13 +62,20 @@ struct ConnectionTable: Sendable {
     }
 
     var count: Int { connections.count }
-    var logEnd: Int { logStart + log.count }
-    /// Broadcast entries currently retained (for tests: memory stays bounded).
-    var retainedLogCount: Int { log.count }
+    /// Channels known (with members or idle).
+    var channelCount: Int { channels.count + idleChannels.count }
+    /// Broadcast entries `channel` retains (for tests: memory stays bounded).
+    func retainedLogCount(on channel: ChannelID) -> Int { channels[channel]?.log.count ?? 0 }
+    /// The last seq broadcast on `channel`; nil for an unknown channel or one without broadcasts.
+    func lastSeq(on channel: ChannelID) -> Int? {
+        let last = channels[channel]?.lastSeq ?? idleChannels[channel] ?? .min
+        return last == .min ? nil : last
+    }
     /// The service loop may end: stopping, and every connection is gone (or time is up).
     var shouldExit: Bool { phase == .stopped || (phase == .stopping && (connections.isEmpty || forced)) }
 
     func state(of id: ConnectionID) -> State? { connections[id]?.state }
+    func channel(of id: ConnectionID) -> ChannelID? { connections[id]?.channel }
 
     /// Frames waiting for `id` that count toward `queueLimit`.
     func backlog(of id: ConnectionID) -> Int? {
@@ -111,73 +89,127 @@ struct ConnectionTable: Sendable {
         guard phase == .running else { return nil }
         let id = ConnectionID(rawValue: nextID)
         nextID += 1
-        connections[id] = Connection(state: .pending, cursor: logEnd)
+        connections[id] = Connection(state: .pending)
+        pendingCount += 1
+        if pendingOpens.count >= 2 * pendingCount + 64 {
+            let stillPending = (0..<pendingOpens.count).map { pendingOpens[$0] }.filter { isPending($0.id) }
+            pendingOpens = Ring(stillPending)
+        }
+        pendingOpens.append(Hold.Opened(id: id, clock: clock))
         return id
     }
 
     /// Forgets a closed connection; returns the close this server had decided on, if any.
     mutating func remove(_ id: ConnectionID) -> (code: CloseCode, reason: String)? {
         guard let connection = connections.removeValue(forKey: id) else { return nil }
-        if connections.isEmpty { trim(to: logEnd) }
-        if case let .closing(code, reason, _) = connection.state { return (code, reason) }
+        if let key = connection.channel, let ci = channels.index(forKey: key) {
+            channels.values[ci].members.remove(id)
+            settleIfMemberless(ci, holding: true)
+        }
+        switch connection.state {
+        case let .closing(code, reason, _): return (code, reason)
+        case .pending: leavePending()
+        case .active: break
+        }
         return nil
     }
 
     // MARK: Output requests (any thread). Each returns true when the service thread must be woken.
 
-    /// Appends a broadcast for every active connection (and pending ones, once activated).
-    mutating func broadcast(_ frame: OutgoingFrame, seq: Int) -> Bool {
+    /// Appends a broadcast for the members of `channel` (and connections activated on it later).
+    /// Costs O(1) (amortized), plus a sweep of the channel's members once per `queueLimit / 8`
+    /// broadcasts.
+    mutating func broadcast(_ frame: OutgoingFrame, seq: Int, on channel: ChannelID) -> Bool {
         guard phase != .stopped else { return false }
-        if let lastSeq {
-            precondition(seq > lastSeq, "broadcast seq \(seq) not above the previous \(lastSeq)")
+        let stamp = clock
+        clock += 1
+        releaseHeld()
+        let ci: Dictionary<ChannelID, Channel>.Index
+        if let live = channels.index(forKey: channel) {
+            ci = live
+        } else {
+            let last = idleChannels[channel, default: .min]
+            precondition(seq > last, "broadcast seq \(seq) on \(channel) not above the previous \(last)")
+            guard pendingCount > 0 else {
+                // Nobody can need it.
+                idleChannels[channel] = seq
+                return false
+            }
+            idleChannels[channel] = nil
+            channels[channel] = Channel(lastSeq: last, trimmedSeq: last)
+            ci = channels.index(forKey: channel)!
         }
-        lastSeq = seq
-        log.append(LogEntry(seq: seq, frame: frame))
-        if connections.isEmpty {
-            trim(to: logEnd)
+        let last = channels.values[ci].lastSeq
+        precondition(seq > last, "broadcast seq \(seq) on \(channel) not above the previous \(last)")
+        channels.values[ci].lastSeq = seq
+        channels.values[ci].log.append(LogEntry(seq: seq, stamp: stamp, frame: frame))
+        if channels.values[ci].members.isEmpty {
+            // Kept for the pending connections only.
+            held.append(Hold(stamp: stamp, channel: channel))
+            if pendingCount == 0 { settleIfMemberless(ci, holding: false) }  // not expected: it would be idle
             return false
         }
-        if log.count > queueLimit + Swift.max(1, queueLimit / 8) { sweep() }
-        work.writableAll = true
+        if channels.values[ci].log.count > queueLimit + Swift.max(1, queueLimit / 8) { sweep(ci) }
+        if !channels.values[ci].wakeQueued {
+            channels.values[ci].wakeQueued = true
+            wokenChannels.append(channel)
+        }
         return requestWake()
     }
 
-    /// Starts sending to a pending connection: `first`, then every broadcast with seq > `afterSeq`.
-    mutating func activate(_ id: ConnectionID, first: [OutgoingFrame], afterSeq: Int) -> Bool {
+    /// Puts a pending connection on `channel` and starts sending to it: `first`, then every
+    /// broadcast on the channel with seq > `afterSeq`. O(log of retained frames + frames queued).
+    mutating func activate(_ id: ConnectionID, on channel: ChannelID, first: [OutgoingFrame], afterSeq: Int) -> Bool {
         guard phase != .stopped, let index = connections.index(forKey: id),
             case .pending = connections.values[index].state
         else { return false }
-        if let trimmedSeq, trimmedSeq > afterSeq {
+        let ci: Dictionary<ChannelID, Channel>.Index
+        if let live = channels.index(forKey: channel) {
+            ci = live
+        } else {
+            let last = idleChannels.removeValue(forKey: channel) ?? .min
+            channels[channel] = Channel(lastSeq: last, trimmedSeq: last)
+            ci = channels.index(forKey: channel)!
+        }
+        if channels.values[ci].trimmedSeq > afterSeq {
             // A broadcast this connection needs is gone already.
+            settleIfMemberless(ci, holding: true)
             beginClosing(at: index, code: .policyViolation, reason: Self.tooSlowReason, drain: false)
             return requestWake()
         }
+        let (log, logStart) = (channels.values[ci].log, channels.values[ci].logStart)
         let start = logStart + log.partitionPoint { $0.seq <= afterSeq }
         var direct = Ring<DirectEntry>()
         for frame in first { direct.append(DirectEntry(position: start, frame: frame)) }
         let queued = connections.values[index].direct
         for i in 0..<queued.count {
             var entry = queued[i]
-            entry.position = Swift.max(entry.position, start)
+            let clockThen = entry.position
+            entry.position = Swift.max(start, logStart + log.partitionPoint { $0.stamp < clockThen })
             direct.append(entry)
         }
+        channels.values[ci].members.insert(id)
         connections.values[index].direct = direct
         connections.values[index].uncountedDirect = first.count
         connections.values[index].cursor = start
         connections.values[index].skipThrough = afterSeq
+        connections.values[index].channel = channel
         connections.values[index].state = .active
         markDirty(at: index)
+        leavePending()
         return requestWake()
     }
 
-    /// Queues `frame` for one connection, after every broadcast made so far.
+    /// Queues `frame` for one connection, after every broadcast made so far on its channel.
     mutating func send(_ frame: OutgoingFrame, to id: ConnectionID) -> Bool {
         guard phase != .stopped, let index = connections.index(forKey: id) else { return false }
+        let position: Int
         switch connections.values[index].state {
         case .closing: return false
-        case .pending, .active: break
+        case .pending: position = clock
+        case .active: position = logEnd(of: connections.values[index])
         }
-        connections.values[index].direct.append(DirectEntry(position: logEnd, frame: frame))
+        connections.values[index].direct.append(DirectEntry(position: position, frame: frame))
         if backlog(connections.values[index]) > queueLimit {
             beginClosing(at: index, code: .policyViolation, reason: Self.tooSlowReason, drain: false)
         } else if case .active = connections.values[index].state {
@@ -194,6 +226,24 @@ struct ConnectionTable: Sendable {
         if case .closing = connections.values[index].state { return false }
         beginClosing(at: index, code: code, reason: reason, drain: true)
         return requestWake()
+    }
+
+    /// Forgets `channel`: its frames and its last seq. Its members are closed with `code` after
+    /// what was queued for them (those closing already keep their close); what they still have
+    /// to receive becomes direct frames, so the log can go at once. O(members + their backlogs).
+    mutating func removeChannel(_ channel: ChannelID, code: CloseCode, reason: String) -> Bool {
+        idleChannels[channel] = nil
+        guard let ci = channels.index(forKey: channel) else { return false }
+        for id in channels.values[ci].members {
+            if let index = connections.index(forKey: id), case .active = connections.values[index].state {
+                beginClosing(at: index, code: code, reason: reason, drain: true)
+            }
+        }
+        let removed = channels.remove(at: ci).value
+        for id in removed.members {
+            if let index = connections.index(forKey: id) { Self.detach(&connections.values[index], from: removed) }
+        }
+        return removed.members.isEmpty ? false : requestWake()
     }
 
     /// Refuses new connections and closes every open one now, with `code`.
@@ -221,11 +271,33 @@ struct ConnectionTable: Sendable {
 
     // MARK: Service thread
 
-    /// Hands over (and clears) what accumulated since the last wake-up.
+    /// Hands over (and clears) what accumulated since the last wake-up. The members of the
+    /// channels that got broadcasts are listed one by one (O(members)), unless they make up
+    /// nearly every connection: then `writableAll`, one lws call.
     mutating func takeWakeWork() -> WakeWork {
         wakePending = false
-        let taken = work
+        var taken = work
         work = WakeWork()
+        let woken = wokenChannels
+        wokenChannels = []
+        var members = 0
+        for key in woken {
+            guard let ci = channels.index(forKey: key) else { continue }
+            channels.values[ci].wakeQueued = false
+            members += channels.values[ci].members.count
+        }
+        if members > 0 && members * 16 >= connections.count * 15 {
+            taken.writableAll = true
+        } else if members > 0 {
+            for key in woken {
+                guard let members = channels[key]?.members else { continue }
+                for id in members {
+                    guard let index = connections.index(forKey: id), !connections.values[index].dirty else { continue }
+                    connections.values[index].dirty = true
+                    taken.writable.append(id)
+                }
+            }
+        }
         for id in taken.writable {
             if let index = connections.index(forKey: id) { connections.values[index].dirty = false }
         }
@@ -235,80 +307,42 @@ struct ConnectionTable: Sendable {
     /// Moves the next frames for `id` (about `maxBytes` on the wire, at least one) into `frames`.
     mutating func takeOutput(_ id: ConnectionID, maxBytes: Int, into frames: inout [OutgoingFrame]) -> Output {
         guard let index = connections.index(forKey: id) else { return .unknown }
-        let logLimit: Int
-        var draining = false
-        switch connections.values[index].state {
-        case .pending:
-            return .idle
-        case .active:
-            logLimit = logEnd
-        case let .closing(code, reason, drainUntil):
-            guard let drainUntil else { return .close(code, reason) }
-            logLimit = drainUntil
-            draining = true
-            skipCovered(at: index, logLimit: logLimit)
-            if !hasOutput(connections.values[index], logLimit: logLimit) { return .close(code, reason) }
+        guard let key = connections.values[index].channel else {
+            return Self.takeOutput(&connections.values[index], maxBytes: maxBytes, into: &frames)
         }
-        var bytes = 0
-        var taken = 0
-        while true {
-            skipCovered(at: index, logLimit: logLimit)
-            let c = connections.values[index]
-            let frame: OutgoingFrame
-            let isDirect: Bool
-            if let d = c.direct.first, d.position <= c.cursor {
-                (frame, isDirect) = (d.frame, true)
-            } else if c.cursor < logLimit {
-                (frame, isDirect) = (log[c.cursor - logStart].frame, false)
-            } else {
-                break
-            }
-            if taken > 0 && bytes + frame.wire.count > maxBytes { break }
-            if isDirect {
-                connections.values[index].direct.removeFirst()
-                if c.uncountedDirect > 0 { connections.values[index].uncountedDirect -= 1 }
-            } else {
-                connections.values[index].cursor += 1
-            }
-            frames.append(frame)
-            bytes += frame.wire.count
-            taken += 1
-        }
-        if taken == 0 { return .idle }
-        // A draining close still owes its close frame: ask to be called again.
-        return .frames(more: draining || hasOutput(connections.values[index], logLimit: logLimit))
+        guard let ci = channels.index(forKey: key) else { preconditionFailure("\(id) is on \(key), which is gone") }
+        return Self.takeOutput(&connections.values[index], from: channels.values[ci], maxBytes: maxBytes, into: &frames)
     }
 
     // MARK: Internals
 
+    private func logEnd(of c: Connection) -> Int {
+        c.channel.flatMap { channels[$0]?.logEnd } ?? 0
+    }
+
     private func backlog(_ c: Connection) -> Int {
-        Swift.max(0, logEnd - c.cursor) + c.direct.count - c.uncountedDirect
+        Self.backlog(c, logEnd: logEnd(of: c))
     }
 
-    /// Moves the cursor past broadcasts the connection's welcome already covered.
-    private mutating func skipCovered(at index: Dictionary<ConnectionID, Connection>.Index, logLimit: Int) {
-        var cursor = Swift.max(connections.values[index].cursor, logStart)
-        let skipThrough = connections.values[index].skipThrough
-        while cursor < logLimit && log[cursor - logStart].seq <= skipThrough { cursor += 1 }
-        connections.values[index].cursor = cursor
+    private static func backlog(_ c: Connection, logEnd: Int) -> Int {
+        (c.channel == nil ? 0 : Swift.max(0, logEnd - c.cursor)) + c.direct.count - c.uncountedDirect
     }
 
-    /// Whether anything remains to send (seqs increase, so checking the last entry suffices).
-    private func hasOutput(_ c: Connection, logLimit: Int) -> Bool {
-        if !c.direct.isEmpty { return true }
-        return c.cursor < logLimit && log[logLimit - 1 - logStart].seq > c.skipThrough
-    }
-
+    /// Also ends a pending state, which may drop held frames (and so move channels, not connections).
     private mutating func beginClosing(
         at index: Dictionary<ConnectionID, Connection>.Index, code: CloseCode, reason: String, drain: Bool
     ) {
-        connections.values[index].state = .closing(code: code, reason: reason, drainUntil: drain ? logEnd : nil)
+        var wasPending = false
+        if case .pending = connections.values[index].state { wasPending = true }
+        let drainUntil = drain ? logEnd(of: connections.values[index]) : nil
+        connections.values[index].state = .closing(code: code, reason: reason, drainUntil: drainUntil)
         if !drain {
             connections.values[index].direct = Ring()
             connections.values[index].uncountedDirect = 0
         }
         work.closing.append(connections.keys[index])
         markDirty(at: index)
+        if wasPending { leavePending() }
     }
 
     private mutating func markDirty(at index: Dictionary<ConnectionID, Connection>.Index) {
@@ -323,36 +357,99 @@ struct ConnectionTable: Sendable {
         return true
     }
 
-    /// Closes connections more than `queueLimit` frames behind and drops the broadcasts no
-    /// remaining connection needs. O(connections), run once per `queueLimit / 8` broadcasts.
-    private mutating func sweep() {
+    /// Closes the channel's members more than `queueLimit` frames behind and drops the
+    /// broadcasts no remaining member needs, nor a pending connection may need.
+    /// O(members), run once per `queueLimit / 8` broadcasts.
+    private mutating func sweep(_ ci: Dictionary<ChannelID, Channel>.Index) {
+        let (logStart, logEnd) = (channels.values[ci].logStart, channels.values[ci].logEnd)
         var needed = logEnd
-        for index in connections.indices {
+        if pendingCount > 0 {
+            let horizon = horizon()
+            needed = logStart + channels.values[ci].log.partitionPoint { $0.stamp < horizon }
+        }
+        for id in channels.values[ci].members {
+            guard let index = connections.index(forKey: id) else { continue }
             let c = connections.values[index]
+            let behind = c.cursor < logStart || Self.backlog(c, logEnd: logEnd) > queueLimit
             switch c.state {
             case .closing(_, _, nil):
                 continue
             case let .closing(code, reason, .some):
-                if c.cursor < logStart || backlog(c) > queueLimit {
+                if behind {
                     beginClosing(at: index, code: code, reason: reason, drain: false)
                     continue
                 }
             case .pending, .active:
-                if c.cursor < logStart || backlog(c) > queueLimit {
+                if behind {
                     beginClosing(at: index, code: .policyViolation, reason: Self.tooSlowReason, drain: false)
                     continue
                 }
             }
             needed = Swift.min(needed, c.cursor)
         }
-        trim(to: needed)
+        trim(ci, count: needed - logStart)
     }
 
-    private mutating func trim(to position: Int) {
-        let k = position - logStart
+    private mutating func trim(_ ci: Dictionary<ChannelID, Channel>.Index, count k: Int) {
         guard k > 0 else { return }
-        trimmedSeq = log[k - 1].seq
-        log.removeFirst(k)
-        logStart = position
+        channels.values[ci].trimmedSeq = channels.values[ci].log[k - 1].seq
+        channels.values[ci].log.removeFirst(k)
+        channels.values[ci].logStart += k
+    }
+
+    // MARK: Frames held for pending connections
+
+    /// Broadcasts made before this `clock` are not kept for pending connections: those made
+    /// before the oldest pending connection opened, or before the last `queueLimit` broadcasts.
+    private mutating func horizon() -> Int {
+        guard pendingCount > 0 else { return .max }
+        while let oldest = pendingOpens.first {
+            if isPending(oldest.id) { return Swift.max(oldest.clock, clock - queueLimit) }
+            pendingOpens.removeFirst()
+        }
+        return clock - queueLimit
+    }
+
+    private func isPending(_ id: ConnectionID) -> Bool {
+        guard let c = connections[id], case .pending = c.state else { return false }
+        return true
+    }
+
+    /// A connection stopped being pending: once none is, nothing is held any more.
+    private mutating func leavePending() {
+        pendingCount -= 1
+        if pendingCount == 0 {
+            pendingOpens.removeAll()
+            releaseHeld()
+        }
+    }
+
+    /// Drops the held frames that left the window. O(1) amortized: each hold is dropped once.
+    private mutating func releaseHeld() {
+        guard !held.isEmpty else { return }
+        let horizon = horizon()
+        while let hold = held.first, hold.stamp < horizon {
+            held.removeFirst()
+            if let ci = channels.index(forKey: hold.channel) { settleIfMemberless(ci, holding: false) }
+        }
+    }
+
+    /// A channel without members keeps only what pending connections may need; with nothing
+    /// left it becomes idle (its index is then invalid). `holding`: it just lost its last member
+    /// (or never had one), so its frames have no holds yet: one hold, not older than any of them
+    /// (nor than the last hold: they stay in order), drops them all in time.
+    /// Leaves channels with members alone.
+    private mutating func settleIfMemberless(_ ci: Dictionary<ChannelID, Channel>.Index, holding: Bool) {
+        guard channels.values[ci].members.isEmpty else { return }
+        let horizon = horizon()
+        trim(ci, count: channels.values[ci].log.partitionPoint { $0.stamp < horizon })
+        let log = channels.values[ci].log
+        if log.isEmpty {
+            let (key, channel) = channels.remove(at: ci)
+            idleChannels[key] = channel.lastSeq
+        } else if holding {
+            let stamp = Swift.max(log[log.count - 1].stamp, held.isEmpty ? .min : held[held.count - 1].stamp)
+            held.append(Hold(stamp: stamp, channel: channels.keys[ci]))
+        }
     }
 }

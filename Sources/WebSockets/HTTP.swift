@@ -1,22 +1,45 @@
-/// A plain HTTP GET for one of `Configuration.dynamicPaths`.
+/// The HTTP methods a request on a dynamic path can have (those libwebsockets recognises).
+public enum HTTPMethod: String, Sendable {
+    case get = "GET", head = "HEAD", post = "POST", put = "PUT", delete = "DELETE", patch = "PATCH", options = "OPTIONS"
+}
+
+/// One HTTP request for a path in `Configuration.dynamicPaths` or under one of
+/// `Configuration.dynamicPrefixes`, with its whole body.
 public struct HTTPRequest: Sendable {
-    /// The path without the query, e.g. `/metrics`.
+    /// The method; for `.head` the server sends the headers of the answer without its body.
+    public let method: HTTPMethod
+    /// The path without the query, e.g. `/api/rooms/7`.
     public let path: String
     /// The query parameters, percent-decoded; a repeated name keeps its last value.
     public let query: [String: String]
     /// The `Authorization` header, if any.
     public let authorization: String?
+    /// The whole body (`content-length` bytes); empty without one, or when `bodyTooLarge`.
+    public let body: [UInt8]
+    /// The body is longer than `Configuration.maxRequestBodyBytes`: it was not read, `body` is
+    /// empty, and the request reaches the handler as soon as this is known (answer 413).
+    public let bodyTooLarge: Bool
 
-    public init(path: String, query: [String: String] = [:], authorization: String? = nil) {
+    public init(
+        method: HTTPMethod = .get,
+        path: String,
+        query: [String: String] = [:],
+        authorization: String? = nil,
+        body: [UInt8] = [],
+        bodyTooLarge: Bool = false
+    ) {
+        self.method = method
         self.path = path
         self.query = query
         self.authorization = authorization
+        self.body = body
+        self.bodyTooLarge = bodyTooLarge
     }
 }
 
 /// The answer to an `HTTPRequest`; sent with a `content-length`, so keep-alive keeps working.
 public struct HTTPResponse: Sendable {
-    /// The status code, e.g. 200, 401, 503.
+    /// The status code, e.g. 200, 204, 401, 503.
     public var status: Int
     /// The `content-type` header.
     public var contentType: String

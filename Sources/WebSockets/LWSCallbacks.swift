@@ -11,8 +11,8 @@ func tabdLWSCallback(
 ) -> Int32 {
     switch reason {
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_HTTP_CONFIRM_UPGRADE, LWS_CALLBACK_HTTP,
-        LWS_CALLBACK_ESTABLISHED, LWS_CALLBACK_RECEIVE, LWS_CALLBACK_SERVER_WRITEABLE,
-        LWS_CALLBACK_WS_PEER_INITIATED_CLOSE, LWS_CALLBACK_CLOSED:
+        LWS_CALLBACK_HTTP_BODY, LWS_CALLBACK_HTTP_BODY_COMPLETION, LWS_CALLBACK_CLOSED_HTTP,
+        LWS_CALLBACK_ESTABLISHED, LWS_CALLBACK_RECEIVE, LWS_CALLBACK_SERVER_WRITEABLE, LWS_CALLBACK_WS_PEER_INITIATED_CLOSE, LWS_CALLBACK_CLOSED:
         // Only these touch the ServiceLoop, so context setup and teardown never do.
         guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return -1 }
         let loop = Unmanaged<ServiceLoop>.fromOpaque(contextUser).takeUnretainedValue()
@@ -34,11 +34,21 @@ extension ServiceLoop {
         switch reason {
         case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
             wake()
+            writeArrivedAnswers()
             return 0
         case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE:
             return confirmUpgrade(wsi, to: input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) })
         case LWS_CALLBACK_HTTP:
             return answerHTTP(wsi)
+        case LWS_CALLBACK_HTTP_BODY:
+            // Each returns nil for a connection without an exchange: lws' default handling.
+            if let result = receiveBody(wsi, UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length)) {
+                return result
+            }
+        case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+            if let result = completeBody(wsi) { return result }
+        case LWS_CALLBACK_CLOSED_HTTP:
+            closedHTTP(wsi)
         case LWS_CALLBACK_ESTABLISHED:
             return established(wsi, user)
         case LWS_CALLBACK_RECEIVE:
@@ -54,8 +64,9 @@ extension ServiceLoop {
             closed(user)
             return 0
         default:
-            return lws_callback_http_dummy(wsi, reason, user, input, length)
+            break
         }
+        return lws_callback_http_dummy(wsi, reason, user, input, length)
     }
 
     /// The session whose unretained pointer sits in this connection's lws user area.

@@ -53,7 +53,7 @@ final class LWSContext {
         protocols[0].per_session_data_size = MemoryLayout<UnsafeMutableRawPointer?>.size
         protocols[0].tx_packet_size = Self.txPacketSize
 
-        // Mounts: one callback mount per dynamic path, then the web root at "/".
+        // Mounts: one callback mount per dynamic path or prefix, then the web root at "/".
         var mountList: UnsafeMutablePointer<lws_http_mount>?
         func addMount(_ configure: (inout lws_http_mount) -> Void) {
             let mount = UnsafeMutablePointer<lws_http_mount>.allocate(capacity: 1)
@@ -72,7 +72,10 @@ final class LWSContext {
                 m.origin_protocol = UInt8(LWSMPRO_FILE.rawValue)
             }
         }
-        for path in config.dynamicPaths {
+        // lws matches a mountpoint only up to a "/" or the end of the path, so the prefix
+        // "/api/" is mounted as "/api"; the service loop checks the real prefix.
+        let mountpoints = Set(config.dynamicPaths + config.dynamicPrefixes.map { String($0.dropLast()) })
+        for path in mountpoints.sorted() {
             addMount { m in
                 m.mountpoint = cString(path)
                 m.mountpoint_len = UInt8(clamping: path.utf8.count)

@@ -31,6 +31,8 @@ final class ServiceLoop: @unchecked Sendable {
     private(set) var lws: LWSContext!
     /// Exact paths answered by the handler.
     let dynamicPaths: Set<String>
+    /// HTTP requests on dynamic paths not answered yet (ServiceLoop+HTTP.swift).
+    let http = HTTPExchanges()
 
     // Service thread only.
     var sessions: [ConnectionID: Session] = [:]

@@ -1,10 +1,11 @@
 /// One HTTP + WebSocket server on one port, run by libwebsockets on one dedicated thread.
 ///
-/// Connections start *pending* and receive nothing until `activate`; from then on each gets
-/// its `first` frames, then every `broadcast`, interleaved with `send`s in call order. One
-/// `OutgoingFrame` is shared by every connection it goes to; a connection that falls more
-/// than `Configuration.queueLimit` frames behind is closed with 1008 `too slow`, so one slow
-/// client neither holds unbounded memory nor slows the others.
+/// Connections start *pending* and receive nothing until `activate` puts them on a channel
+/// (``ChannelID``: an independent broadcast stream with its own seqs, e.g. one per room); from
+/// then on each gets its `first` frames, then every `broadcast` on its channel, interleaved with
+/// `send`s in call order. One `OutgoingFrame` is shared by every connection it goes to; a
+/// connection that falls more than `Configuration.queueLimit` frames behind is closed with
+/// 1008 `too slow`, so one slow client neither holds unbounded memory nor slows the others.
 ///
 /// All methods are thread-safe. The handler is called on the service thread.
 public final class WebSocketServer: Sendable {
@@ -24,35 +25,40 @@ public final class WebSocketServer: Sendable {
         _ = loop.start()
     }
 
-    /// Sends `frame` to every active connection. `seq` is the last event seq in the frame and
-    /// must increase strictly from call to call (a programmer error otherwise).
-    public func broadcast(_ frame: OutgoingFrame, seq: Int) {
-        loop.update { $0.broadcast(frame, seq: seq) }
+    /// Sends `frame` to every connection activated on `channel`. `seq` is the last event seq in
+    /// the frame and must increase strictly from call to call on the same channel (a programmer
+    /// error otherwise); other channels' seqs do not matter. Costs O(1) here, and wakes only the
+    /// channel's connections.
+    public func broadcast(_ frame: OutgoingFrame, seq: Int, on channel: ChannelID) {
+        loop.update { $0.broadcast(frame, seq: seq, on: channel) }
     }
 
-    /// Broadcasts `frames` (each with its last seq, increasing as for ``broadcast(_:seq:)``),
-    /// then sends each reply to its connection, with at most one wake-up of the service
-    /// thread for all of them: an acknowledgement travels with the frame it acknowledges.
-    public func publish(_ frames: [(OutgoingFrame, seq: Int)], replies: [(ConnectionID, OutgoingFrame)]) {
+    /// Broadcasts `frames` on `channel` (each with its last seq, increasing as for
+    /// ``broadcast(_:seq:on:)``), then sends each reply to its connection, with at most one
+    /// wake-up of the service thread for all of them: an acknowledgement travels with the frame
+    /// it acknowledges.
+    public func publish(_ frames: [(OutgoingFrame, seq: Int)], on channel: ChannelID, replies: [(ConnectionID, OutgoingFrame)]) {
         guard !frames.isEmpty || !replies.isEmpty else { return }
         loop.update { table in
             var wake = false
-            for (frame, seq) in frames { wake = table.broadcast(frame, seq: seq) || wake }
+            for (frame, seq) in frames { wake = table.broadcast(frame, seq: seq, on: channel) || wake }
             for (id, frame) in replies { wake = table.send(frame, to: id) || wake }
             return wake
         }
     }
 
-    /// Ends a connection's pending state: it gets `first` (welcome, replayed frames), then every
-    /// broadcast with a seq above `afterSeq`, including those made while it was pending; none
-    /// twice, none missed. If one of those is no longer retained, it is closed 1008 `too slow`.
-    /// Frames `send` to it while pending follow `first`. Ignored unless the connection is pending.
-    public func activate(_ id: ConnectionID, first: [OutgoingFrame], afterSeq: Int) {
-        loop.update { $0.activate(id, first: first, afterSeq: afterSeq) }
+    /// Ends a connection's pending state and puts it on `channel`, for good: it gets `first`
+    /// (welcome, replayed frames), then every broadcast on `channel` with a seq above
+    /// `afterSeq`, including those made while it was pending; none twice, none missed, none of
+    /// another channel. If one of those is no longer retained (a channel without connections
+    /// keeps none), it is closed 1008 `too slow`. Frames `send` to it while pending follow
+    /// `first`, in call order with the channel's broadcasts. Ignored unless the connection is pending.
+    public func activate(_ id: ConnectionID, on channel: ChannelID, first: [OutgoingFrame], afterSeq: Int) {
+        loop.update { $0.activate(id, on: channel, first: first, afterSeq: afterSeq) }
     }
 
-    /// Sends `frame` to one connection, after every broadcast made before this call.
-    /// Ignored for unknown or closing connections.
+    /// Sends `frame` to one connection, after every broadcast made before this call on the
+    /// connection's channel. Ignored for unknown or closing connections.
     public func send(_ frame: OutgoingFrame, to id: ConnectionID) {
         loop.update { $0.send(frame, to: id) }
     }
@@ -60,6 +66,14 @@ public final class WebSocketServer: Sendable {
     /// Closes a connection with a close frame, once what was queued for it before this call went out.
     public func close(_ id: ConnectionID, code: CloseCode, reason: String) {
         loop.update { $0.close(id, code: code, reason: reason) }
+    }
+
+    /// Forgets a channel (its room was unloaded or deleted): its retained frames and its last
+    /// seq. A later broadcast on the same id starts a new history (any seq accepted). Connections
+    /// still on it are closed with `code`/`reason` (the daemon closes them itself before,
+    /// normally), after what was queued for them; those closing already keep their own close.
+    public func removeChannel(_ channel: ChannelID, code: CloseCode, reason: String) {
+        loop.update { $0.removeChannel(channel, code: code, reason: reason) }
     }
 
     /// Refuses new connections (503), closes every connection with `code` and `reason` (a real

@@ -21,8 +21,11 @@ public protocol WebSocketServerHandler: Sendable {
     /// ping timed out, or libwebsockets itself failed the connection, e.g. for invalid UTF-8).
     func disconnected(_ id: ConnectionID, code: CloseCode?, reason: String)
 
-    /// Answers a GET for one of `Configuration.dynamicPaths`; nil answers 404.
-    func httpRequest(_ request: HTTPRequest) -> HTTPResponse?
+    /// A request for one of `Configuration.dynamicPaths`, or under one of
+    /// `Configuration.dynamicPrefixes`, any method, with its whole body (or `bodyTooLarge`).
+    /// Answer it through `responder`, now (on this thread) or later from any thread; until then
+    /// the connection waits. Do not wait here for the answer.
+    func httpRequest(_ request: HTTPRequest, responder: HTTPResponder)
 
     /// The service thread finished one pass over the sockets: whatever the calls above
     /// gathered in it can be handed on together (one wake-up of the consumer, not one per

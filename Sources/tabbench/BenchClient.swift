@@ -5,12 +5,14 @@ import TabdLoad
 import WebSocketsClient
 
 /// The clients of one tabbench run: connects them (a bounded number of handshakes at a time),
-/// sends messages from the senders, matches every delivery to its message, times the last
-/// delivery of each, and keeps what the stream checks need. Its callbacks run on the client's
-/// service thread; the run's phases read and change `state` from the main task.
+/// each to its room (``RoomLayout``), sends messages from the senders, matches every delivery
+/// to its message, times the last delivery of each (the last client *of the sender's room*),
+/// and keeps what the stream checks need, per room. Its callbacks run on the client's service
+/// thread; the run's phases read and change `state` from the main task.
 final class BenchClient: WebSocketClientHandler {
     struct Conn {
         let id: ConnectionID
+        let room: Int
         var ready = false
         var close: ClientClose?
         /// tabd: the last seq received (gap-free from the welcome on).
@@ -28,13 +30,18 @@ final class BenchClient: WebSocketClientHandler {
         var indexByRawID: [Int32] = []
         var target = 0
         var connecting = 0
+        var readyCount = 0
+        /// When the last client so far became ready (its welcome; the open for other servers).
+        var lastReadyAt: Int64 = 0
         var failures: [String] = []
         var failed = 0
         var lostAfterReady = 0
 
         var running = false
         var chaining = false
-        var checkFrom = Int.max
+        /// Per room: frames after this seq are chained (the reference's last seq when the
+        /// load started: presence frames before it reached only some of the clients).
+        var checkFrom: [Int]
         var nextMessage = 0
         var nextSender = 0
         var sentAt: [Int64]
@@ -55,18 +62,27 @@ final class BenchClient: WebSocketClientHandler {
         var errorSamples: [String] = []
         var unknownFrames = 0
 
-        /// tabd: the first client's welcome snapshot and every events frame it got since.
-        var referenceOrigin: Snapshot?
-        var reference: [[UInt8]] = []
-        var sync: Snapshot?
+        /// tabd, per room: its reference client's welcome snapshot and every events frame it got
+        /// since, and the answer to its final `sync`.
+        var referenceOrigin: [Snapshot?]
+        var reference: [[[UInt8]]]
+        var sync: [Snapshot?]
+        var syncs = 0
+        /// Welcomes that named another room than the one asked for (a server that ignores `room`).
+        var wrongRoom = 0
 
-        init(capacity: Int) {
+        init(capacity: Int, rooms: Int) {
             sentAt = [Int64](repeating: 0, count: capacity)
             remaining = [Int32](repeating: 0, count: capacity)
+            checkFrom = [Int](repeating: Int.max, count: rooms)
+            referenceOrigin = [Snapshot?](repeating: nil, count: rooms)
+            reference = [[[UInt8]]](repeating: [], count: rooms)
+            sync = [Snapshot?](repeating: nil, count: rooms)
         }
     }
 
     let options: BenchOptions
+    let layout: RoomLayout
     let url: WebSocketURL
     let state: Mutex<State>
     let client = Mutex<WebSocketClient?>(nil)
@@ -75,10 +91,11 @@ final class BenchClient: WebSocketClientHandler {
 
     init(options: BenchOptions) {
         self.options = options
+        self.layout = options.layout
         self.url = options.url!
         let capacity = 1 << 20
         mask = capacity - 1
-        state = Mutex(State(capacity: capacity))
+        state = Mutex(State(capacity: capacity, rooms: options.layout.rooms))
         // Pad so that the broadcast frame has about `messageBytes` bytes: the frame without padding
         // is the events frame below (tabd's by/seq fields are a few bytes longer or shorter).
         let bare = Self.broadcastFrame(number: 100_000, padding: "").count
@@ -115,13 +132,15 @@ final class BenchClient: WebSocketClientHandler {
     private func openMore(_ s: inout State) {
         while s.connecting < options.connectConcurrency && s.conns.count < s.target {
             let name = "bench-\(s.conns.count)"
+            let room = layout.room(of: s.conns.count)
             let sep = url.path.contains("?") ? "&" : "?"
-            let path = options.server == .tabd ? url.path + sep + "name=\(name)" : url.path
+            var path = options.server == .tabd ? url.path + sep + "name=\(name)" : url.path
+            if options.rooms != nil { path += "&room=\(RoomLayout.name(room))" }
             let id = ws.connect(url.with(path: path), subprotocols: options.subprotocol)
             let raw = Int(id.rawValue) - 1
             while s.indexByRawID.count <= raw { s.indexByRawID.append(-1) }
             s.indexByRawID[raw] = Int32(s.conns.count)
-            s.conns.append(Conn(id: id))
+            s.conns.append(Conn(id: id, room: room))
             s.connecting += 1
         }
     }
@@ -135,6 +154,8 @@ final class BenchClient: WebSocketClientHandler {
     private func becameReady(_ i: Int, _ s: inout State) {
         guard !s.conns[i].ready else { return }
         s.conns[i].ready = true
+        s.readyCount += 1
+        s.lastReadyAt = monotonicNanos()
         s.connecting -= 1
         openMore(&s)
     }
@@ -179,7 +200,11 @@ final class BenchClient: WebSocketClientHandler {
                 s.errors += 1
                 if s.errorSamples.count < 5 { s.errorSamples.append(String(decoding: message.prefix(200), as: UTF8.self)) }
             case .snapshot:
-                if case let .snapshot(_, snap)? = try? ServerFrame(bytes: Array(message)) { s.sync = snap }
+                // Only the references ask for `sync` (``requestSync()``): client r for room r.
+                if i < layout.rooms, case let .snapshot(_, snap)? = try? ServerFrame(bytes: Array(message)) {
+                    if s.sync[i] == nil { s.syncs += 1 }
+                    s.sync[i] = snap
+                }
             case .pong, .other:
                 s.unknownFrames += 1
             }
@@ -194,7 +219,12 @@ final class BenchClient: WebSocketClientHandler {
             return
         }
         s.conns[i].lastSeq = snap.seq
-        if i == 0 && options.check { s.referenceOrigin = snap }
+        if options.rooms != nil && w.room != RoomLayout.name(s.conns[i].room) {
+            s.wrongRoom += 1
+            s.conns[i].problem = s.conns[i].problem
+                ?? "welcomed to room \(w.room ?? "(none named)"), asked for \(RoomLayout.name(s.conns[i].room))"
+        }
+        if i < layout.rooms && options.check { s.referenceOrigin[i] = snap }
         becameReady(i, &s)
     }
 
@@ -211,8 +241,8 @@ final class BenchClient: WebSocketClientHandler {
                     s.conns[i].problem = "seq \(first) after \(s.conns[i].lastSeq)"
                 }
                 s.conns[i].lastSeq = last
-                if first > s.checkFrom { chain(i, message, &s) }
-                if i == 0 { s.reference.append(Array(message)) }
+                if first > s.checkFrom[s.conns[i].room] { chain(i, message, &s) }
+                if i < layout.rooms { s.reference[i].append(Array(message)) }
             }
         } else if s.chaining && options.check {
             chain(i, message, &s)
@@ -238,7 +268,9 @@ final class BenchClient: WebSocketClientHandler {
 
     // MARK: Sending
 
-    /// Sends the next message from the next sender; `at` is its (scheduled) send time.
+    /// Sends the next message from the next sender (``RoomLayout/sender(_:)``: the active rooms
+    /// in turn); `at` is its (scheduled) send time. It is done when every client of the sender's
+    /// room has received it.
     func send(at time: Int64, _ s: inout State) {
         guard s.outstanding <= mask else {
             s.overflow += 1
@@ -247,12 +279,12 @@ final class BenchClient: WebSocketClientHandler {
         let n = s.nextMessage
         s.nextMessage += 1
         let slot = n & mask
+        let sender = layout.sender(s.nextSender)
+        s.nextSender += 1
         s.sentAt[slot] = time
-        s.remaining[slot] = Int32(s.conns.count)
+        s.remaining[slot] = Int32(layout.size(of: layout.room(of: sender)))
         s.outstanding += 1
         if s.measuring { s.sentMeasured += 1 }
-        let sender = s.nextSender % options.senders
-        s.nextSender += 1
         ws.send(message(n), on: s.conns[sender].id)
     }
 
@@ -261,7 +293,7 @@ final class BenchClient: WebSocketClientHandler {
         state.withLock { s in
             s.running = true
             s.chaining = true
-            s.checkFrom = s.conns.first?.lastSeq ?? Int.max
+            for r in 0..<min(layout.rooms, s.conns.count) { s.checkFrom[r] = s.conns[r].lastSeq }
             if options.rate == nil {
                 let now = monotonicNanos()
                 for _ in 0..<options.window { send(at: now, &s) }
@@ -301,11 +333,14 @@ final class BenchClient: WebSocketClientHandler {
         state.withLock { $0.running = false }
     }
 
-    /// tabd: asks the first client for a `sync` snapshot (the end of the stream check).
+    /// tabd: asks each room's reference client for a `sync` snapshot (the end of the stream check).
     func requestSync() {
         state.withLock { s in
-            s.sync = nil
-            ws.send(Array(#"{"type":"sync","ref":"final"}"#.utf8), on: s.conns[0].id)
+            s.sync = [Snapshot?](repeating: nil, count: layout.rooms)
+            s.syncs = 0
+            for r in 0..<min(layout.rooms, s.conns.count) {
+                ws.send(Array(#"{"type":"sync","ref":"final"}"#.utf8), on: s.conns[r].id)
+            }
         }
     }
 }

@@ -28,10 +28,7 @@ enum IdleRun {
         await client.shutdown()
 
         // Least squares: RSS = a + b·n.
-        let n = Double(points.count)
-        let sx = points.reduce(0.0) { $0 + Double($1.0) }, sy = points.reduce(0.0) { $0 + Double($1.1) }
-        let sxx = points.reduce(0.0) { $0 + Double($1.0) * Double($1.0) }, sxy = points.reduce(0.0) { $0 + Double($1.0) * Double($1.1) }
-        let slope = n * sxx - sx * sx == 0 ? 0 : (n * sxy - sx * sy) / (n * sxx - sx * sx)
+        let slope = RoomMemoryRun.leastSquaresSlope(points.map { (Double($0.0), Double($0.1)) })
 
         var summary = Summary()
         for (count, rss) in points { summary.add("\(count) clients", "\(format(Double(rss) / 1024, 1)) MiB") }

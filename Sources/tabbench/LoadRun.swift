@@ -69,38 +69,55 @@ enum LoadRun {
         return (bench, client)
     }
 
+    /// How long connecting took.
+    struct ConnectTimes {
+        /// From the first connect to the last client's welcome (other servers: its open).
+        var welcomed: Double
+        /// From the first connect to the moment every room's presence batches had reached all
+        /// of its clients (tabd; the same as `welcomed` for other servers).
+        var settled: Double
+    }
+
     /// Connects `count` clients and waits until each is ready (tabd: welcomed) or failed, then
-    /// until tabd's presence batches have reached everyone.
-    static func connect(_ bench: BenchClient, _ count: Int, options: BenchOptions) async throws {
-        let started = ContinuousClock.now
+    /// until tabd's presence batches have reached everyone in each room.
+    @discardableResult
+    static func connect(_ bench: BenchClient, _ count: Int, options: BenchOptions) async throws -> ConnectTimes {
+        let started = monotonicNanos()
         bench.connect(upTo: count)
-        let ok = await wait(seconds: 60 + Double(count) / 100) {
-            bench.state.withLock { s in s.conns.count >= count && s.conns.allSatisfy { $0.ready || $0.close != nil } }
+        let ok = await wait(seconds: options.connectTimeout ?? 60 + Double(count) / 100) {
+            bench.state.withLock { s in s.conns.count >= count && s.readyCount + s.failed >= count }
         }
-        let (ready, failed, failures) = bench.state.withLock { s in (s.conns.filter(\.ready).count, s.failed, s.failures) }
-        guard ok else { throw RunFailure(description: "only \(ready) of \(count) clients connected in time") }
+        let (ready, failed, failures, lastReady) = bench.state.withLock { s in (s.readyCount, s.failed, s.failures, s.lastReadyAt) }
+        guard ok else {
+            throw RunFailure(description: "only \(ready) of \(count) clients connected in \(format(Double(monotonicNanos() - started) / 1e9, 0)) s")
+        }
         guard failed == 0 else {
             throw RunFailure(description: "\(failed) of \(count) connections failed, e.g. \(failures.joined(separator: "; "))")
         }
+        let welcomed = Double(lastReady - started) / 1e9
         if options.server == .tabd {
-            // Presence: everyone has seen every join when all last seqs agree.
+            // Presence: everyone has seen every join of its room when the room's last seqs agree.
             _ = await wait(seconds: 30 + Double(count) / 100) {
                 bench.state.withLock { s in
-                    let seqs = s.conns.lazy.filter { $0.close == nil }.map(\.lastSeq)
-                    return seqs.min() == seqs.max()
+                    var low = [Int](repeating: Int.max, count: bench.layout.rooms), high = [Int](repeating: -1, count: bench.layout.rooms)
+                    for c in s.conns where c.close == nil {
+                        low[c.room] = min(low[c.room], c.lastSeq)
+                        high[c.room] = max(high[c.room], c.lastSeq)
+                    }
+                    return zip(low, high).allSatisfy { $0.1 < 0 || $0.0 == $0.1 }
                 }
             }
         }
-        log(options, "\(count) clients connected in \(started.duration(to: .now))")
+        let settled = Double(monotonicNanos() - started) / 1e9
+        log(options, "\(count) clients connected: all welcomed after \(format(welcomed, 3)) s, presence settled after \(format(settled, 3)) s")
+        return ConnectTimes(welcomed: welcomed, settled: options.server == .tabd ? settled : welcomed)
     }
 
     static func run(_ options: BenchOptions) async throws -> Int32 {
         let server = options.pid.map(ProcessStats.init(pid:))
         let rssStart = server?.rssKiB()
         let (bench, client) = try makeClient(options, connections: options.clients)
-        let connectStart = ContinuousClock.now
-        try await connect(bench, options.clients, options: options)
-        let connectTime = connectStart.duration(to: .now)
+        let connectTimes = try await connect(bench, options.clients, options: options)
         let rssConnected = server?.rssKiB()
 
         log(options, "load: \(options.loopDescription), \(Int(options.warmup)) s warm-up, \(options.duration) s measured")
@@ -134,13 +151,15 @@ enum LoadRun {
         if options.check {
             if options.server == .tabd {
                 bench.requestSync()
-                if await wait(seconds: 30, { bench.state.withLock { $0.sync != nil } }) {
-                    let target = bench.state.withLock { $0.sync!.seq }
+                let rooms = bench.layout.rooms
+                if await wait(seconds: 30, { bench.state.withLock { $0.syncs == rooms } }) {
+                    let targets = bench.state.withLock { s in s.sync.map { $0!.seq } }
                     _ = await wait(seconds: 30) {
-                        bench.state.withLock { s in s.conns.allSatisfy { $0.close != nil || $0.lastSeq >= target } }
+                        bench.state.withLock { s in s.conns.allSatisfy { $0.close != nil || $0.lastSeq >= targets[$0.room] } }
                     }
                 } else {
-                    checkProblems.append("no answer to the final sync")
+                    let got = bench.state.withLock { $0.syncs }
+                    checkProblems.append(rooms == 1 ? "no answer to the final sync" : "answers to the final sync from \(got) of \(rooms) rooms")
                 }
             }
             checkProblems += bench.state.withLock { s in check(s, options: options, frames: &checkedFrames) }
@@ -156,9 +175,15 @@ enum LoadRun {
         let seconds = Double(t1 - t0) / 1e9
         let rate = Double(measured.deliveries) / seconds
         let latency = LatencySummary(nanoseconds: measured.latencies)
+        let layout = options.layout
         var summary = Summary()
+        if options.rooms != nil {
+            summary.add("rooms", "\(layout.rooms) (\(layout.activeRooms) with senders), \(layout.size(of: 0)) clients per room"
+                        + (layout.clients % layout.rooms == 0 ? "" : " or fewer") + ", \(layout.senders / layout.activeRooms) sender(s) per active room")
+        }
         summary.add("messages sent", "\(grouped(measured.sent)) (\(format(Double(measured.sent) / seconds, 0))/s)")
         summary.add("deliveries", "\(grouped(measured.deliveries)) in \(format(seconds)) s = \(grouped(Int(rate)))/s")
+        summary.add("messages done", "\(grouped(latency.count)) (\(format(Double(latency.count) / seconds, 0))/s)")
         summary.add("frame size", measured.deliveries > 0 ? "\(measured.bytes / measured.deliveries) bytes" : "-")
         summary.add("latency to last client", "p50 \(format(latency.p50, 3)) ms, p90 \(format(latency.p90, 3)) ms, "
                     + "p99 \(format(latency.p99, 3)) ms, max \(format(latency.max, 3)) ms (\(latency.count) messages)")
@@ -169,8 +194,10 @@ enum LoadRun {
         if let sample = final.samples.first { errorText += "; e.g. \(sample)" }
         summary.add("errors", errors == 0 ? "none" : errorText)
         if options.check {
+            let scope = layout.rooms == 1 ? "\(options.clients) clients, \(grouped(checkedFrames)) frames each identical"
+                : "\(layout.rooms) rooms of \(options.clients) clients, \(grouped(checkedFrames)) frames in all, identical for every client of a room"
             summary.add("stream checks", checkProblems.isEmpty
-                        ? "passed (\(options.clients) clients, \(grouped(checkedFrames)) frames each identical\(options.server == .tabd ? ", seqs gap-free, invariants hold, replay = sync" : ""))"
+                        ? "passed (\(scope)\(options.server == .tabd ? ", seqs gap-free, invariants hold, replay = sync" : ""))"
                         : "FAILED: " + checkProblems.prefix(5).joined(separator: "; "))
             errors += checkProblems.count
         }
@@ -179,24 +206,28 @@ enum LoadRun {
             summary.add("server RSS", "\(mib(rssStart)) before, \(mib(rssConnected)) connected, \(mib(rssAfter)) after")
         }
         var serverCPUPerDelivery: Double?
+        var serverCPUPerMessage: Double?
         if let cpu0, let cpu1, measured.deliveries > 0 {
             serverCPUPerDelivery = (cpu1 - cpu0) / Double(measured.deliveries) * 1e6
-            summary.add("server CPU", "\(format(serverCPUPerDelivery!)) µs per delivery (\(format((cpu1 - cpu0) / seconds * 100, 0))% of one core)")
+            serverCPUPerMessage = latency.count > 0 ? (cpu1 - cpu0) / Double(latency.count) * 1e6 : nil
+            summary.add("server CPU", "\(format(serverCPUPerDelivery!)) µs per delivery, "
+                        + "\(serverCPUPerMessage.map { format($0, 1) } ?? "-") µs per message (\(format((cpu1 - cpu0) / seconds * 100, 0))% of one core)")
         }
         let clientCPU = (selfCPU1 - selfCPU0)
         summary.add("client CPU", measured.deliveries > 0
                     ? "\(format(clientCPU / Double(measured.deliveries) * 1e6)) µs per delivery (\(format(clientCPU / seconds * 100, 0))% of one core)" : "-")
-        summary.add("connect time", "\(connectTime)")
+        summary.add("connect time", "\(format(connectTimes.welcomed, 3)) s until all welcomed, \(format(connectTimes.settled, 3)) s until presence settled")
 
         let title = "tabbench\(options.label.map { " [\($0)]" } ?? ""): \(options.server.rawValue) \(options.url!), "
-            + "\(options.clients) clients, \(options.senders) sender\(options.senders == 1 ? "" : "s"), \(options.loopDescription), "
+            + "\(options.clients) clients, \(options.rooms.map { "\($0) room\($0 == 1 ? "" : "s"), " } ?? "")"
+            + "\(options.senders) sender\(options.senders == 1 ? "" : "s"), \(options.loopDescription), "
             + "\(options.messageBytes)-byte messages"
         summary.print(title: title)
         summary.json = [
             "label": options.label ?? "", "server": options.server.rawValue, "url": options.url!.description,
-            "clients": options.clients, "senders": options.senders, "window": options.rate == nil ? options.window : 0,
+            "clients": options.clients, "senders": options.senders, "rooms": layout.rooms, "active_rooms": layout.activeRooms, "window": options.rate == nil ? options.window : 0,
             "rate": options.rate ?? 0, "message_bytes": options.messageBytes, "seconds": seconds,
-            "messages": measured.sent, "deliveries": measured.deliveries, "deliveries_per_second": rate,
+            "messages": measured.sent, "messages_done": latency.count, "deliveries": measured.deliveries, "deliveries_per_second": rate,
             "frame_bytes": measured.deliveries > 0 ? measured.bytes / measured.deliveries : 0,
             "latency_ms": ["p50": latency.p50, "p90": latency.p90, "p99": latency.p99, "max": latency.max, "count": latency.count],
             "errors": errors, "error_text": errors == 0 ? "" : errorText,
@@ -204,41 +235,12 @@ enum LoadRun {
             "check_problems": checkProblems,
             "server_rss_kib": ["before": rssStart ?? -1, "connected": rssConnected ?? -1, "after": rssAfter ?? -1],
             "server_cpu_us_per_delivery": serverCPUPerDelivery ?? -1,
+            "server_cpu_us_per_message": serverCPUPerMessage ?? -1,
+            "server_cpu_percent": cpu0.flatMap { c0 in cpu1.map { ($0 - c0) / seconds * 100 } } ?? -1,
             "client_cpu_us_per_delivery": measured.deliveries > 0 ? clientCPU / Double(measured.deliveries) * 1e6 : -1,
-            "connect_seconds": Double(connectTime.components.seconds) + Double(connectTime.components.attoseconds) / 1e18,
+            "connect_seconds": connectTimes.settled, "welcomed_seconds": connectTimes.welcomed,
         ]
         try summary.write(to: options.json)
         return errors == 0 ? 0 : 1
-    }
-
-    /// Every client got the same frames in the same order; tabd: gap-free (checked as frames
-    /// arrived), the lifecycle invariants hold on the first client's stream, and its replay
-    /// from its welcome equals the final `sync`.
-    static func check(_ s: BenchClient.State, options: BenchOptions, frames: inout Int) -> [String] {
-        var problems: [String] = []
-        for (i, c) in s.conns.enumerated() where c.problem != nil {
-            problems.append("client \(i): \(c.problem!)")
-            if problems.count > 3 { break }
-        }
-        guard let first = s.conns.first else { return ["no clients"] }
-        frames = first.chained
-        let differing = s.conns.filter { $0.close == nil && ($0.chained != first.chained || $0.chain != first.chain) }
-        if !differing.isEmpty {
-            problems.append("\(differing.count) clients received other frames than client 0 (e.g. \(differing[0].chained) vs \(first.chained))")
-        }
-        guard options.server == .tabd else { return problems }
-        guard let origin = s.referenceOrigin, let sync = s.sync else { return problems + ["no welcome or sync to check against"] }
-        var checker = StreamChecker(origin: origin)
-        for bytes in s.reference {
-            guard case let .events(batch)? = try? ServerFrame(bytes: bytes) else { return problems + ["a frame that does not parse"] }
-            do { try checker.check(batch) } catch { return problems + ["\(error)"] }
-            if batch.lastSeq == sync.seq { break }
-        }
-        if checker.state.seq != sync.seq {
-            problems.append("client 0 reached seq \(checker.state.seq), the sync is at \(sync.seq)")
-        } else if checker.state.capped != sync {
-            problems.append("the replay differs from the sync snapshot at seq \(sync.seq)")
-        }
-        return problems
     }
 }

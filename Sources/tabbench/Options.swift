@@ -17,12 +17,27 @@ struct BenchOptions: Sendable {
     var subprotocol: String?
     var clients = 100
     var senders = 1
+    /// Whether `--senders` was given (with `--rooms`, the default is one sender per active room).
+    var sendersGiven = false
+    /// `--rooms K`: clients spread over rooms `bench-0…bench-(K-1)`; nil: no `room` parameter
+    /// (tabd's room `main`), exactly as before rooms.
+    var rooms: Int?
+    var activeRooms: Int?
+    /// Which room each client joins and who sends (set by `parse`).
+    var layout = RoomLayout(clients: 100, rooms: 1, activeRooms: 1, senders: 1)!
+    var connectOnly = false
+    var roomSteps: [Int]?
+    var roomCommands = 0
+    var unload = false
+    var httpConcurrency = 8
     var window = 16
     var rate: Double?
     var duration = 5.0
     var warmup = 1.0
     var messageBytes = 150
     var connectConcurrency = 200
+    /// Seconds connecting may take; nil: 60 + 1 s per 100 clients.
+    var connectTimeout: Double?
     var pid: Int32?
     var check = true
     var json: String?
@@ -37,6 +52,8 @@ struct BenchOptions: Sendable {
 
     USAGE: tabbench [options]              load run (default)
            tabbench --idle-steps 0,1000,…  memory per idle connection
+           tabbench --connect-only         a connect storm: time until every client is welcomed
+           tabbench --room-steps 0,1000,…  memory per room (rooms made over tabd's HTTP API)
            tabbench inprocess [options]    Coordinator and encoding costs, no sockets
 
     TARGET
@@ -63,6 +80,31 @@ struct BenchOptions: Sendable {
                                tabd, the `set` value is padded so that its events frame has
                                about this size
       --connect-concurrency K  handshakes in flight while connecting (default 200)
+      --connect-timeout S      seconds until every client must be welcomed (default 60 + 1
+                               per 100 clients)
+
+    ROOMS (tabd)
+      --rooms K                spread the clients evenly over K rooms bench-0…bench-(K-1)
+                               (client i joins room i mod K, ?room=bench-…); without it
+                               the clients join no room (tabd's room main), as before
+      --active-rooms A         only the first A rooms get senders (default: all K); the others
+                               stay connected and idle
+      --senders M              with --rooms: senders over all active rooms, a multiple of A
+                               (default A: one per active room); consecutive messages go to
+                               different rooms. A message is done when every client of its
+                               room has received it; the stream checks hold per room
+      --connect-only           connect every client, report the time until all are welcomed
+                               (and until every room's presence has settled), keep them
+                               --hold seconds, check they stay, and stop: no load
+      --room-steps LIST        memory per room: create rooms bench-0… over the HTTP API
+                               (PUT /api/rooms/ID) up to each count in LIST, read the
+                               server's RSS at each step (needs --pid) and report the slope
+      --room-commands C        with --room-steps: C `set` commands to each new room
+                               (POST /api/rooms/ID/commands) (default 0)
+      --unload                 with --room-steps: at each step, wait until tabd_rooms_loaded
+                               (GET /metrics) is 0 before reading RSS (tabd with a short
+                               --room-idle): memory per stored, unloaded room
+      --http-concurrency K     HTTP requests in flight with --room-steps (default 8)
 
     MEMORY
       --idle-steps LIST        connect idle clients up to each count in LIST (e.g.
@@ -116,6 +158,14 @@ struct BenchOptions: Sendable {
             guard let d = Double(v), d >= min else { throw UsageError("\(name) must be a number ≥ \(min), got '\(v)'") }
             return d
         }
+        func counts(_ name: String) throws -> [Int] {
+            let v = try value(name)
+            let steps = v.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
+            guard !steps.isEmpty, steps.allSatisfy({ ($0 ?? -1) >= 0 }) else {
+                throw UsageError("\(name) must be counts like 0,1000,2000, got '\(v)'")
+            }
+            return steps.map { $0! }.sorted()
+        }
         while i < args.count {
             let arg = args[i]
             switch arg {
@@ -130,13 +180,24 @@ struct BenchOptions: Sendable {
                 o.url = url
             case "--subprotocol": o.subprotocol = try value(arg)
             case "--clients": o.clients = try int(arg, min: 1)
-            case "--senders": o.senders = try int(arg, min: 1)
+            case "--senders":
+                o.senders = try int(arg, min: 1)
+                o.sendersGiven = true
+            case "--rooms": o.rooms = try int(arg, min: 1)
+            case "--active-rooms": o.activeRooms = try int(arg, min: 1)
+            case "--connect-only": o.connectOnly = true
+            case "--room-commands": o.roomCommands = try int(arg, min: 0)
+            case "--unload": o.unload = true
+            case "--http-concurrency": o.httpConcurrency = try int(arg, min: 1)
+            case "--room-steps":
+                o.roomSteps = try counts(arg)
             case "--window": o.window = try int(arg, min: 1)
             case "--rate": o.rate = try double(arg, min: 0.001)
             case "--duration": o.duration = try double(arg, min: 0.1)
             case "--warmup": o.warmup = try double(arg, min: 0)
             case "--message-bytes": o.messageBytes = try int(arg, min: 100)
             case "--connect-concurrency": o.connectConcurrency = try int(arg, min: 1)
+            case "--connect-timeout": o.connectTimeout = try double(arg, min: 1)
             case "--pid": o.pid = Int32(try int(arg, min: 1))
             case "--no-check": o.check = false
             case "--check": o.check = true
@@ -145,21 +206,30 @@ struct BenchOptions: Sendable {
             case "--quiet": o.quiet = true
             case "--settle": o.settle = try double(arg, min: 0)
             case "--hold": o.hold = try double(arg, min: 0)
-            case "--idle-steps":
-                let v = try value(arg)
-                let steps = v.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
-                guard !steps.isEmpty, steps.allSatisfy({ ($0 ?? -1) >= 0 }) else {
-                    throw UsageError("--idle-steps must be counts like 0,1000,2000, got '\(v)'")
-                }
-                o.idleSteps = steps.map { $0! }.sorted()
+            case "--idle-steps": o.idleSteps = try counts(arg)
             default: throw UsageError("unknown option '\(arg)'")
             }
             i += 1
         }
         guard o.url != nil else { throw UsageError("--url is required") }
-        if o.idleSteps == nil {
+        if o.idleSteps == nil && o.roomSteps == nil {
             guard o.senders <= o.clients else { throw UsageError("--senders must not exceed --clients") }
         }
+        if (o.rooms != nil || o.roomSteps != nil) && o.server != .tabd {
+            throw UsageError("--rooms and --room-steps need --server tabd")
+        }
+        if o.roomSteps != nil && o.pid == nil { throw UsageError("--room-steps needs --pid (the server whose memory is measured)") }
+        let rooms = o.rooms ?? 1
+        let active = o.activeRooms ?? rooms
+        if o.rooms != nil && !o.sendersGiven { o.senders = active }
+        let clients = o.idleSteps.map { max($0.last ?? 0, rooms) } ?? o.clients
+        guard let layout = RoomLayout(clients: clients, rooms: rooms, activeRooms: active,
+                                      senders: o.idleSteps == nil ? o.senders : active) else {
+            throw UsageError("--rooms \(rooms), --active-rooms \(active), --senders \(o.senders) and --clients \(clients) do not fit: "
+                             + "at least one client per room, at most --rooms active rooms, senders a multiple of the "
+                             + "active rooms and no more senders in a room than it has clients")
+        }
+        o.layout = layout
         if o.subprotocol == nil {
             switch o.server {
             case .tabd: o.subprotocol = "tabd.v1"

@@ -1,6 +1,7 @@
 import Foundation
 
-// tabbench: a load run, an idle-memory run, or the in-process costs (see --help).
+// tabbench: a load run, a connect storm, an idle-memory or room-memory run, or the in-process
+// costs (see --help).
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 let status: Int32
@@ -9,7 +10,15 @@ do {
         status = try await InProcessRun.run(Array(arguments.dropFirst()))
     } else {
         let options = try BenchOptions.parse(arguments)
-        status = options.idleSteps != nil ? try await IdleRun.run(options) : try await LoadRun.run(options)
+        if options.roomSteps != nil {
+            status = try await RoomMemoryRun.run(options)
+        } else if options.idleSteps != nil {
+            status = try await IdleRun.run(options)
+        } else if options.connectOnly {
+            status = try await ConnectRun.run(options)
+        } else {
+            status = try await LoadRun.run(options)
+        }
     }
 } catch let usage as UsageError {
     if usage.exitCode == 0 {

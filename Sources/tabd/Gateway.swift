@@ -3,30 +3,22 @@ import Coordinator
 import Synchronization
 import WebSockets
 
-/// The libwebsockets side of tabd: decides who may connect, answers `/healthz` and
-/// `/metrics`, and turns connections and messages into ``Dispatcher`` input.
+/// The libwebsockets side of tabd: decides who may connect and to which room, answers
+/// `/healthz`, `/metrics` and the HTTP API (``RoomsAPI``), and turns connections and
+/// messages into the input of their ``Room``.
 ///
 /// Called on the server's service thread, so it never waits: it checks, counts, parses
 /// and gathers. Each frame is rate-limited (frames and bytes) and parsed here, as it
 /// arrives: parsing is linear in the input, and libwebsockets reads the connections in
 /// turn, so one connection's costly frames delay another's by at most a few parses, and
 /// the core only ever sees parsed commands. What one pass of the service thread gathers
-/// is handed over at its end, in order: the commands and refusals, then one `presence`
-/// with the pass's joins and leaves (so connections that arrive together share one
-/// `clientJoined` batch, and a leave comes after the leaving connection's last command).
+/// is handed over at its end, room by room, in order: the commands and refusals, then one
+/// `presence` with the pass's joins and leaves (so connections that arrive together share
+/// one `clientJoined` batch, and a leave comes after the leaving connection's last command).
 ///
 /// A connection's frames that arrive before its welcome are kept (up to
 /// ``maxEarlyFrames``) and read once it is welcomed, before any later frame of it.
 final class Gateway: WebSocketServerHandler {
-    enum Input: Sendable {
-        /// Joins and leaves, in this order of application: leaves, then joins.
-        case presence(joins: [Join], leaves: [Leave])
-        /// A parsed command of a welcomed connection.
-        case command(ConnectionID, ClientID, CommandEnvelope)
-        /// A frame refused before it became a command, and the error frame to answer.
-        case refused(ConnectionID, ClientID, ServerFrame)
-    }
-
     struct Leave: Sendable {
         let connection: ConnectionID
         /// How it ended: the close code and reason, for the log.
@@ -44,6 +36,8 @@ final class Gateway: WebSocketServerHandler {
 
     /// An open WebSocket connection.
     private struct Connection {
+        /// Nil when its room could not be taken (it is being closed).
+        var room: Room?
         /// Nil until the connection is welcomed.
         var client: ClientID?
         var limiter: RateLimiter
@@ -53,28 +47,40 @@ final class Gateway: WebSocketServerHandler {
         var refusedEarly = 0
     }
 
-    /// What the service thread and the dispatcher share.
+    /// What one pass produced for one room.
+    private struct RoomInputs {
+        let room: Room
+        var inputs: [Room.Input] = []
+        var joins: [Join] = []
+        var leaves: [Leave] = []
+    }
+
+    /// What the service thread and the rooms share.
     private struct State {
         var connections: [ConnectionID: Connection] = [:]
         /// Welcomed connections whose early frames are to be read at the end of this pass.
         var welcomed: [ConnectionID] = []
-        /// What this pass produced so far.
-        var inputs: [Input] = []
-        var joins: [Join] = []
-        var leaves: [Leave] = []
+        /// What this pass produced so far, by room.
+        var pass: [ObjectIdentifier: RoomInputs] = [:]
+
+        mutating func add(_ input: Room.Input, for room: Room) {
+            pass[ObjectIdentifier(room), default: RoomInputs(room: room)].inputs.append(input)
+        }
     }
 
     let options: Options
     let metrics: Metrics
     let log: Log
-    let inbox: Inbox<Input>
+    let registry: RoomRegistry
+    let api: RoomsAPI
     /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
     private let state = Locked(State())
 
-    init(options: Options, metrics: Metrics, log: Log, inbox: Inbox<Input>) {
-        self.options = options; self.metrics = metrics; self.log = log; self.inbox = inbox
+    init(options: Options, metrics: Metrics, log: Log, registry: RoomRegistry) {
+        self.options = options; self.metrics = metrics; self.log = log; self.registry = registry
+        api = RoomsAPI(registry: registry, options: options, log: log)
     }
 
     // MARK: Who may connect
@@ -88,12 +94,27 @@ final class Gateway: WebSocketServerHandler {
             log.warn("refused upgrade from \(request.peer): origin '\(origin)' does not match host '\(request.host ?? "")' (403)")
             return .reject(status: 403)
         }
+        let room = request.query["room"] ?? Limits.defaultRoom
+        guard Limits.isRoomID(room) else {
+            log.warn("refused upgrade from \(request.peer): '\(room.prefix(80))' is not a room id (400)")
+            return .reject(status: 400)
+        }
         if stopping.load(ordering: .relaxed) { return .reject(status: 503) }
         if connections.load(ordering: .relaxed) >= options.maxClients {
             log.warn("refused upgrade from \(request.peer): --max-clients \(options.maxClients) reached (503)")
             return .reject(status: 503)
         }
-        return .accept
+        switch registry.admission(room) {
+        case nil: return .accept
+        case .unknown?:
+            log.warn("refused upgrade from \(request.peer): no room '\(room)' and --rooms api (404)")
+            return .reject(status: 404)
+        case .full?:
+            log.warn("refused upgrade from \(request.peer): --max-rooms \(registry.settings.maxRooms) reached, cannot create room '\(room)' (503)")
+            return .reject(status: 503)
+        case .deleting?, .exists?:
+            return .reject(status: 503)
+        }
     }
 
     func authorized(query: [String: String], authorization: String?) -> Bool {
@@ -113,20 +134,33 @@ final class Gateway: WebSocketServerHandler {
     func connected(_ id: ConnectionID, request: UpgradeRequest) {
         connections.add(1, ordering: .relaxed)
         metrics.clientsChanged(by: 1)
+        let roomID = request.query["room"] ?? Limits.defaultRoom
+        let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
+        let room: Room?
+        switch registry.acquire(roomID, creating: registry.settings.creation == .auto) {
+        case let .success(r): room = r
+        case let .failure(refusal):
+            // Refused between the upgrade and now (deleted, or the last room slot taken).
+            room = nil
+            let (code, reason): (CloseCode, String) = switch refusal {
+            case .full: (.tryAgainLater, "too many rooms")
+            case .unknown, .deleting, .exists: (.roomGone, "no such room")
+            }
+            registry.close(id, code: code, reason: reason)
+        }
         let resume = request.query["resume"].flatMap { Int($0) }
         let join = Join(connection: id, request: .init(name: request.query["name"], resume: resume, epoch: request.query["epoch"]),
                         peer: request.peer)
-        let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
         state.withLock { s in
-            s.connections[id] = Connection(client: nil, limiter: limiter)
-            s.joins.append(join)
+            s.connections[id] = Connection(room: room, client: nil, limiter: limiter)
+            if let room { s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].joins.append(join) }
         }
     }
 
     func received(_ id: ConnectionID, message: [UInt8]) {
-        enum Admission { case gone, kept, read(ClientID, allowed: Bool) }
+        enum Admission { case gone, kept, read(Room, ClientID, allowed: Bool) }
         let admission = state.withLock { s -> Admission in
-            guard var c = s.connections[id] else { return .gone }
+            guard var c = s.connections[id], let room = c.room else { return .gone }
             guard let client = c.client, c.early.isEmpty else {
                 // Not welcomed yet, or its early frames are still to be read: after them.
                 if c.early.count < Self.maxEarlyFrames { c.early.append(message) } else { c.refusedEarly += 1 }
@@ -135,15 +169,15 @@ final class Gateway: WebSocketServerHandler {
             }
             let allowed = c.limiter.allow(bytes: message.count)
             s.connections[id] = c
-            return .read(client, allowed: allowed)
+            return .read(room, client, allowed: allowed)
         }
-        guard case let .read(client, allowed) = admission else { return }
+        guard case let .read(room, client, allowed) = admission else { return }
         let input = read(message, from: id, client: client, allowed: allowed)
-        state.withLock { $0.inputs.append(input) }
+        state.withLock { $0.add(input, for: room) }
     }
 
     /// One frame of a welcomed connection as input: refused (rate, parse, stopping) or a command.
-    private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, allowed: Bool) -> Input {
+    private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, allowed: Bool) -> Room.Input {
         guard allowed else {
             let error = CommandError(.rateLimited, "more than \(options.rateLimit) commands or \(options.byteRateLimit) bytes per second")
             return .refused(id, client, .error(ref: nil, error))
@@ -159,9 +193,9 @@ final class Gateway: WebSocketServerHandler {
         return .command(id, client, envelope)
     }
 
-    /// From the dispatcher: the connection is welcomed as `client`; its frames are read from
-    /// now on, those that came before first (at the end of the service thread's pass that
-    /// the welcome wakes).
+    /// From a room: the connection is welcomed as `client`; its frames are read from now
+    /// on, those that came before first (at the end of the service thread's pass that the
+    /// welcome wakes).
     func beginSession(_ id: ConnectionID, client: ClientID) {
         state.withLock { s in
             guard s.connections[id] != nil else { return } // gone meanwhile
@@ -175,67 +209,77 @@ final class Gateway: WebSocketServerHandler {
         metrics.clientsChanged(by: -1)
         if code == .policyViolation, reason == "too slow" { metrics.slowClientClosed() }
         let how = "code \(code.map { String($0.rawValue) } ?? "none")\(reason.isEmpty ? "" : " (\(reason))")"
-        let neverJoined = state.withLock { s -> Bool in
-            s.connections[id] = nil
+        let neverJoined = state.withLock { s -> Room? in
+            guard let room = s.connections.removeValue(forKey: id)?.room else { return nil }
             // Gone before its join was handed over: it never joins, so it does not leave either.
-            if let i = s.joins.firstIndex(where: { $0.connection == id }) {
-                s.joins.remove(at: i)
-                return true
+            let key = ObjectIdentifier(room)
+            if let i = s.pass[key]?.joins.firstIndex(where: { $0.connection == id }) {
+                s.pass[key]!.joins.remove(at: i)
+                return room
             }
-            s.leaves.append(Leave(connection: id, how: how))
-            return false
+            s.pass[key, default: RoomInputs(room: room)].leaves.append(Leave(connection: id, how: how))
+            return nil
         }
-        if neverJoined { log.info("connection #\(id.rawValue) closed before its welcome, \(how)") }
+        if let room = neverJoined {
+            log.info("connection #\(id.rawValue) closed before its welcome, \(how)")
+            if registry.release(room, 1) { room.armIdleTimer() }
+        }
     }
 
     /// The end of a pass: reads the early frames of connections welcomed since, then hands
-    /// everything over, the pass's joins and leaves last.
+    /// every room what the pass brought it, its joins and leaves last.
     func serviceCycleEnded() {
-        let early = state.withLock { s -> [(ConnectionID, ClientID, [[UInt8]], Int)] in
+        let early = state.withLock { s -> [(ConnectionID, Room, ClientID, [[UInt8]], Int)] in
             guard !s.welcomed.isEmpty else { return [] }
             defer { s.welcomed = [] }
             return s.welcomed.compactMap { id in
-                guard var c = s.connections[id], let client = c.client else { return nil }
+                guard var c = s.connections[id], let room = c.room, let client = c.client else { return nil }
                 defer { c.early = []; c.refusedEarly = 0; s.connections[id] = c }
-                return (id, client, c.early, c.refusedEarly)
+                return (id, room, client, c.early, c.refusedEarly)
             }
         }
-        for (id, client, frames, refused) in early {
-            var inputs: [Input] = []
+        for (id, room, client, frames, refused) in early {
+            var inputs: [Room.Input] = []
             for frame in frames {
                 let allowed = state.withLock { $0.connections[id]?.limiter.allow(bytes: frame.count) ?? false }
                 inputs.append(read(frame, from: id, client: client, allowed: allowed))
             }
             let tooMany = CommandError(.rateLimited, "more than \(Self.maxEarlyFrames) frames before the welcome")
             inputs += Array(repeating: .refused(id, client, .error(ref: nil, tooMany)), count: refused)
-            state.withLock { $0.inputs += inputs }
+            state.withLock { s in for input in inputs { s.add(input, for: room) } }
         }
-        let inputs = state.withLock { s -> [Input] in
-            var all = s.inputs
-            if !s.joins.isEmpty || !s.leaves.isEmpty { all.append(.presence(joins: s.joins, leaves: s.leaves)) }
-            s.inputs.removeAll(keepingCapacity: true)
-            s.joins = []
-            s.leaves = []
-            return all
+        let pass = state.withLock { s -> [RoomInputs] in
+            guard !s.pass.isEmpty else { return [] }
+            defer { s.pass.removeAll(keepingCapacity: true) }
+            return Array(s.pass.values)
         }
-        inbox.put(inputs)
+        for var p in pass {
+            if !p.joins.isEmpty || !p.leaves.isEmpty { p.inputs.append(.presence(joins: p.joins, leaves: p.leaves)) }
+            p.room.inbox.put(p.inputs)
+        }
     }
 
     // MARK: HTTP
 
-    func httpRequest(_ request: HTTPRequest) -> HTTPResponse? {
+    func httpRequest(_ request: HTTPRequest, responder: HTTPResponder) {
         switch request.path {
         case "/healthz":
-            return stopping.load(ordering: .relaxed)
+            responder.respond(stopping.load(ordering: .relaxed)
                 ? HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8))
-                : HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8))
+                : HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
         case "/metrics":
             guard authorized(query: request.query, authorization: request.authorization) else {
-                return HTTPResponse(status: 401, contentType: "text/plain", body: Array("token required\n".utf8))
+                return responder.respond(HTTPResponse(status: 401, contentType: "text/plain", body: Array("token required\n".utf8)))
             }
-            return HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(metrics.render().utf8))
+            responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(metrics.render(rooms: registry.counts).utf8)))
         default:
-            return nil
+            if request.path.hasPrefix(RoomsAPI.prefix) {
+                if stopping.load(ordering: .relaxed) {
+                    return responder.respond(RoomsAPI.error(503, "unavailable", "tabd is shutting down"))
+                }
+                return api.handle(request, responder: responder)
+            }
+            responder.respond(HTTPResponse(status: 404, text: "404 Not Found\n"))
         }
     }
 }

@@ -15,9 +15,12 @@ final class Metrics: Sendable {
 
     private let state = Locked(State())
 
-    func published(_ batch: EventBatch) {
+    /// `tabd_seq` and `tabd_scroll_to_top_count` are those of room `main`, the room of
+    /// clients that know nothing of rooms; the other figures count every room.
+    func published(_ batch: EventBatch, room: RoomID) {
         state.withLock { s in
             s.events += batch.events.count
+            guard room == Limits.defaultRoom else { return }
             s.seq = batch.lastSeq
             for e in batch.events {
                 if case let .scrollToTop(_, count) = e.event { s.scrollToTop = count }
@@ -25,22 +28,27 @@ final class Metrics: Sendable {
         }
     }
 
-    func started(seq: Int, scrollToTop: Int) { state.withLock { $0.seq = seq; $0.scrollToTop = scrollToTop } }
     func command(_ type: String) { state.withLock { $0.commands[type, default: 0] += 1 } }
     func error(_ code: ErrorCode) { state.withLock { $0.errors[code.rawValue, default: 0] += 1 } }
     func clientsChanged(by delta: Int) { state.withLock { $0.clients += delta } }
     func slowClientClosed() { state.withLock { $0.slowClientsClosed += 1 } }
 
-    func render() -> String {
+    func render(rooms: (loaded: Int, stored: Int)) -> String {
         let s = state.withLock { $0 }
         var out = """
         # HELP tabd_clients Connected WebSocket clients.
         # TYPE tabd_clients gauge
         tabd_clients \(s.clients)
-        # HELP tabd_seq The last event sequence number.
+        # HELP tabd_rooms_loaded Rooms held in memory.
+        # TYPE tabd_rooms_loaded gauge
+        tabd_rooms_loaded \(rooms.loaded)
+        # HELP tabd_rooms_stored Rooms that exist (in the state file, or in memory with --state :memory:).
+        # TYPE tabd_rooms_stored gauge
+        tabd_rooms_stored \(rooms.stored)
+        # HELP tabd_seq The last event sequence number of room main.
         # TYPE tabd_seq gauge
         tabd_seq \(s.seq)
-        # HELP tabd_scroll_to_top_count The shared scroll-to-top counter.
+        # HELP tabd_scroll_to_top_count The shared scroll-to-top counter of room main.
         # TYPE tabd_scroll_to_top_count gauge
         tabd_scroll_to_top_count \(s.scrollToTop)
         # HELP tabd_events_total Events published.

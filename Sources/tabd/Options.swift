@@ -18,6 +18,9 @@ struct Options: Sendable {
     var token: String?
     var pingInterval = 30
     var state: String?
+    var rooms = RoomRegistry.Creation.auto
+    var maxRooms = 100_000
+    var roomIdle = 300
 
     /// The bytes per second a connection may send (0: no limit).
     var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
@@ -33,12 +36,18 @@ struct Options: Sendable {
       --host HOST            address to listen on (default 127.0.0.1)
       --port PORT            port to listen on; 0 picks a free one (default 8080)
       --web-root PATH        the web client's files (default: the checkout's web/)
-      --tabs FILE            initial tabs, a JSON array of {id,title,icon,color,badge?}
-                             (default: home, favorites, profile)
+      --tabs FILE            the tabs of a new room, a JSON array of
+                             {id,title,icon,color,badge?} (default: home, favorites, profile)
       --state PATH           where state is stored (SQLite); ':memory:' keeps nothing
                              (default: .tabd/state.sqlite in the checkout, else in
                              the current directory)
-      --resume-window N      events kept for clients that resume (default 10000)
+      --rooms auto|api       auto: joining (or an API command to) an unknown room
+                             creates it; api: only PUT /api/rooms/ID does (default auto)
+      --max-rooms N          rooms that may exist, stored or loaded; creating more is
+                             refused (503) (default 100000)
+      --room-idle SECS       unload a room from memory after SECS without clients; it
+                             stays in the state file; 0 = never (default 300)
+      --resume-window N      events kept per room for clients that resume (default 10000)
       --queue-limit N        frames queued for one connection before it is closed
                              as too slow, code 1008 (default 10000)
       --rate-limit N         commands per second per connection, bursts of 2N;
@@ -88,6 +97,12 @@ struct Options: Sendable {
                     guard !v.isEmpty else { throw UsageError("--state must not be empty") }
                     o.state = v
                 case "--max-clients": o.maxClients = try int(arg, min: 1)
+                case "--rooms":
+                    let v = try value(arg)
+                    guard let mode = RoomRegistry.Creation(rawValue: v) else { throw UsageError("--rooms must be auto or api, got '\(v)'") }
+                    o.rooms = mode
+                case "--max-rooms": o.maxRooms = try int(arg, min: 1)
+                case "--room-idle": o.roomIdle = try int(arg, min: 0, max: 86_400 * 365)
                 case "--resume-window": o.resumeWindow = try int(arg, min: 0)
                 case "--queue-limit": o.queueLimit = try int(arg, min: 1)
                 case "--rate-limit": o.rateLimit = try int(arg, min: 0)

@@ -4,7 +4,7 @@ import Foundation
 import StateStore
 import WebSockets
 
-// tabd: parse options, build the coordinator, serve, stop cleanly on SIGINT/SIGTERM.
+// tabd: parse options, open the state file, serve rooms, stop cleanly on SIGINT/SIGTERM.
 
 let options: Options
 switch Options.parse(Array(CommandLine.arguments.dropFirst())) {
@@ -26,6 +26,7 @@ func fail(_ message: String) -> Never {
 
 let tabs: [TabInfo]
 do { tabs = try options.tabsFile.map { try TabInfo.load(contentsOf: $0) } ?? TabInfo.defaults } catch { fail("\(error)") }
+do { _ = try Coordinator.origin(tabs: tabs) } catch { fail("tabs: \(error.message)") }
 
 let webRoot: String
 switch options.resolvedWebRoot() {
@@ -33,25 +34,26 @@ case let .success(path): webRoot = path
 case let .failure(error): fail(error.message)
 }
 
-// State: an SQLite file (durable, continues across restarts) or memory.
-let configuration = Coordinator.Configuration(resumeWindow: options.resumeWindow)
-let coordinator: Coordinator
+// State: one SQLite file for every room (durable, continues across restarts), or memory.
 let store: StateStore?
+var stored: [RoomID] = []
 if let path = options.resolvedStatePath(webRoot: webRoot) {
-    do { store = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow), tabs: tabs) } catch { fail(error.message) }
-    coordinator = Coordinator(restoring: store!.loaded, durability: store!, configuration: configuration)
-    do { try await coordinator.start() } catch { fail("state file '\(path)': \(error.message)") }
-    log.info("state in \(path): epoch \(coordinator.epoch), continuing at seq \(store!.loaded.snapshot.seq)")
+    do {
+        store = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow))
+        stored = try await store!.roomIDs()
+    } catch { fail(error.message) }
+    log.info("state in \(path): \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
 } else {
     store = nil
-    do { coordinator = try Coordinator(tabs: tabs, configuration: configuration) } catch { fail("tabs: \(error.message)") }
     log.info("state in memory: nothing is kept when tabd stops")
 }
 
-let metrics = Metrics()
-metrics.started(seq: await coordinator.currentSeq, scrollToTop: coordinator.counter.value)
-let inbox = Inbox<Gateway.Input>()
-let gateway = Gateway(options: options, metrics: metrics, log: log, inbox: inbox)
+let settings = RoomRegistry.Settings(
+    creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
+    resumeWindow: options.resumeWindow, rateLimit: options.rateLimit)
+let registry = RoomRegistry(settings: settings, store: store, existing: stored, metrics: Metrics(), log: log)
+let metrics = registry.metrics
+let gateway = Gateway(options: options, metrics: metrics, log: log, registry: registry)
 
 let server: WebSocketServer
 do {
@@ -62,33 +64,26 @@ do {
     }
     server = try WebSocketServer(configuration: Configuration(
         host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/metrics"],
+        dynamicPrefixes: [RoomsAPI.prefix],
         queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
         logLevel: lwsLevel, maxConnections: options.maxClients
     ), handler: gateway)
 } catch {
     fail("cannot start: \(error)")
 }
-
-// Every batch is encoded once (the state store has usually done it already) and handed
-// to every connection as the same bytes, with the answers it acknowledges.
-await Dispatcher.attach(to: coordinator, server: server, metrics: metrics, log: log)
-
-let dispatcher = Dispatcher(coordinator: coordinator, server: server, gateway: gateway)
-let dispatching = Task { await dispatcher.run(inbox) }
+registry.attach(server: server, gateway: gateway)
 
 server.start()
 // The first line on stdout, written unbuffered: scripts wait for it.
 let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)/\n"
 FileHandle.standardOutput.write(Data(listening.utf8))
-log.info("serving \(webRoot), epoch \(coordinator.epoch)")
+log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms)")
 
 let received = await termination.mailbox.wait()
 log.info("received signal \(received), stopping: closing every client with 1001")
 gateway.stopping.store(true, ordering: .relaxed)
 await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))
-inbox.finish()
-await dispatching.value
+await registry.stopAll()
 store?.close()
-let finalSeq = await coordinator.currentSeq
-log.info("stopped at seq \(finalSeq)")
+log.info("stopped")
 exit(0)

@@ -9,9 +9,18 @@ private func tempPath() -> String {
     return dir.appendingPathComponent("state.sqlite").path
 }
 
-private func open(_ path: String, window: Int = 10_000, snapshotEvery: Int = 1_000) throws -> (StateStore, Coordinator) {
-    let store = try StateStore(options: .init(path: path, resumeWindow: window, snapshotEvery: snapshotEvery), tabs: TabInfo.defaults)
-    return (store, Coordinator(restoring: store.loaded, durability: store))
+/// Opens the file and its room `room` (created with the default tabs if it is not stored).
+private func open(_ path: String, room: RoomID = "main", window: Int = 10_000, snapshotEvery: Int = 1_000) async throws -> (StateStore, Coordinator) {
+    let store = try StateStore(options: .init(path: path, resumeWindow: window, snapshotEvery: snapshotEvery))
+    let opened = try await store.openRoom(room)
+    let roomStore = if let opened { opened } else { try await store.createRoom(room, tabs: TabInfo.defaults) }
+    return (store, Coordinator(restoring: roomStore.loaded, durability: roomStore))
+}
+
+/// The error opening `path` throws (nil when it opens).
+private func openingError(_ path: String) async -> String? {
+    do { _ = try await open(path) } catch { return "\(error)" }
+    return nil
 }
 
 /// Everything but presence, which a restart forgets.
@@ -26,7 +35,7 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
 @Suite struct StateStoreTests {
     @Test func aNewFileStartsANewHistoryWithTheFirstAppear() async throws {
         let path = tempPath()
-        let (_, c) = try open(path)
+        let (_, c) = try await open(path)
         try await c.start()
         let snap = await c.snapshot()
         #expect(snap.seq == 2)
@@ -35,7 +44,7 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
 
     @Test func aRestartContinuesTheSameHistory() async throws {
         let path = tempPath()
-        let (store, c) = try open(path)
+        let (store, c) = try await open(path)
         try await c.start()
         _ = try await c.connect(.init(name: "kiosk"))
         for command: Command in [.select(tab: "favorites"), .select(tab: "home"), .push(tab: nil, route: "a"), .set(tab: nil, key: "greeting", value: .string("Tapped")),
@@ -47,7 +56,7 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
         let before = await c.snapshot()
         store.close()
 
-        let (_, again) = try open(path)
+        let (_, again) = try await open(path)
         #expect(again.epoch == c.epoch, "the same history goes on")
         try await again.start()
         let after = await again.snapshot()
@@ -68,12 +77,12 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
 
     @Test func resumeWorksAcrossARestart() async throws {
         let path = tempPath()
-        let (store, c) = try open(path)
+        let (store, c) = try await open(path)
         try await c.start()
         let w = try await c.connect()
         _ = try await c.execute(.push(tab: nil, route: "a"))
         store.close()
-        let (_, again) = try open(path)
+        let (_, again) = try await open(path)
         try await again.start()
         let back = try await again.connect(.init(resume: w.seq, epoch: w.client.id == "" ? nil : c.epoch))
         #expect(back.resumed)
@@ -82,7 +91,7 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
 
     @Test func snapshotsAndPruningKeepTheFileBoundedAndTheStateExact() async throws {
         let path = tempPath()
-        let (store, c) = try open(path, window: 50, snapshotEvery: 40)
+        let (store, c) = try await open(path, window: 50, snapshotEvery: 40)
         try await c.start()
         for i in 0..<300 { _ = try await c.execute(.scroll(tab: nil, offset: Double(i))) }
         let before = await c.snapshot()
@@ -90,14 +99,14 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
         let db = try SQLiteConnection(path: path, readOnly: true)
         #expect(try db.integer("SELECT count(*) FROM snapshots") == 1)
         #expect(try db.integer("SELECT count(*) FROM batches") <= 100, "only about the resume window is kept")
-        let (_, again) = try open(path, window: 50, snapshotEvery: 40)
+        let (_, again) = try await open(path, window: 50, snapshotEvery: 40)
         #expect(withoutPresence(await again.snapshot()) == withoutPresence(before))
         #expect(again.origin.seq == before.seq)
     }
 
     @Test func groupCommitUnderConcurrencyKeepsEveryGuaranteeAndReloadsExactly() async throws {
         let path = tempPath()
-        let (store, c) = try open(path)
+        let (store, c) = try await open(path)
         try await c.start()
         let sub = await c.subscribe(after: 0, bufferLimit: 1_000_000)
         await withTaskGroup(of: Void.self) { group in
@@ -119,50 +128,47 @@ private func withoutPresence(_ s: Snapshot) -> Snapshot {
         }
         #expect(checker.state == final)
         store.close()
-        let (_, again) = try open(path)
+        let (_, again) = try await open(path)
         #expect(await again.snapshot() == final, "the file holds exactly what was published")
     }
 
-    @Test func aFileFromANewerTabdIsRefusedAndLeftAlone() throws {
+    @Test func aFileFromANewerTabdIsRefusedAndLeftAlone() async throws {
         let path = tempPath()
-        _ = try open(path).0.close()
+        _ = try await open(path).0.close()
         let db = try SQLiteConnection(path: path, readOnly: false)
         try db.execute("PRAGMA user_version = 99")
         let bytes = try Data(contentsOf: URL(fileURLWithPath: path))
-        #expect { try open(path) } throws: { error in
-            "\(error)".contains("newer tabd") && "\(error)".contains(path)
-        }
+        let error = await openingError(path)
+        #expect(error?.contains("newer tabd") == true && error?.contains(path) == true, "\(error ?? "opened")")
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == bytes)
     }
 
-    @Test func aCorruptFileIsRefusedAndLeftAlone() throws {
+    @Test func aCorruptFileIsRefusedAndLeftAlone() async throws {
         let path = tempPath()
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let garbage = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
         try garbage.write(to: URL(fileURLWithPath: path))
-        #expect { try open(path) } throws: { error in "\(error)".contains(path) }
+        #expect(await openingError(path)?.contains(path) == true)
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == garbage)
     }
 
-    @Test func anotherApplicationsDatabaseIsRefused() throws {
+    @Test func anotherApplicationsDatabaseIsRefused() async throws {
         let path = tempPath()
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let other = try SQLiteConnection(path: path, readOnly: false)
         try other.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1);")
-        #expect { try open(path) } throws: { error in "\(error)".contains("not a tabd state file") }
+        #expect(await openingError(path)?.contains("not a tabd state file") == true)
     }
 
-    @Test func anUnwritablePathFailsNamingTheFile() {
-        #expect { try open("/proc/tabd-cannot-be-here/state.sqlite") } throws: { error in
-            "\(error)".contains("/proc/tabd-cannot-be-here/state.sqlite")
-        }
+    @Test func anUnwritablePathFailsNamingTheFile() async {
+        #expect(await openingError("/proc/tabd-cannot-be-here/state.sqlite")?.contains("/proc/tabd-cannot-be-here/state.sqlite") == true)
     }
 
     @Test func anEmptyFileIsANewHistory() async throws {
         let path = tempPath()
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: path, contents: Data())
-        let (_, c) = try open(path)
+        let (_, c) = try await open(path)
         try await c.start()
         #expect(await c.snapshot().seq == 2)
     }

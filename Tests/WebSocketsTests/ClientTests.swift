@@ -41,6 +41,8 @@ final class EchoServerHandler: WebSocketServerHandler {
     private let disconnectSink: AsyncStream<Disconnect>.Continuation
     private let names = Locked<[ConnectionID: String]>([:])
     private let seq = Locked(0)
+    /// Every connection is on this one channel.
+    static let channel = ChannelID(rawValue: 1)
 
     init() { (disconnects, disconnectSink) = AsyncStream.makeStream(of: Disconnect.self) }
 
@@ -49,14 +51,14 @@ final class EchoServerHandler: WebSocketServerHandler {
     }
     func connected(_ id: ConnectionID, request: UpgradeRequest) {
         names.withLock { $0[id] = request.query["name"] ?? "" }
-        server.withLock { $0 }?.activate(id, first: [OutgoingFrame("welcome \(request.query["name"] ?? "")")], afterSeq: 0)
+        server.withLock { $0 }?.activate(id, on: Self.channel, first: [OutgoingFrame("welcome \(request.query["name"] ?? "")")], afterSeq: 0)
     }
     func received(_ id: ConnectionID, message: [UInt8]) {
         guard let s = server.withLock({ $0 }) else { return }
         let text = String(decoding: message, as: UTF8.self)
         if text.hasPrefix("all:") {
             let n = seq.withLock { $0 += 1; return $0 }
-            s.broadcast(OutgoingFrame(text), seq: n)
+            s.broadcast(OutgoingFrame(text), seq: n, on: Self.channel)
         } else if text.hasPrefix("close:") {
             s.close(id, code: .policyViolation, reason: String(text.dropFirst(6)))
         } else {
@@ -67,7 +69,9 @@ final class EchoServerHandler: WebSocketServerHandler {
         let name = names.withLock { $0.removeValue(forKey: id) }
         disconnectSink.yield(Disconnect(name: name ?? "unknown connection \(id)", code: code, reason: reason))
     }
-    func httpRequest(_ request: HTTPRequest) -> HTTPResponse? { nil }
+    func httpRequest(_ request: HTTPRequest, responder: HTTPResponder) {
+        responder.respond(HTTPResponse(status: 404, text: "404 Not Found\n"))
+    }
 }
 
 struct Deadline: Error, CustomStringConvertible {

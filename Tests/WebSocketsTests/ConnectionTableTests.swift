@@ -1,19 +1,19 @@
 import Testing
 @testable import WebSockets
 
-private func f(_ s: String) -> OutgoingFrame { OutgoingFrame(s) }
-private func text(_ frame: OutgoingFrame) -> String { String(decoding: frame.payload, as: UTF8.self) }
+func f(_ s: String) -> OutgoingFrame { OutgoingFrame(s) }
+func text(_ frame: OutgoingFrame) -> String { String(decoding: frame.payload, as: UTF8.self) }
 
 /// Everything `drain` took for a connection: the frames' text, and how the last `takeOutput`
 /// answered (`.frames(more: false)` after the last frame, `.idle` when there was none, `.close`).
-private struct Drained: Equatable {
+struct Drained: Equatable {
     var frames: [String]
     var end: ConnectionTable.Output
     init(_ frames: [String], _ end: ConnectionTable.Output) { (self.frames, self.end) = (frames, end) }
 }
 
 /// Drains everything due for `id`, as the service thread would (any batch size).
-private func drain(_ t: inout ConnectionTable, _ id: ConnectionID, maxBytes: Int = 1 << 20) -> Drained {
+func drain(_ t: inout ConnectionTable, _ id: ConnectionID, maxBytes: Int = 1 << 20) -> Drained {
     var out: [String] = []
     while true {
         var batch: [OutgoingFrame] = []
@@ -26,17 +26,20 @@ private func drain(_ t: inout ConnectionTable, _ id: ConnectionID, maxBytes: Int
     }
 }
 
+/// The one channel of the tests that need no other.
+let ch = ChannelID(rawValue: 1)
+
 struct ConnectionTableTests {
     @Test func pendingReceivesNothingThenActivateDeliversFirstAndLaterBroadcastsOnce() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        _ = t.broadcast(f("b1"), seq: 1)
-        _ = t.broadcast(f("b2"), seq: 2)
+        _ = t.broadcast(f("b1"), seq: 1, on: ch)
+        _ = t.broadcast(f("b2"), seq: 2, on: ch)
         #expect(drain(&t, a) == Drained([], .idle))
-        _ = t.activate(a, first: [f("welcome")], afterSeq: 1)
-        _ = t.broadcast(f("b3"), seq: 3)
+        _ = t.activate(a, on: ch, first: [f("welcome")], afterSeq: 1)
+        _ = t.broadcast(f("b3"), seq: 3, on: ch)
         #expect(drain(&t, a) == Drained(["welcome", "b2", "b3"], .frames(more: false)))
-        _ = t.broadcast(f("b4"), seq: 4)
+        _ = t.broadcast(f("b4"), seq: 4, on: ch)
         #expect(drain(&t, a) == Drained(["b4"], .frames(more: false)))
         #expect(drain(&t, a) == Drained([], .idle))
     }
@@ -44,20 +47,20 @@ struct ConnectionTableTests {
     @Test func activateCanReachBackBeforeTheConnectionOpened() {
         var t = ConnectionTable(queueLimit: 100)
         let other = t.open()!
-        _ = t.activate(other, first: [], afterSeq: 0)
-        _ = t.broadcast(f("b1"), seq: 1)
+        _ = t.activate(other, on: ch, first: [], afterSeq: 0)
+        _ = t.broadcast(f("b1"), seq: 1, on: ch)
         let a = t.open()!
-        _ = t.activate(a, first: [f("w")], afterSeq: 0)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: 0)
         #expect(drain(&t, a) == Drained(["w", "b1"], .frames(more: false)))
     }
 
     @Test func sendIsOrderedAfterEarlierBroadcastsAndBeforeLaterOnes() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        _ = t.activate(a, first: [f("w")], afterSeq: 0)
-        _ = t.broadcast(f("b1"), seq: 1)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: 0)
+        _ = t.broadcast(f("b1"), seq: 1, on: ch)
         _ = t.send(f("ack1"), to: a)
-        _ = t.broadcast(f("b2"), seq: 2)
+        _ = t.broadcast(f("b2"), seq: 2, on: ch)
         _ = t.send(f("ack2"), to: a)
         _ = t.send(f("ack2b"), to: a)
         #expect(drain(&t, a, maxBytes: 1) == Drained(["w", "b1", "ack1", "b2", "ack2", "ack2b"], .frames(more: false)))
@@ -67,44 +70,44 @@ struct ConnectionTableTests {
     func sendWhilePendingFollowsFirst(afterSeq: Int, expected: [String]) {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        _ = t.broadcast(f("b1"), seq: 1)
+        _ = t.broadcast(f("b1"), seq: 1, on: ch)
         _ = t.send(f("x"), to: a)
-        _ = t.broadcast(f("b2"), seq: 2)
-        _ = t.activate(a, first: [f("w")], afterSeq: afterSeq)
+        _ = t.broadcast(f("b2"), seq: 2, on: ch)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: afterSeq)
         #expect(drain(&t, a) == Drained(expected, .frames(more: false)))
     }
 
     @Test func broadcastsAtOrBelowAfterSeqAreSkippedEvenWhenMadeLater() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        _ = t.activate(a, first: [f("w")], afterSeq: 3)
-        _ = t.broadcast(f("b2"), seq: 2)
-        _ = t.broadcast(f("b3"), seq: 3)
-        _ = t.broadcast(f("b4"), seq: 4)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: 3)
+        _ = t.broadcast(f("b2"), seq: 2, on: ch)
+        _ = t.broadcast(f("b3"), seq: 3, on: ch)
+        _ = t.broadcast(f("b4"), seq: 4, on: ch)
         #expect(drain(&t, a) == Drained(["w", "b4"], .frames(more: false)))
     }
 
     @Test func activationAfterTheNeededBroadcastWasDroppedClosesTooSlow() {
         var t = ConnectionTable(queueLimit: 100)
-        _ = t.broadcast(f("b1"), seq: 1)  // nobody connected: dropped at once
+        _ = t.broadcast(f("b1"), seq: 1, on: ch)  // nobody connected: dropped at once
         let a = t.open()!
-        _ = t.activate(a, first: [f("w")], afterSeq: 0)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: 0)
         #expect(drain(&t, a) == Drained([], .close(.policyViolation, "too slow")))
         let b = t.open()!
-        _ = t.activate(b, first: [f("w")], afterSeq: 1)
+        _ = t.activate(b, on: ch, first: [f("w")], afterSeq: 1)
         #expect(drain(&t, b) == Drained(["w"], .frames(more: false)))
     }
 
     @Test func aConnectionFallingBehindIsClosedAndTheOthersKeepGoingWithBoundedMemory() {
         var t = ConnectionTable(queueLimit: 50)
         let slow = t.open()!, fast = t.open()!
-        _ = t.activate(slow, first: [], afterSeq: 0)
-        _ = t.activate(fast, first: [], afterSeq: 0)
+        _ = t.activate(slow, on: ch, first: [], afterSeq: 0)
+        _ = t.activate(fast, on: ch, first: [], afterSeq: 0)
         var fastGot: [String] = []
         for seq in 1...1000 {
-            _ = t.broadcast(f("b\(seq)"), seq: seq)
+            _ = t.broadcast(f("b\(seq)"), seq: seq, on: ch)
             fastGot += drain(&t, fast).frames
-            #expect(t.retainedLogCount <= 50 + 50 / 8 + 1)
+            #expect(t.retainedLogCount(on: ch) <= 50 + 50 / 8 + 1)
         }
         #expect(fastGot == (1...1000).map { "b\($0)" })
         #expect(drain(&t, slow) == Drained([], .close(.policyViolation, "too slow")))
@@ -117,7 +120,7 @@ struct ConnectionTableTests {
     @Test func directSendsCountTowardTheLimitButWelcomeFramesDoNot() {
         var t = ConnectionTable(queueLimit: 3)
         let a = t.open()!
-        _ = t.activate(a, first: (1...10).map { f("r\($0)") }, afterSeq: 0)
+        _ = t.activate(a, on: ch, first: (1...10).map { f("r\($0)") }, afterSeq: 0)
         _ = t.send(f("x1"), to: a)
         _ = t.send(f("x2"), to: a)
         _ = t.send(f("x3"), to: a)
@@ -130,11 +133,11 @@ struct ConnectionTableTests {
     @Test func closeSendsWhatWasQueuedFirstThenTheCloseAndNothingAfter() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        _ = t.activate(a, first: [f("w")], afterSeq: 0)
-        _ = t.broadcast(f("b1"), seq: 1)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: 0)
+        _ = t.broadcast(f("b1"), seq: 1, on: ch)
         _ = t.send(f("err"), to: a)
         _ = t.close(a, code: .policyViolation, reason: "bye")
-        _ = t.broadcast(f("b2"), seq: 2)
+        _ = t.broadcast(f("b2"), seq: 2, on: ch)
         _ = t.send(f("late"), to: a)
         #expect(drain(&t, a, maxBytes: 1) == Drained(["w", "b1", "err"], .close(.policyViolation, "bye")))
     }
@@ -142,7 +145,7 @@ struct ConnectionTableTests {
     @Test func shutdownClosesEveryoneAtOnceRefusesNewAndEndsWhenEmpty() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!, b = t.open()!
-        _ = t.activate(a, first: [f("w")], afterSeq: 0)
+        _ = t.activate(a, on: ch, first: [f("w")], afterSeq: 0)
         _ = t.takeWakeWork()
         #expect(t.beginShutdown(code: .goingAway, reason: "server stopping") == true)
         #expect(t.open() == nil)
@@ -158,12 +161,12 @@ struct ConnectionTableTests {
     @Test func wakeUpsAreCoalescedUntilTheServiceThreadTakesTheWork() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        #expect(t.activate(a, first: [f("w")], afterSeq: 0) == true)
-        #expect(t.broadcast(f("b1"), seq: 1) == false)
+        #expect(t.activate(a, on: ch, first: [f("w")], afterSeq: 0) == true)
+        #expect(t.broadcast(f("b1"), seq: 1, on: ch) == false)
         #expect(t.send(f("x"), to: a) == false)
         let work = t.takeWakeWork()
         #expect((work.writableAll, work.writable, work.closing) == (true, [a], []))
-        #expect(t.broadcast(f("b2"), seq: 2) == true)
+        #expect(t.broadcast(f("b2"), seq: 2, on: ch) == true)
         t.markStopped()
         #expect(t.send(f("y"), to: a) == false)
     }
@@ -171,9 +174,9 @@ struct ConnectionTableTests {
     @Test func batchesRespectTheByteBudgetButAlwaysTakeOneFrame() {
         var t = ConnectionTable(queueLimit: 100)
         let a = t.open()!
-        _ = t.activate(a, first: [], afterSeq: 0)
+        _ = t.activate(a, on: ch, first: [], afterSeq: 0)
         let big = String(repeating: "x", count: 300)
-        for seq in 1...5 { _ = t.broadcast(f(big), seq: seq) }
+        for seq in 1...5 { _ = t.broadcast(f(big), seq: seq, on: ch) }
         var batch: [OutgoingFrame] = []
         #expect(t.takeOutput(a, maxBytes: 700, into: &batch) == .frames(more: true))
         #expect(batch.count == 2)

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import threading
+from urllib.parse import quote
 
 from selenium import webdriver
 from selenium.common.exceptions import JavascriptException, TimeoutException
@@ -93,9 +94,10 @@ class Daemon:
 class Remote:
     """Another client of the same tabd (no browser): drives commands, reads snapshots."""
 
-    def __init__(self, daemon, name="remote"):
+    def __init__(self, daemon, name="remote", room=None):
         # Entered as a context manager (websockets >= 17.1 warns otherwise); closed by close().
-        self.ws = ws_connect(f"{daemon.ws}?name={name}", open_timeout=WAIT, max_size=None).__enter__()
+        url = f"{daemon.ws}?name={name}" + ("" if room is None else f"&room={quote(room, safe='')}")
+        self.ws = ws_connect(url, open_timeout=WAIT, max_size=None).__enter__()
         self.welcome = self._recv()
         assert self.welcome["type"] == "welcome"
         self.n = 0
@@ -166,6 +168,42 @@ class Browser:
             "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
         self.driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {
             "features": [{"name": "prefers-color-scheme", "value": "dark" if dark else "light"}]})
+
+    def record_sockets(self):
+        """From the next page load on, window.__sockets lists the URL of every WebSocket
+        the page opens (set up before any of the page's scripts run)."""
+        self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+            (() => {
+              const urls = [];
+              Object.defineProperty(window, "__sockets", { value: urls });
+              window.WebSocket = new Proxy(window.WebSocket, {
+                construct(target, args) { urls.push(String(args[0])); return Reflect.construct(target, args); },
+              });
+            })();"""})
+        return self
+
+    def grant_clipboard(self, daemon):
+        """Lets pages of this daemon read and write the clipboard without asking (reading
+        needs it; writing from a click needs no grant in headless Chromium)."""
+        self.driver.execute_cdp_cmd("Browser.grantPermissions", {
+            "origin": daemon.http.rstrip("/"), "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+        return self
+
+    def clipboard(self):
+        """The clipboard's text, read by the page (grant_clipboard first)."""
+        return self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            navigator.clipboard.readText().then(done, (e) => done({error: String(e)}));""")
+
+    def set_clipboard(self, text):
+        """Puts text on the clipboard from the page (grant_clipboard first)."""
+        return self.driver.execute_async_script("""
+            const done = arguments[arguments.length - 1];
+            navigator.clipboard.writeText(arguments[0]).then(() => done(true), (e) => done({error: String(e)}));""", text)
+
+    def room_shown(self):
+        """The room id the header shows (None while it shows none)."""
+        return self.js("const r = document.getElementById('room'); return r && !r.hidden ? document.getElementById('room-id').textContent : null")
 
     def open(self, daemon, query=""):
         self.driver.get(daemon.http + query)

@@ -60,8 +60,8 @@ def tabs_file(tmp_path):
 def remote():
     opened = []
 
-    def make(daemon, name="remote"):
-        r = Remote(daemon, name)
+    def make(daemon, name="remote", room=None):
+        r = Remote(daemon, name, room)
         opened.append(r)
         return r
     yield make

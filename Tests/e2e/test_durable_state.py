@@ -7,8 +7,10 @@ import os
 import signal
 import sqlite3
 import subprocess
+import urllib.request
 
 import pytest
+import websockets
 
 from conftest import TABD, Client, kinds, strip_seq
 from replay import replay
@@ -132,15 +134,37 @@ def test_a_corrupt_file_is_refused_and_left_alone(make_daemon, state_file):
     assert digest(state_file) == before
 
 
-def test_a_damaged_page_is_refused(make_daemon, state_file):
-    make_state(make_daemon, state_file)
+async def test_a_damaged_page_is_refused(make_daemon, state_file):
+    """Damage SQLite cannot see (quick_check passes) is found when the room is read: the
+    room refuses to load (1011), naming the file, tabd serves on, the file is untouched."""
+    d = make_daemon("--state", state_file)
+    a = await Client.connect(d.ws, name="a")
+    for i in range(40):
+        await a.command("set", key=f"k{i}", value="x" * 200)
+    assert d.stop() == 0
     size = os.path.getsize(state_file)
     with open(state_file, "r+b") as f:
         f.seek(size - 2048)
         f.write(os.urandom(1024))
     before = digest(state_file)
-    code, out, err = start_and_fail("--state", state_file)
-    assert code != 0 and state_file in err
+    p = subprocess.Popen([TABD, "--port", "0", "--state", state_file], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    if not line.startswith("tabd listening on "):
+        # Found at start (the damage broke SQLite's own structure).
+        assert p.wait(timeout=30) != 0 and state_file in p.stderr.read()
+    else:
+        url = "ws://" + line.strip().removeprefix("tabd listening on http://").rstrip("/") + "/ws"
+        with pytest.raises(websockets.exceptions.ConnectionClosed) as closed:
+            c = await Client.connect(url)
+            await c.recv()
+        assert closed.value.rcvd.code == 1011
+        health = url.replace("ws://", "http://").removesuffix("/ws") + "/healthz"
+        with urllib.request.urlopen(health, timeout=10) as r:
+            assert r.status == 200, "tabd serves on"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+        assert state_file in p.stderr.read(), "the log names the file"
     assert digest(state_file) == before
 
 

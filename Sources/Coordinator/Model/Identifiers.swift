@@ -2,6 +2,8 @@
 public typealias TabID = String
 /// A page's id (`p1`, `p2`, …): never reused within an epoch.
 public typealias PageID = String
+/// A room's id: `[A-Za-z0-9_-]{1,64}`, case-sensitive (see ``Limits/isRoomID(_:)``).
+public typealias RoomID = String
 /// A connected client's id (`c1`, `c2`, …), or ``Coordinator/daemonID`` for the daemon itself.
 public typealias ClientID = String
 

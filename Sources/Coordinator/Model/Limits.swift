@@ -2,6 +2,18 @@
 /// Lengths count Unicode scalars.
 public enum Limits {
     public static let maxTabs = 32
+    /// The room of a client that names none.
+    public static let defaultRoom: RoomID = "main"
+    public static let maxRoomIDLength = 64
+
+    /// Whether `id` is a room id: 1 to 64 of `A-Z a-z 0-9 _ -`.
+    public static func isRoomID(_ id: String) -> Bool {
+        let bytes = id.utf8
+        return (1...maxRoomIDLength).contains(bytes.count) && bytes.allSatisfy { b in
+            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == 0x5F || b == 0x2D
+        }
+    }
+
     public static let maxTabIDLength = 32
     public static let maxTitleLength = 64
     public static let maxIconLength = 64

@@ -10,6 +10,10 @@ public struct Welcome: Sendable, Equatable {
     public var replay: [EventBatch]
     /// The last seq the welcome covers: later batches are the connection's live stream.
     public var seq: Int
+    /// The room it joined and the role it has there (the daemon fills them in; a
+    /// coordinator knows nothing of rooms).
+    public var room: RoomID? = nil
+    public var role: String? = nil
 }
 
 /// Every frame the server sends (PROTOCOL.md "Server → client").
@@ -28,8 +32,11 @@ public enum ServerFrame: Sendable, Equatable {
         case let .welcome(w, server):
             var m: [(String, JSONValue)] = [
                 ("type", .string("welcome")), ("protocol", .int(Self.protocolVersion)), ("server", .string(server)),
-                ("client", .string(w.client.id)), ("epoch", .string(w.epoch)), ("resumed", .bool(w.resumed)),
+                ("client", .string(w.client.id)),
             ]
+            if let room = w.room { m.append(("room", .string(room))) }
+            if let role = w.role { m.append(("role", .string(role))) }
+            m += [("epoch", .string(w.epoch)), ("resumed", .bool(w.resumed))]
             if let s = w.snapshot { m.append(("snapshot", s.json)) }
             return .object(m)
         case let .events(b):
@@ -58,7 +65,7 @@ public enum ServerFrame: Sendable, Equatable {
             let snapshot: Snapshot? = try j["snapshot"].map { (s) throws(WireError) in try Snapshot(json: s) }
             let w = Welcome(client: ClientInfo(id: try j.string("client"), name: ""), epoch: try j.string("epoch"),
                             resumed: try j.field("resumed").boolValue ?? false, snapshot: snapshot, replay: [],
-                            seq: snapshot?.seq ?? 0)
+                            seq: snapshot?.seq ?? 0, room: try j.optionalString("room"), role: try j.optionalString("role"))
             self = .welcome(w, server: try j.string("server"))
         case "events":
             var events: [SequencedEvent] = []

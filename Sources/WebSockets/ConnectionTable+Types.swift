@@ -1,0 +1,95 @@
+/// The values the connection table is made of, and what it answers.
+extension ConnectionTable {
+    enum Phase: Equatable, Sendable { case running, stopping, stopped }
+
+    struct LogEntry: Sendable {
+        let seq: Int
+        /// `clock` when it was made: orders it against sends to connections still pending.
+        let stamp: Int
+        let frame: OutgoingFrame
+    }
+
+    struct DirectEntry: Sendable {
+        /// On a channel: sent once the cursor reaches this log position. Pending: the `clock`
+        /// when queued. After the channel was removed: unused (every direct frame is due).
+        var position: Int
+        let frame: OutgoingFrame
+    }
+
+    enum State: Sendable {
+        /// Connected, not yet activated: receives nothing.
+        case pending
+        /// A member of its channel.
+        case active
+        /// To be closed with `code`; when `drainUntil` is set, after everything queued before
+        /// the close (direct frames, and broadcasts before that position of its channel's log;
+        /// without a channel, every direct frame).
+        case closing(code: CloseCode, reason: String, drainUntil: Int?)
+    }
+
+    struct Connection: Sendable {
+        var state: State
+        /// The channel it is a member of: set by `activate`, cleared by `removeChannel`.
+        var channel: ChannelID?
+        var cursor = 0
+        var direct = Ring<DirectEntry>()
+        /// Direct frames at the front that came with `activate` and do not count toward the limit.
+        var uncountedDirect = 0
+        /// Broadcasts with `seq` up to this are skipped (the welcome already covered them).
+        var skipThrough = Int.min
+        /// Listed in the pending `WakeWork.writable`.
+        var dirty = false
+    }
+
+    /// A channel with members: its log and who reads it.
+    struct Channel: Sendable {
+        var log = Ring<LogEntry>()
+        /// Absolute position of `log[0]`.
+        var logStart = 0
+        /// The last seq broadcast (`Int.min`: none yet).
+        var lastSeq: Int
+        /// The highest seq dropped from the log, so `activate` can tell whether it missed one.
+        var trimmedSeq: Int
+        var members: Set<ConnectionID> = []
+        /// Listed in `wokenChannels`.
+        var wakeQueued = false
+
+        var logEnd: Int { logStart + log.count }
+    }
+
+    /// A broadcast kept for pending connections by a channel without members, or (`stamp` =
+    /// `clock`) such a channel's older frames: to drop once `stamp` leaves the window.
+    struct Hold: Sendable {
+        let stamp: Int
+        let channel: ChannelID
+
+        /// When a connection opened (`clock`): it may need the broadcasts made from then on.
+        struct Opened: Sendable {
+            let id: ConnectionID
+            let clock: Int
+        }
+    }
+
+    /// What the service thread must do after a wake-up.
+    struct WakeWork: Sendable {
+        /// Request a writable callback for every WebSocket connection: the channels with new
+        /// broadcasts hold (nearly) every connection, and one lws call beats one per member.
+        var writableAll = false
+        /// Request a writable callback for these connections.
+        var writable: [ConnectionID] = []
+        /// These connections just started closing: bound how long that may take.
+        var closing: [ConnectionID] = []
+    }
+
+    /// What a connection's writable callback must do.
+    enum Output: Equatable, Sendable {
+        /// Nothing to send now.
+        case idle
+        /// Write the frames appended to the array; `more` if frames remain after them.
+        case frames(more: Bool)
+        /// Send a close frame with this code and reason (nothing else remains).
+        case close(CloseCode, String)
+        /// The table does not know this connection.
+        case unknown
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+
+/// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
+/// for tabd's HTTP API and `/metrics` in a benchmark, where the server's cost per request is
+/// what matters, not the client's.
+struct HTTPRequest {
+    struct Response {
+        var status: Int
+        var body: String
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    var method: String
+    var host: String
+    var port: Int
+    var path: String
+    var body: [UInt8] = []
+
+    /// Sends the request and reads the whole answer (its `Content-Length`, or up to the close).
+    func send(timeoutSeconds: Int = 30) throws(Failure) -> Response {
+        var hints = addrinfo()
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &list) == 0, let info = list else {
+            throw Failure(description: "cannot resolve \(host)")
+        }
+        defer { freeaddrinfo(list) }
+        let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype, info.pointee.ai_protocol)
+        guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        guard connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
+            throw Failure(description: "connect to \(host):\(port): errno \(errno)")
+        }
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
+        head += "Content-Length: \(body.count)\r\n"
+        if !body.isEmpty { head += "Content-Type: application/json\r\n" }
+        let request = Array((head + "\r\n").utf8) + body
+        var sent = 0
+        while sent < request.count {
+            let n = request[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard n > 0 else { throw Failure(description: "send: errno \(errno)") }
+            sent += n
+        }
+        var answer: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        var expected: Int?
+        while expected.map({ answer.count < $0 }) ?? true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { break }
+            guard n > 0 else { throw Failure(description: "recv: errno \(errno)") }
+            answer += buffer[0..<n]
+            if expected == nil, let end = Self.headerEnd(answer) {
+                let header = String(decoding: answer[0..<end], as: UTF8.self).lowercased()
+                if let line = header.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+                   let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) {
+                    expected = end + 4 + length
+                }
+            }
+        }
+        guard let end = Self.headerEnd(answer) else { throw Failure(description: "an answer without headers") }
+        let statusLine = String(decoding: answer[0..<end], as: UTF8.self).split(separator: " ", maxSplits: 2)
+        guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw Failure(description: "no status line") }
+        return Response(status: status, body: String(decoding: answer[(end + 4)...], as: UTF8.self))
+    }
+
+    /// The index of the `\r\n\r\n` that ends the headers.
+    private static func headerEnd(_ b: [UInt8]) -> Int? {
+        guard b.count >= 4 else { return nil }
+        for i in 0...(b.count - 4) where b[i] == 13 && b[i + 1] == 10 && b[i + 2] == 13 && b[i + 3] == 10 { return i }
+        return nil
+    }
+}

@@ -1,0 +1,375 @@
+import Coordinator
+import Locking
+import StateStore
+import Synchronization
+import WebSockets
+
+/// One loaded room: its coordinator, and the loop that feeds it what the gateway and the
+/// HTTP API hand over, in arrival order.
+///
+/// The loop takes everything that arrived while it was busy at once: commands go to the
+/// coordinator on the short road (``Coordinator/enqueue(_:by:ref:replyTo:)``: applied at
+/// once, answered by the publisher with the batch they caused, after its commit), and all
+/// joins and leaves become one presence batch after the commands. So a reconnect storm of N
+/// clients costs a few `clientJoined` batches, not N.
+///
+/// Rooms share nothing but the state file's writer and the sockets' thread: each has its
+/// own loop, coordinator, broadcast channel and ids. A room is loaded by its first join or
+/// API call, and retires when it has had no user for `--room-idle` (``RoomRegistry``).
+actor Room {
+    enum Input: Sendable {
+        /// Joins and leaves, in this order of application: leaves, then joins.
+        case presence(joins: [Gateway.Join], leaves: [Gateway.Leave])
+        /// A parsed command of a welcomed connection.
+        case command(ConnectionID, ClientID, CommandEnvelope)
+        /// A frame refused before it became a command, and the error frame to answer.
+        case refused(ConnectionID, ClientID, ServerFrame)
+        /// A request of the HTTP API.
+        case api(APICall)
+        /// The idle timer ran out: retire if the room still has no user.
+        case idleCheck
+        /// The room is being deleted: close its clients with 4404 and stop.
+        case delete(Completion)
+    }
+
+    enum APICall: Sendable {
+        /// `POST /api/rooms/ID/commands`: answered with the frame a connection would get.
+        case command(CommandEnvelope, HTTPResponder)
+        /// `GET /api/rooms/ID`.
+        case read(HTTPResponder)
+        /// `PUT /api/rooms/ID`: the room was created for this call.
+        case created(HTTPResponder)
+    }
+
+    /// Inputs handled between two yields of the loop.
+    static let inputsPerYield = 64
+
+    /// Who events of the HTTP API are `by`.
+    static let apiClient: ClientID = "api"
+
+    nonisolated let id: RoomID
+    nonisolated let channel: ChannelID
+    nonisolated let inbox = Inbox<Input>()
+    /// Signalled when the loop has ended and the room's state is out of memory.
+    nonisolated let finished = Completion()
+    /// For listings: connected clients and the last published seq.
+    nonisolated let clientCount = Atomic<Int>(0)
+    nonisolated let publishedSeq = Atomic<Int>(0)
+
+    private let registry: RoomRegistry
+    private let server: WebSocketServer
+    /// The tabs a new room starts with; nil when the room is stored already.
+    nonisolated let template: [TabInfo]?
+    nonisolated var isCreating: Bool { template != nil }
+    /// The previous incarnation of this room, still writing its last batches.
+    private let predecessor: Room?
+    private var coordinator: Coordinator?
+    private var roomStore: RoomStore?
+    /// The client of every welcomed connection.
+    private var clients: [ConnectionID: ClientID] = [:]
+    /// Clients whose departure could not be stored yet; retried with the next presence.
+    private var unrecordedLeaves: [ClientID] = []
+    /// HTTP calls waiting for their answer from the publisher, by answer address.
+    private let responders = Locked<[UInt64: HTTPResponder]>([:])
+    private var apiLimiter: RateLimiter
+    private var nextAPIAddress: UInt64 = 0
+
+    /// Answer addresses of HTTP calls have the top bit set; connections' never do.
+    static let apiAddressBit: UInt64 = 1 << 63
+
+    init(id: RoomID, channel: ChannelID, registry: RoomRegistry, server: WebSocketServer, template: [TabInfo]?, predecessor: Room?) {
+        self.id = id
+        self.channel = channel
+        self.registry = registry
+        self.server = server
+        self.template = template
+        self.predecessor = predecessor
+        apiLimiter = RateLimiter(rate: registry.settings.rateLimit)
+    }
+
+    private var log: Log { registry.log }
+
+    // MARK: The loop
+
+    func run() async {
+        defer { finished.signal() }
+        guard let coordinator = await load() else {
+            registry.failed(self)
+            await refuseEverything(code: .internalError, reason: "room unavailable")
+            return
+        }
+        self.coordinator = coordinator
+        while let inputs = await inbox.takeAll() {
+            var joins: [Gateway.Join] = []
+            var leaves: [Gateway.Leave] = []
+            var retire = false
+            for (n, input) in inputs.enumerated() {
+                // A long take (a flood) lets other rooms' work onto the cooperative threads
+                // now and then: a room must not hold a thread for its whole backlog.
+                if n % Self.inputsPerYield == Self.inputsPerYield - 1 { await Task.yield() }
+                switch input {
+                case let .presence(j, l):
+                    joins += j
+                    for leave in l {
+                        // Joined and left before the join was applied: it never joins.
+                        if let i = joins.firstIndex(where: { $0.connection == leave.connection }) {
+                            joins.remove(at: i)
+                            log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)")
+                            released(1)
+                        } else {
+                            leaves.append(leave)
+                        }
+                    }
+                case let .command(connection, client, envelope):
+                    await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue)
+                case let .refused(connection, client, frame):
+                    await coordinator.answer(frame, client: client, to: connection.rawValue)
+                case let .api(call):
+                    await handle(call, coordinator: coordinator)
+                case .idleCheck:
+                    retire = registry.retireIfIdle(self) || retire
+                case let .delete(done):
+                    // What came after the deletion is refused like what comes later.
+                    await stop(coordinator, closing: joins.map(\.connection), code: .roomGone, reason: "room deleted",
+                               leftovers: Array(inputs[(n + 1)...]))
+                    done.signal()
+                    return
+                }
+            }
+            if !joins.isEmpty || !leaves.isEmpty { await presence(coordinator, joins: joins, leaves: leaves) }
+            if retire {
+                log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
+                await stop(coordinator, closing: [], code: .goingAway, reason: "room unloaded")
+                return
+            }
+        }
+        // The daemon stops.
+        _ = await coordinator.snapshot()
+    }
+
+    /// Loads the room from the state file (or creates it), or makes it in memory.
+    private func load() async -> Coordinator? {
+        if let predecessor { await predecessor.finished.wait() }
+        let settings = registry.settings
+        let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow)
+        guard let store = registry.store else {
+            do {
+                let coordinator = try Coordinator(tabs: template ?? settings.template, configuration: configuration)
+                publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
+                await attach(coordinator)
+                return coordinator
+            } catch {
+                log.error("room '\(id)': \(error.message)")
+                return nil
+            }
+        }
+        do {
+            let opened: RoomStore?
+            if let template { opened = try await store.createRoom(id, tabs: template) } else { opened = try await store.openRoom(id) }
+            guard let opened else {
+                log.error("room '\(id)' is not in the state file")
+                return nil
+            }
+            roomStore = opened
+            let coordinator = Coordinator(restoring: opened.loaded, durability: opened, configuration: configuration)
+            try await coordinator.start()
+            publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
+            log.info(template == nil
+                ? "room '\(id)' loaded: epoch \(coordinator.epoch), continuing at seq \(opened.loaded.snapshot.seq)"
+                : "room '\(id)' created: epoch \(coordinator.epoch)")
+            await attach(coordinator)
+            return coordinator
+        } catch let error as StoreError {
+            log.error("room '\(id)': \(error.message)")
+        } catch {
+            log.error("room '\(id)': \(error)")
+        }
+        if let roomStore { await roomStore.unload() }
+        return nil
+    }
+
+    /// Hands every publication to the sockets of this room's channel: the batches' frames
+    /// (encoded once, the same bytes for every connection), then the answers, with one
+    /// wake-up; answers to HTTP calls go to their responders.
+    private func attach(_ coordinator: Coordinator) async {
+        let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
+        await coordinator.addPublisher { [weak self] batches, answers in
+            for batch in batches { metrics.published(batch, room: id) }
+            if let last = batches.last { self?.publishedSeq.store(last.lastSeq, ordering: .relaxed) }
+            var replies: [(ConnectionID, OutgoingFrame)] = []
+            replies.reserveCapacity(answers.count)
+            var answeredCalls = 0
+            for answer in answers {
+                if case let .error(_, e) = answer.frame {
+                    metrics.error(e.code)
+                    log.info("room '\(id)' client \(answer.client): \(e.code.rawValue): \(e.message)")
+                }
+                if answer.to & Self.apiAddressBit != 0 {
+                    responders.withLock { $0.removeValue(forKey: answer.to) }?.respond(RoomsAPI.response(for: answer.frame))
+                    answeredCalls += 1
+                } else {
+                    replies.append((ConnectionID(rawValue: answer.to), OutgoingFrame(answer.frame.bytes)))
+                }
+            }
+            server.publish(batches.map { (OutgoingFrame($0.frameBytes), $0.lastSeq) }, on: channel, replies: replies)
+            if answeredCalls > 0, let self, registry.release(self, answeredCalls) { self.armIdleTimer() }
+        }
+    }
+
+    // MARK: HTTP calls
+
+    private func handle(_ call: APICall, coordinator: Coordinator) async {
+        switch call {
+        case let .command(envelope, responder):
+            registry.metrics.command(envelope.command.type)
+            guard apiLimiter.allow() else {
+                let error = CommandError(.rateLimited, "more than \(registry.settings.rateLimit) API commands per second in room '\(id)'")
+                registry.metrics.error(error.code)
+                responder.respond(RoomsAPI.response(for: .error(ref: envelope.ref, error)))
+                released(1)
+                return
+            }
+            nextAPIAddress += 1
+            let address = Self.apiAddressBit | nextAPIAddress
+            responders.withLock { $0[address] = responder }
+            await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: address)
+        case let .read(responder):
+            let snapshot = await coordinator.snapshot()
+            responder.respond(RoomsAPI.json(200, .object([
+                ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
+            ])))
+            released(1)
+        case let .created(responder):
+            responder.respond(RoomsAPI.json(201, .object([
+                ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("seq", .int(await coordinator.currentSeq)),
+            ])))
+            released(1)
+        }
+    }
+
+    // MARK: Presence
+
+    private func presence(_ coordinator: Coordinator, joins: [Gateway.Join], leaves: [Gateway.Leave]) async {
+        var leaving = unrecordedLeaves
+        for leave in leaves {
+            guard let client = clients.removeValue(forKey: leave.connection) else { continue }
+            leaving.append(client)
+            log.info("room '\(id)': client \(client) left (connection #\(leave.connection.rawValue)), \(leave.how)")
+        }
+        defer {
+            clientCount.store(clients.count, ordering: .relaxed)
+            released(leaves.count)
+        }
+        guard !joins.isEmpty || !leaving.isEmpty else { return }
+        let welcomes: [Welcome]
+        do {
+            welcomes = try await coordinator.presence(joining: joins.map(\.request), leaving: leaving)
+            unrecordedLeaves = []
+        } catch {
+            // Nothing was applied: the joins cannot be welcomed, the leaves are tried again.
+            unrecordedLeaves = leaving
+            log.error("room '\(id)': presence could not be stored: \(error.message)")
+            for join in joins { server.close(join.connection, code: .internalError, reason: "state unavailable") }
+            return
+        }
+        let gateway = registry.gateway
+        for (join, var welcome) in zip(joins, welcomes) {
+            welcome.room = id
+            welcome.role = "control"
+            clients[join.connection] = welcome.client.id
+            gateway?.beginSession(join.connection, client: welcome.client.id)
+            var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]
+            frames += welcome.replay.map { OutgoingFrame($0.frameBytes) }
+            server.activate(join.connection, on: channel, first: frames, afterSeq: welcome.seq)
+            log.info("connection #\(join.connection.rawValue) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)' in room '\(id)', "
+                + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"))
+        }
+    }
+
+    // MARK: Users, idling, stopping
+
+    /// `n` users (connections that left, HTTP calls answered) are done with the room.
+    private func released(_ n: Int) {
+        if n > 0, registry.release(self, n) { armIdleTimer() }
+    }
+
+    /// After `--room-idle` seconds, checks whether the room is still without users.
+    nonisolated func armIdleTimer() {
+        let seconds = registry.settings.idleSeconds
+        guard seconds > 0, registry.store != nil else { return }
+        let inbox = inbox
+        Task {
+            try? await Task.sleep(for: .seconds(seconds))
+            inbox.put([.idleCheck])
+        }
+    }
+
+    /// Closes the room's connections, waits for its last commits, and forgets it.
+    private func stop(_ coordinator: Coordinator, closing joining: [ConnectionID], code: CloseCode, reason: String,
+                      leftovers: [Input] = []) async {
+        for connection in Array(clients.keys) + joining { server.close(connection, code: code, reason: reason) }
+        refuse(leftovers, code: code, reason: reason)
+        _ = await coordinator.snapshot() // settles what is still committing
+        await roomStore?.unload()
+        server.removeChannel(channel, code: code, reason: reason)
+        await refuseEverything(code: code, reason: reason)
+        registry.retired(self)
+    }
+
+    /// Answers what is left in the inbox of a room that is gone or never loaded.
+    private func refuseEverything(code: CloseCode, reason: String) async {
+        inbox.finish()
+        while let inputs = await inbox.takeAll() { refuse(inputs, code: code, reason: reason) }
+    }
+
+    /// Closes joining connections and answers HTTP calls of a room that is gone.
+    private func refuse(_ inputs: [Input], code: CloseCode, reason: String) {
+        for input in inputs {
+            switch input {
+            case let .presence(joins, _):
+                for join in joins { server.close(join.connection, code: code, reason: reason) }
+            case let .api(call):
+                let responder: HTTPResponder = switch call {
+                case let .command(_, r): r
+                case let .read(r), let .created(r): r
+                }
+                responder.respond(code == .roomGone
+                    ? RoomsAPI.error(404, "unknown_room", "room '\(id)' was deleted")
+                    : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
+            case let .delete(done):
+                done.signal()
+            case .command, .refused, .idleCheck:
+                break
+            }
+        }
+    }
+}
+
+/// A one-shot signal any number of tasks can wait for.
+final class Completion: Sendable {
+    private struct State {
+        var done = false
+        var waiting: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Locked(State())
+
+    func signal() {
+        let waiting = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.done = true
+            defer { s.waiting = [] }
+            return s.waiting
+        }
+        for w in waiting { w.resume() }
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { s -> Bool in
+                if s.done { return true }
+                s.waiting.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+}

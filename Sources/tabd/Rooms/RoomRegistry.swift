@@ -1,0 +1,247 @@
+import Coordinator
+import Locking
+import StateStore
+import WebSockets
+
+/// Which rooms exist and which are loaded: the daemon's directory of rooms.
+///
+/// Called from the sockets' thread (is this room there? take a room for a connection)
+/// and from the rooms, always briefly under one lock, never waiting. Per-room work never
+/// scans the directory: every call looks up one room.
+///
+/// Users. Every connection and every HTTP call that uses a room is counted from
+/// ``acquire(_:creating:template:)`` until the room has processed its end (the leave,
+/// the answer) and calls ``release(_:_:)``. A room whose users drop to zero is checked
+/// again after `--room-idle` and, still unused, retires: it leaves the directory, writes
+/// its last batches and forgets its state. A join meanwhile makes a new incarnation,
+/// which waits for the old one to finish before it reads the state file.
+final class RoomRegistry: Sendable {
+    enum Creation: String, Sendable {
+        /// The first join or API command of an unknown room creates it.
+        case auto
+        /// Only `PUT /api/rooms/ID` creates rooms.
+        case api
+    }
+
+    struct Settings: Sendable {
+        var creation: Creation = .auto
+        var maxRooms = 100_000
+        /// Seconds without users before a room is unloaded; 0 = never.
+        var idleSeconds = 300
+        /// The tabs of a new room.
+        var template: [TabInfo] = TabInfo.defaults
+        var resumeWindow = 10_000
+        /// Commands per second over the HTTP API, per room (0 = no limit).
+        var rateLimit = 100
+    }
+
+    enum Refusal: Error, Sendable {
+        /// No such room, and it may not be created here.
+        case unknown
+        /// The room exists (for a creation).
+        case exists
+        /// `--max-rooms` rooms exist.
+        case full
+        /// The room is being deleted.
+        case deleting
+    }
+
+    private struct Entry {
+        let room: Room
+        var users: Int
+        /// When the users last dropped to zero.
+        var idleSince: ContinuousClock.Instant?
+    }
+
+    private struct State {
+        /// Every room that exists (stored, or in memory).
+        var existing: Set<RoomID>
+        var loaded: [RoomID: Entry] = [:]
+        /// Incarnations that left the directory and are still writing their last batches.
+        var retiring: [RoomID: Room] = [:]
+        var deleting: Set<RoomID> = []
+        var nextChannel: UInt64 = 1
+        var server: WebSocketServer?
+        weak var gateway: Gateway?
+    }
+
+    let settings: Settings
+    let store: StateStore?
+    let metrics: Metrics
+    let log: Log
+    private let state: Locked<State>
+
+    init(settings: Settings, store: StateStore?, existing: [RoomID], metrics: Metrics, log: Log) {
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.log = log
+        state = Locked(State(existing: Set(existing)))
+    }
+
+    /// The server and gateway, once they exist (they are made after the registry).
+    func attach(server: WebSocketServer, gateway: Gateway) {
+        state.withLock { $0.server = server; $0.gateway = gateway }
+    }
+
+    var gateway: Gateway? { state.withLock { $0.gateway } }
+
+    /// Closes a connection (one whose room could not be taken).
+    func close(_ connection: ConnectionID, code: CloseCode, reason: String) {
+        state.withLock { $0.server }?.close(connection, code: code, reason: reason)
+    }
+
+    var counts: (loaded: Int, stored: Int) { state.withLock { ($0.loaded.count, $0.existing.count) } }
+
+    // MARK: Taking and releasing rooms
+
+    /// Whether a connection to `id` would be let in (the upgrade's answer): nil if so.
+    func admission(_ id: RoomID) -> Refusal? {
+        state.withLock { s in
+            if s.deleting.contains(id) { return .deleting }
+            if s.existing.contains(id) { return nil }
+            if settings.creation == .api { return .unknown }
+            return s.existing.count >= settings.maxRooms ? .full : nil
+        }
+    }
+
+    /// The room `id` for one more user: the loaded one, or a new incarnation that loads
+    /// it. With `creating`, an unknown room is created (from `template`, else the
+    /// default tabs); `exclusive` refuses a room that exists.
+    func acquire(_ id: RoomID, creating: Bool, template: [TabInfo]? = nil, exclusive: Bool = false) -> Result<Room, Refusal> {
+        let result = state.withLock { s -> Result<(Room, isNew: Bool), Refusal> in
+            if s.deleting.contains(id) { return .failure(.deleting) }
+            let exists = s.existing.contains(id)
+            if exists, exclusive { return .failure(.exists) }
+            if exists, var entry = s.loaded[id] {
+                entry.users += 1
+                entry.idleSince = nil
+                s.loaded[id] = entry
+                return .success((entry.room, false))
+            }
+            if !exists {
+                guard creating else { return .failure(.unknown) }
+                guard s.existing.count < settings.maxRooms else { return .failure(.full) }
+                s.existing.insert(id)
+            }
+            guard let server = s.server else { return .failure(.unknown) }
+            let channel = ChannelID(rawValue: s.nextChannel)
+            s.nextChannel += 1
+            let room = Room(id: id, channel: channel, registry: self, server: server,
+                            template: exists ? nil : (template ?? settings.template), predecessor: s.retiring[id])
+            s.loaded[id] = Entry(room: room, users: 1)
+            return .success((room, true))
+        }
+        switch result {
+        case let .success((room, isNew)):
+            if isNew { Task { await room.run() } }
+            return .success(room)
+        case let .failure(refusal):
+            return .failure(refusal)
+        }
+    }
+
+    /// `n` users are done with `room`; true when it has no user left (arm its idle timer).
+    func release(_ room: Room, _ n: Int) -> Bool {
+        state.withLock { s in
+            guard var entry = s.loaded[room.id], entry.room === room else { return false }
+            entry.users = max(0, entry.users - n)
+            if entry.users == 0 { entry.idleSince = .now }
+            s.loaded[room.id] = entry
+            return entry.users == 0
+        }
+    }
+
+    /// Removes `room` from the directory if it has been without users for `--room-idle`.
+    func retireIfIdle(_ room: Room) -> Bool {
+        state.withLock { s in
+            guard let entry = s.loaded[room.id], entry.room === room, entry.users == 0, let since = entry.idleSince,
+                  since.duration(to: .now) >= .seconds(settings.idleSeconds) - .milliseconds(50)
+            else { return false }
+            s.loaded[room.id] = nil
+            s.retiring[room.id] = room
+            return true
+        }
+    }
+
+    /// A retired incarnation has written everything and forgotten its state.
+    func retired(_ room: Room) {
+        state.withLock { s in
+            if s.retiring[room.id] === room { s.retiring[room.id] = nil }
+        }
+    }
+
+    /// `room` could not be loaded or created: it leaves the directory (a room it was to
+    /// create does not exist).
+    func failed(_ room: Room) {
+        state.withLock { s in
+            guard let entry = s.loaded[room.id], entry.room === room else { return }
+            s.loaded[room.id] = nil
+            s.retiring[room.id] = room
+            if store == nil || room.isCreating { s.existing.remove(room.id) }
+        }
+    }
+
+    // MARK: Deleting
+
+    /// Deletes a room: closes its clients with 4404, forgets it, removes its state.
+    /// False when there is no such room.
+    func delete(_ id: RoomID) async -> Bool {
+        let taken = state.withLock { s -> (Room?, Room?)? in
+            guard s.existing.contains(id), !s.deleting.contains(id) else { return nil }
+            s.deleting.insert(id)
+            s.existing.remove(id)
+            let loaded = s.loaded.removeValue(forKey: id)?.room
+            return (loaded, s.retiring[id])
+        }
+        guard let (loaded, retiring) = taken else { return false }
+        if let loaded {
+            let done = Completion()
+            loaded.inbox.put([.delete(done)])
+            await done.wait()
+            await loaded.finished.wait()
+        }
+        if let retiring { await retiring.finished.wait() }
+        if let store {
+            do { _ = try await store.deleteRoom(id) } catch { log.error("room '\(id)': \(error.message)") }
+        }
+        state.withLock { _ = $0.deleting.remove(id) }
+        log.info("room '\(id)' deleted")
+        return true
+    }
+
+    // MARK: Listing
+
+    /// The rooms after `after`, in id order, at most `limit`, and whether more follow.
+    func list(after: RoomID?, limit: Int) async throws(StoreError) -> (rooms: [RoomListing], more: Bool) {
+        var rows: [(id: RoomID, seq: Int?)]
+        if let store {
+            rows = try await store.listRooms(after: after, limit: limit + 1).map { ($0.id, $0.seq) }
+        } else {
+            rows = state.withLock { s in s.existing.filter { after == nil || $0 > after! }.sorted().prefix(limit + 1).map { ($0, nil) } }
+        }
+        let more = rows.count > limit
+        rows = Array(rows.prefix(limit))
+        let loaded = state.withLock { s in rows.map { s.loaded[$0.id]?.room } }
+        let rooms = zip(rows, loaded).map { row, room in
+            RoomListing(id: row.id, clients: room?.clientCount.load(ordering: .relaxed) ?? 0,
+                        seq: room?.publishedSeq.load(ordering: .relaxed) ?? row.seq ?? 0, loaded: room != nil)
+        }
+        return (rooms, more)
+    }
+
+    /// The daemon stops: every loaded room takes what is left in its inbox, waits for its
+    /// last commits and ends.
+    func stopAll() async {
+        let rooms = state.withLock { s in Array(s.loaded.values.map(\.room)) + Array(s.retiring.values) }
+        for room in rooms { room.inbox.finish() }
+        for room in rooms { await room.finished.wait() }
+    }
+}
+
+struct RoomListing: Sendable {
+    let id: RoomID
+    let clients: Int
+    let seq: Int
+    let loaded: Bool
+}
