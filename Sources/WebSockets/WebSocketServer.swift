@@ -50,9 +50,12 @@ public final class WebSocketServer: Sendable {
     /// Ends a connection's pending state and puts it on `channel`, for good: it gets `first`
     /// (welcome, replayed frames), then every broadcast on `channel` with a seq above
     /// `afterSeq`, including those made while it was pending; none twice, none missed, none of
-    /// another channel. If one of those is no longer retained (a channel without connections
-    /// keeps none), it is closed 1008 `too slow`. Frames `send` to it while pending follow
-    /// `first`, in call order with the channel's broadcasts. Ignored unless the connection is pending.
+    /// another channel. If one of those is no longer retained, it is closed 1008 `too slow`: a
+    /// channel keeps what its connections have not read yet and, for pending connections, the
+    /// broadcasts made since they opened if among the server's last `Configuration.queueLimit`;
+    /// with no connection on it and none pending, it keeps nothing. Frames `send` to it while
+    /// pending follow `first`, in call order with the channel's broadcasts. Ignored unless the
+    /// connection is pending.
     public func activate(_ id: ConnectionID, on channel: ChannelID, first: [OutgoingFrame], afterSeq: Int) {
         loop.update { $0.activate(id, on: channel, first: first, afterSeq: afterSeq) }
     }
