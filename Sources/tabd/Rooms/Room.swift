@@ -96,6 +96,7 @@ actor Room {
         guard let coordinator = await load() else {
             registry.failed(self)
             await refuseEverything(code: .internalError, reason: "room unavailable")
+            registry.retired(self)
             return
         }
         self.coordinator = coordinator
