@@ -222,7 +222,7 @@ final class Gateway: WebSocketServerHandler {
         }
         if let room = neverJoined {
             log.info("connection #\(id.rawValue) closed before its welcome, \(how)")
-            if registry.release(room, 1) { room.armIdleTimer() }
+            if registry.release(room, 1) { room.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
         }
     }
 
@@ -255,7 +255,7 @@ final class Gateway: WebSocketServerHandler {
         }
         for var p in pass {
             if !p.joins.isEmpty || !p.leaves.isEmpty { p.inputs.append(.presence(joins: p.joins, leaves: p.leaves)) }
-            p.room.inbox.put(p.inputs)
+            p.room.submit(p.inputs)
         }
     }
 

@@ -1,9 +1,9 @@
 import Locking
 
-/// What the gateway hands the dispatcher: inputs in order, taken all at once.
+/// What the gateway and the HTTP API hand a room: inputs in order, taken all at once.
 ///
 /// Unlike an `AsyncStream` of batches, ``takeAll()`` returns everything that arrived
-/// while the dispatcher was busy as one array, so the dispatcher can fold the joins and
+/// while the room was busy as one array, so the room can fold the joins and
 /// leaves of many passes into one presence batch (a reconnect storm of N clients then
 /// costs a few broadcasts to everyone, not one per pass).
 final class Inbox<Element: Sendable>: Sendable {
@@ -14,22 +14,32 @@ final class Inbox<Element: Sendable>: Sendable {
     }
     private let state = Locked(State())
 
-    /// Adds items (from any thread); wakes the dispatcher if it waits.
-    func put(_ items: [Element]) {
-        guard !items.isEmpty else { return }
-        let wake = state.withLock { s -> (CheckedContinuation<[Element]?, Never>, [Element])? in
-            guard !s.finished else { return nil }
+    private enum PutOutcome { case refused, kept, wake(CheckedContinuation<[Element]?, Never>) }
+
+    /// Adds items (from any thread); wakes the consumer if it waits. False (and nothing
+    /// kept) once the inbox is finished: the caller must answer the items itself.
+    @discardableResult
+    func put(_ items: [Element]) -> Bool {
+        guard !items.isEmpty else { return true }
+        let outcome = state.withLock { s -> PutOutcome in
+            guard !s.finished else { return .refused }
             guard let waiter = s.waiter else {
                 s.items += items
-                return nil
+                return .kept
             }
             s.waiter = nil
-            return (waiter, items)
+            return .wake(waiter)
         }
-        if let (waiter, items) = wake { waiter.resume(returning: items) } // outside the lock
+        switch outcome {
+        case .refused: return false
+        case .kept: return true
+        case let .wake(waiter):
+            waiter.resume(returning: items) // outside the lock
+            return true
+        }
     }
 
-    /// No more items: the dispatcher gets what is left, then nil.
+    /// No more items: the consumer gets what is left, then nil.
     func finish() {
         let waiter = state.withLock { s -> CheckedContinuation<[Element]?, Never>? in
             s.finished = true

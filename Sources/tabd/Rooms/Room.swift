@@ -56,13 +56,16 @@ actor Room {
     nonisolated let clientCount = Atomic<Int>(0)
     nonisolated let publishedSeq = Atomic<Int>(0)
 
-    private let registry: RoomRegistry
-    private let server: WebSocketServer
+    private nonisolated let registry: RoomRegistry
+    private nonisolated let server: WebSocketServer
+    /// How input that comes after the room ended is refused: the close code and reason.
+    private nonisolated let ending = Locked<(code: CloseCode, reason: String)>((.internalError, "room unavailable"))
     /// The tabs a new room starts with; nil when the room is stored already.
     nonisolated let template: [TabInfo]?
     nonisolated var isCreating: Bool { template != nil }
-    /// The previous incarnation of this room, still writing its last batches.
-    private let predecessor: Room?
+    /// The previous incarnation of this room, still writing its last batches (forgotten
+    /// once it has finished, so incarnations never keep each other in memory).
+    private var predecessor: Room?
     private var coordinator: Coordinator?
     private var roomStore: RoomStore?
     /// The client of every welcomed connection.
@@ -87,7 +90,15 @@ actor Room {
         apiLimiter = RateLimiter(rate: registry.settings.rateLimit)
     }
 
-    private var log: Log { registry.log }
+    private nonisolated var log: Log { registry.log }
+
+    /// Hands the room its input; once the room has ended, the input is refused at once
+    /// (joins closed, HTTP calls answered), so nothing waits for a room that is gone.
+    nonisolated func submit(_ inputs: [Input]) {
+        guard !inbox.put(inputs) else { return }
+        let (code, reason) = ending.withLock { $0 }
+        refuse(inputs, code: code, reason: reason)
+    }
 
     // MARK: The loop
 
@@ -96,6 +107,7 @@ actor Room {
         guard let coordinator = await load() else {
             registry.failed(self)
             await refuseEverything(code: .internalError, reason: "room unavailable")
+            roomStore = nil
             registry.retired(self)
             return
         }
@@ -128,7 +140,11 @@ actor Room {
                 case let .api(call):
                     await handle(call, coordinator: coordinator)
                 case .idleCheck:
-                    retire = registry.retireIfIdle(self) || retire
+                    switch registry.retireIfIdle(self) {
+                    case .retire: retire = true
+                    case let .checkAgain(after): armIdleTimer(after: after)
+                    case .inUse: break
+                    }
                 case let .delete(done):
                     // What came after the deletion is refused like what comes later.
                     await stop(coordinator, closing: joins.map(\.connection), code: .roomGone, reason: "room deleted",
@@ -150,7 +166,10 @@ actor Room {
 
     /// Loads the room from the state file (or creates it), or makes it in memory.
     private func load() async -> Coordinator? {
-        if let predecessor { await predecessor.finished.wait() }
+        if let predecessor {
+            await predecessor.finished.wait()
+            self.predecessor = nil
+        }
         let settings = registry.settings
         let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow)
         guard let store = registry.store else {
@@ -213,7 +232,7 @@ actor Room {
                 }
             }
             server.publish(batches.map { (OutgoingFrame($0.frameBytes), $0.lastSeq) }, on: channel, replies: replies)
-            if answeredCalls > 0, let self, registry.release(self, answeredCalls) { self.armIdleTimer() }
+            if answeredCalls > 0, let self, registry.release(self, answeredCalls) { self.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
         }
     }
 
@@ -291,16 +310,16 @@ actor Room {
 
     /// `n` users (connections that left, HTTP calls answered) are done with the room.
     private func released(_ n: Int) {
-        if n > 0, registry.release(self, n) { armIdleTimer() }
+        if n > 0, registry.release(self, n) { armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
     }
 
-    /// After `--room-idle` seconds, checks whether the room is still without users.
-    nonisolated func armIdleTimer() {
-        let seconds = registry.settings.idleSeconds
-        guard seconds > 0, registry.store != nil else { return }
+    /// After `delay`, checks whether the room is still without users (one timer at a time:
+    /// the registry arms it only when none is pending).
+    nonisolated func armIdleTimer(after delay: Duration) {
+        guard registry.settings.idleSeconds > 0, registry.store != nil else { return }
         let inbox = inbox
         Task {
-            try? await Task.sleep(for: .seconds(seconds))
+            try? await Task.sleep(for: delay)
             inbox.put([.idleCheck])
         }
     }
@@ -314,17 +333,22 @@ actor Room {
         await roomStore?.unload()
         server.removeChannel(channel, code: code, reason: reason)
         await refuseEverything(code: code, reason: reason)
+        // Nothing of the room stays in memory, even while a connection still refers to it.
+        self.coordinator = nil
+        roomStore = nil
+        clients = [:]
         registry.retired(self)
     }
 
     /// Answers what is left in the inbox of a room that is gone or never loaded.
     private func refuseEverything(code: CloseCode, reason: String) async {
+        ending.withLock { $0 = (code, reason) }
         inbox.finish()
         while let inputs = await inbox.takeAll() { refuse(inputs, code: code, reason: reason) }
     }
 
     /// Closes joining connections and answers HTTP calls of a room that is gone.
-    private func refuse(_ inputs: [Input], code: CloseCode, reason: String) {
+    private nonisolated func refuse(_ inputs: [Input], code: CloseCode, reason: String) {
         for input in inputs {
             switch input {
             case let .presence(joins, _):

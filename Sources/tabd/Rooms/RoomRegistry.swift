@@ -51,6 +51,18 @@ final class RoomRegistry: Sendable {
         var users: Int
         /// When the users last dropped to zero.
         var idleSince: ContinuousClock.Instant?
+        /// An idle check is on its way (one at a time).
+        var timerArmed = false
+    }
+
+    /// What an idle check finds.
+    enum IdleCheck: Sendable {
+        /// The room leaves the registry: it unloads.
+        case retire
+        /// Idle, but not for long enough: check again after this long.
+        case checkAgain(after: Duration)
+        /// It has users again (the next drop to zero arms a new check).
+        case inUse
     }
 
     private struct State {
@@ -141,26 +153,37 @@ final class RoomRegistry: Sendable {
         }
     }
 
-    /// `n` users are done with `room`; true when it has no user left (arm its idle timer).
+    /// `n` users are done with `room`; true when it has no user left and no idle check is
+    /// on its way (the caller arms one).
     func release(_ room: Room, _ n: Int) -> Bool {
         state.withLock { s in
             guard var entry = s.loaded[room.id], entry.room === room else { return false }
             entry.users = max(0, entry.users - n)
-            if entry.users == 0 { entry.idleSince = .now }
+            var arm = false
+            if entry.users == 0 {
+                entry.idleSince = .now
+                arm = !entry.timerArmed
+                entry.timerArmed = true
+            }
             s.loaded[room.id] = entry
-            return entry.users == 0
+            return arm
         }
     }
 
     /// Removes `room` from the directory if it has been without users for `--room-idle`.
-    func retireIfIdle(_ room: Room) -> Bool {
+    func retireIfIdle(_ room: Room) -> IdleCheck {
         state.withLock { s in
-            guard let entry = s.loaded[room.id], entry.room === room, entry.users == 0, let since = entry.idleSince,
-                  since.duration(to: .now) >= .seconds(settings.idleSeconds) - .milliseconds(50)
-            else { return false }
+            guard var entry = s.loaded[room.id], entry.room === room else { return .inUse }
+            guard entry.users == 0, let since = entry.idleSince else {
+                entry.timerArmed = false
+                s.loaded[room.id] = entry
+                return .inUse
+            }
+            let left = .seconds(settings.idleSeconds) - since.duration(to: .now)
+            if left > .milliseconds(50) { return .checkAgain(after: left) }
             s.loaded[room.id] = nil
             s.retiring[room.id] = room
-            return true
+            return .retire
         }
     }
 
@@ -184,9 +207,15 @@ final class RoomRegistry: Sendable {
 
     // MARK: Deleting
 
+    enum Deletion: Sendable {
+        case deleted
+        case unknown
+        /// The state file could not be changed: the room is still there.
+        case failed(String)
+    }
+
     /// Deletes a room: closes its clients with 4404, forgets it, removes its state.
-    /// False when there is no such room.
-    func delete(_ id: RoomID) async -> Bool {
+    func delete(_ id: RoomID) async -> Deletion {
         let taken = state.withLock { s -> (Room?, Room?)? in
             guard s.existing.contains(id), !s.deleting.contains(id) else { return nil }
             s.deleting.insert(id)
@@ -194,20 +223,28 @@ final class RoomRegistry: Sendable {
             let loaded = s.loaded.removeValue(forKey: id)?.room
             return (loaded, s.retiring[id])
         }
-        guard let (loaded, retiring) = taken else { return false }
+        guard let (loaded, retiring) = taken else { return .unknown }
         if let loaded {
             let done = Completion()
-            loaded.inbox.put([.delete(done)])
+            loaded.submit([.delete(done)])
             await done.wait()
             await loaded.finished.wait()
         }
         if let retiring { await retiring.finished.wait() }
         if let store {
-            do { _ = try await store.deleteRoom(id) } catch { log.error("room '\(id)': \(error.message)") }
+            do { _ = try await store.deleteRoom(id) } catch {
+                // Its clients are gone, its state is not: it stays, and can be loaded again.
+                log.error("room '\(id)' could not be deleted: \(error.message)")
+                state.withLock { s in
+                    s.deleting.remove(id)
+                    s.existing.insert(id)
+                }
+                return .failed(error.message)
+            }
         }
         state.withLock { _ = $0.deleting.remove(id) }
         log.info("room '\(id)' deleted")
-        return true
+        return .deleted
     }
 
     // MARK: Listing
@@ -225,7 +262,7 @@ final class RoomRegistry: Sendable {
         let loaded = state.withLock { s in rows.map { s.loaded[$0.id]?.room } }
         let rooms = zip(rows, loaded).map { row, room in
             RoomListing(id: row.id, clients: room?.clientCount.load(ordering: .relaxed) ?? 0,
-                        seq: room?.publishedSeq.load(ordering: .relaxed) ?? row.seq ?? 0, loaded: room != nil)
+                        seq: max(room?.publishedSeq.load(ordering: .relaxed) ?? 0, row.seq ?? 0), loaded: room != nil)
         }
         return (rooms, more)
     }

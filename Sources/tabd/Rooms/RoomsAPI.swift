@@ -81,7 +81,7 @@ struct RoomsAPI: Sendable {
 
     private func read(_ id: RoomID, responder: HTTPResponder) {
         switch registry.acquire(id, creating: false) {
-        case let .success(room): room.inbox.put([.api(.read(responder))])
+        case let .success(room): room.submit([.api(.read(responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
         }
     }
@@ -108,17 +108,17 @@ struct RoomsAPI: Sendable {
             }
         }
         switch registry.acquire(id, creating: true, template: tabs, exclusive: true) {
-        case let .success(room): room.inbox.put([.api(.created(responder))])
+        case let .success(room): room.submit([.api(.created(responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
         }
     }
 
     private func delete(_ id: RoomID, responder: HTTPResponder) {
         Task {
-            if await registry.delete(id) {
-                responder.respond(HTTPResponse(status: 204, contentType: "application/json", body: []))
-            } else {
-                responder.respond(Self.error(404, "unknown_room", "no room '\(id)'"))
+            switch await registry.delete(id) {
+            case .deleted: responder.respond(HTTPResponse(status: 204, contentType: "application/json", body: []))
+            case .unknown: responder.respond(Self.error(404, "unknown_room", "no room '\(id)'"))
+            case let .failed(why): responder.respond(Self.error(503, "unavailable", "room '\(id)' could not be deleted: \(why)"))
             }
         }
     }
@@ -130,7 +130,7 @@ struct RoomsAPI: Sendable {
             return responder.respond(Self.response(for: .error(ref: error.ref, error.error)))
         }
         switch registry.acquire(id, creating: registry.settings.creation == .auto) {
-        case let .success(room): room.inbox.put([.api(.command(envelope, responder))])
+        case let .success(room): room.submit([.api(.command(envelope, responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
         }
     }
@@ -142,7 +142,7 @@ struct RoomsAPI: Sendable {
         case .unknown: error(404, "unknown_room", "no room '\(id)'")
         case .exists: error(409, "room_exists", "room '\(id)' exists")
         case .full: error(503, "unavailable", "--max-rooms rooms exist; delete one first")
-        case .deleting: error(404, "unknown_room", "room '\(id)' is being deleted")
+        case .deleting: error(503, "unavailable", "room '\(id)' is being deleted; try again")
         }
     }
 
