@@ -86,7 +86,7 @@ final class Gateway: WebSocketServerHandler {
     // MARK: Who may connect
 
     func shouldAccept(_ request: UpgradeRequest) -> UpgradeDecision {
-        if !authorized(query: request.query, authorization: request.authorization) {
+        if !options.tokenAccepted(query: request.query, authorization: request.authorization) {
             log.warn("refused upgrade from \(request.peer): missing or wrong token (401)")
             return .reject(status: 401)
         }
@@ -94,7 +94,7 @@ final class Gateway: WebSocketServerHandler {
             log.warn("refused upgrade from \(request.peer): origin '\(origin)' does not match host '\(request.host ?? "")' (403)")
             return .reject(status: 403)
         }
-        let room = request.query["room"] ?? Limits.defaultRoom
+        let room = Self.room(of: request)
         guard Limits.isRoomID(room) else {
             log.warn("refused upgrade from \(request.peer): '\(room.prefix(80))' is not a room id (400)")
             return .reject(status: 400)
@@ -117,10 +117,8 @@ final class Gateway: WebSocketServerHandler {
         }
     }
 
-    func authorized(query: [String: String], authorization: String?) -> Bool {
-        guard let token = options.token else { return true }
-        return query["token"] == token || authorization == "Bearer \(token)"
-    }
+    /// The room a connection asks for: its `room` parameter, else `main`.
+    static func room(of request: UpgradeRequest) -> RoomID { request.query["room"] ?? Limits.defaultRoom }
 
     /// A browser is accepted from the address it asked for, or from an `--allow-origin`.
     func originAllowed(_ origin: String, host: String?) -> Bool {
@@ -134,7 +132,7 @@ final class Gateway: WebSocketServerHandler {
     func connected(_ id: ConnectionID, request: UpgradeRequest) {
         connections.add(1, ordering: .relaxed)
         metrics.clientsChanged(by: 1)
-        let roomID = request.query["room"] ?? Limits.defaultRoom
+        let roomID = Self.room(of: request)
         let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
         let room: Room?
         switch registry.acquire(roomID, creating: registry.settings.creation == .auto) {
@@ -268,7 +266,7 @@ final class Gateway: WebSocketServerHandler {
                 ? HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8))
                 : HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
         case "/metrics":
-            guard authorized(query: request.query, authorization: request.authorization) else {
+            guard options.tokenAccepted(query: request.query, authorization: request.authorization) else {
                 return responder.respond(HTTPResponse(status: 401, contentType: "text/plain", body: Array("token required\n".utf8)))
             }
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(metrics.render(rooms: registry.counts).utf8)))

@@ -154,6 +154,13 @@ struct Options: Sendable {
 }
 
 extension Options {
+    /// Whether a request carries the `--token` (as `?token=` or `Authorization: Bearer`);
+    /// always true without one. The one check for `/ws`, `/metrics` and the HTTP API.
+    func tokenAccepted(query: [String: String], authorization: String?) -> Bool {
+        guard let token else { return true }
+        return query["token"] == token || authorization == "Bearer \(token)"
+    }
+
     /// The state file: the option, else `.tabd/state.sqlite` beside the web root's
     /// checkout (the folder that holds `web/`), else in the current directory. Nil
     /// means in memory.

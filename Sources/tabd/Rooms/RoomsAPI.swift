@@ -21,7 +21,7 @@ struct RoomsAPI: Sendable {
         guard parts.count >= 3, parts[1] == "api", parts[2] == "rooms", parts.count <= 5 else {
             return responder.respond(Self.error(404, "not_found", "no such API path: \(request.path.prefix(100))"))
         }
-        if let token = options.token, request.query["token"] != token, request.authorization != "Bearer \(token)" {
+        if !options.tokenAccepted(query: request.query, authorization: request.authorization) {
             return responder.respond(Self.error(401, "unauthorized", "missing or wrong token"))
         }
         if request.bodyTooLarge {
