@@ -27,6 +27,14 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // Debian's OpenSSL libcrypto (libssl-dev), seen only by the Auth module.
+        .systemLibrary(
+            name: "CCrypto",
+            pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
+        .target(name: "Auth", dependencies: ["Coordinator", "CCrypto"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
         .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking"], swiftSettings: strict),
         // A lock ThreadSanitizer can see, shared by every module.
@@ -43,12 +51,13 @@ let package = Package(
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
-        .executableTarget(name: "tabd", dependencies: ["Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        .executableTarget(name: "tabd", dependencies: ["Auth", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
         .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
+        .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).

@@ -1,0 +1,28 @@
+/// Why a credential was refused. Every case is a 401 (not authenticated); a valid
+/// credential for another room is a 403, decided by the caller from the ``Grant``.
+public enum AuthError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// No `Authorization: Bearer` header and no `token` parameter.
+    case missing
+    /// Not the `--token`, and signed tokens are off.
+    case wrongToken
+    /// Not a compact JWT of the expected shape, or a claim missing or of the wrong type.
+    case malformed(String)
+    /// An `alg` other than HS256 (`none` included).
+    case algorithm(String)
+    case badSignature
+    case expired
+    case notYetValid
+
+    /// For logs and error bodies; never contains the token.
+    public var description: String {
+        switch self {
+        case .missing: "no token"
+        case .wrongToken: "wrong token"
+        case let .malformed(why): "malformed token: \(why)"
+        case let .algorithm(alg): "token algorithm '\(alg.prefix(20))' is not accepted (only HS256)"
+        case .badSignature: "bad token signature"
+        case .expired: "token expired"
+        case .notYetValid: "token not yet valid"
+        }
+    }
+}

@@ -1,0 +1,45 @@
+/// Decides who a request is: the one check for `/ws`, `/metrics` and the HTTP API.
+///
+/// Credentials are the `--token` (admin of every room, compared in constant time) and,
+/// with a signing key, signed tokens. A request carries one as `Authorization: Bearer`
+/// (which wins) or as the `token` query parameter.
+public struct Authenticator: Sendable {
+    /// The `--token` as an HMAC under ``comparisonKey``: candidates are compared by their
+    /// digests, so neither the bytes nor the length of the token show in the timing.
+    let operatorDigest: [UInt8]?
+    let comparisonKey: [UInt8]
+    let tokens: Token?
+
+    public init(operatorToken: String?, signingKey: SigningKey?) {
+        var random = SystemRandomNumberGenerator()
+        let key = (0..<32).map { _ in UInt8.random(in: 0...255, using: &random) }
+        comparisonKey = key
+        operatorDigest = operatorToken.map { Crypto.hmacSHA256(key: key, message: Array($0.utf8)) }
+        tokens = signingKey.map(Token.init)
+    }
+
+    /// Whether any credential is required. Without one, everyone may do everything.
+    public var isOn: Bool { operatorDigest != nil || tokens != nil }
+
+    /// The credential a request carries: the `Authorization: Bearer` header when there is
+    /// one (the scheme is case-insensitive), else the `token` parameter.
+    public static func credential(authorization: String?, query: [String: String]) -> String? {
+        if let header = authorization?.drop(while: { $0 == " " }),
+           header.count > 7, header.prefix(7).lowercased() == "bearer " {
+            return String(header.dropFirst(7).drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed())
+        }
+        return query["token"]
+    }
+
+    /// The grant of `credential` at `now` (seconds since 1970), or why it is refused.
+    /// Call only when ``isOn``.
+    public func authenticate(_ credential: String?, now: Double) -> Result<Grant, AuthError> {
+        guard let credential, !credential.isEmpty else { return .failure(.missing) }
+        if let operatorDigest,
+           Crypto.constantTimeEqual(Crypto.hmacSHA256(key: comparisonKey, message: Array(credential.utf8)), operatorDigest) {
+            return .success(.operatorToken)
+        }
+        guard let tokens else { return .failure(.wrongToken) }
+        do { return .success(try tokens.verify(credential, now: now)) } catch { return .failure(error) }
+    }
+}
