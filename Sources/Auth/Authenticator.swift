@@ -43,3 +43,10 @@ public struct Authenticator: Sendable {
         do { return .success(try tokens.verify(credential, now: now)) } catch { return .failure(error) }
     }
 }
+
+extension Authenticator {
+    /// Which credentials are accepted, for the log: "admin token", "signed tokens" or both.
+    public var describe: String {
+        [operatorDigest != nil ? "admin token" : nil, tokens != nil ? "signed tokens" : nil].compactMap { $0 }.joined(separator: ", ")
+    }
+}

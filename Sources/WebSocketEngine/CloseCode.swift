@@ -20,4 +20,6 @@ public enum CloseCode: UInt16, Sendable {
     case tryAgainLater = 1013
     /// tabd's own: the connection's room was deleted (`room deleted`), or does not exist.
     case roomGone = 4404
+    /// The connection's signed token ran out; reconnect with a fresh one (and `resume`).
+    case tokenExpired = 4001
 }

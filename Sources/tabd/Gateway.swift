@@ -1,5 +1,8 @@
-import Locking
+import Auth
 import Coordinator
+import Dispatch
+import Foundation
+import Locking
 import Synchronization
 import WebSockets
 
@@ -29,6 +32,8 @@ final class Gateway: WebSocketServerHandler {
         let connection: ConnectionID
         let request: Coordinator.JoinRequest
         let peer: String
+        /// What the connection may do in its room (said in its welcome).
+        let role: Role
     }
 
     /// Frames kept for a connection before its welcome; more are answered `rate_limited`.
@@ -38,6 +43,8 @@ final class Gateway: WebSocketServerHandler {
     private struct Connection {
         /// Nil when its room could not be taken (it is being closed).
         var room: Room?
+        /// `view` may send only `sync` and `ping`.
+        let role: Role
         /// Nil until the connection is welcomed.
         var client: ClientID?
         var limiter: RateLimiter
@@ -69,6 +76,7 @@ final class Gateway: WebSocketServerHandler {
     }
 
     let options: Options
+    let auth: Authenticator
     let metrics: Metrics
     let log: Log
     let registry: RoomRegistry
@@ -78,16 +86,22 @@ final class Gateway: WebSocketServerHandler {
     private let connections = Atomic<Int>(0)
     private let state = Locked(State())
 
-    init(options: Options, metrics: Metrics, log: Log, registry: RoomRegistry) {
-        self.options = options; self.metrics = metrics; self.log = log; self.registry = registry
-        api = RoomsAPI(registry: registry, options: options, log: log)
+    init(options: Options, auth: Authenticator, metrics: Metrics, log: Log, registry: RoomRegistry) {
+        self.options = options; self.auth = auth; self.metrics = metrics; self.log = log; self.registry = registry
+        api = RoomsAPI(registry: registry, auth: auth, log: log)
     }
 
     // MARK: Who may connect
 
+    /// In order: credentials (401), origin (403), room id (400), the credential's room
+    /// (403), then capacity and the room's existence.
     func shouldAccept(_ request: UpgradeRequest) -> UpgradeDecision {
-        if !options.tokenAccepted(query: request.query, authorization: request.authorization) {
-            log.warn("refused upgrade from \(request.peer): missing or wrong token (401)")
+        let grant: Grant?
+        switch auth.grant(query: request.query, authorization: request.authorization) {
+        case let .success(g): grant = g
+        case let .failure(error):
+            metrics.authRefused(status: 401)
+            log.warn("refused upgrade from \(request.peer): \(error) (401)")
             return .reject(status: 401)
         }
         if let origin = request.origin, !originAllowed(origin, host: request.host) {
@@ -98,6 +112,11 @@ final class Gateway: WebSocketServerHandler {
         guard Limits.isRoomID(room) else {
             log.warn("refused upgrade from \(request.peer): '\(room.prefix(80))' is not a room id (400)")
             return .reject(status: 400)
+        }
+        if let grant, grant.role(in: room) == nil {
+            metrics.authRefused(status: 403)
+            log.warn("refused upgrade from \(request.peer): its token is for \(grant.scope.map { "room '\($0)'" } ?? "no room"), not '\(room)' (403)")
+            return .reject(status: 403)
         }
         if stopping.load(ordering: .relaxed) { return .reject(status: 503) }
         if connections.load(ordering: .relaxed) >= options.maxClients {
@@ -134,29 +153,58 @@ final class Gateway: WebSocketServerHandler {
         metrics.clientsChanged(by: 1)
         let roomID = Self.room(of: request)
         let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
+        // Checked again: the token may have run out since the upgrade was decided.
+        let checked = auth.grant(query: request.query, authorization: request.authorization)
+        let grant = (try? checked.get()) ?? nil
+        let role: Role? = switch checked {
+        case .failure: nil
+        case .success(nil): .control // no credentials configured
+        case let .success(g?): g.role(in: roomID)
+        }
         let room: Room?
-        switch registry.acquire(roomID, creating: registry.settings.creation == .auto) {
-        case let .success(r): room = r
-        case let .failure(refusal):
-            // Refused between the upgrade and now (deleted, or the last room slot taken).
+        if role == nil {
             room = nil
-            let (code, reason): (CloseCode, String) = switch refusal {
-            case .full: (.tryAgainLater, "too many rooms")
-            case .unknown, .deleting, .exists: (.roomGone, "no such room")
+            metrics.tokenExpired()
+            registry.close(id, code: .tokenExpired, reason: "token expired")
+        } else {
+            switch registry.acquire(roomID, creating: registry.settings.creation == .auto) {
+            case let .success(r): room = r
+            case let .failure(refusal):
+                // Refused between the upgrade and now (deleted, or the last room slot taken).
+                room = nil
+                let (code, reason): (CloseCode, String) = switch refusal {
+                case .full: (.tryAgainLater, "too many rooms")
+                case .unknown, .deleting, .exists: (.roomGone, "no such room")
+                }
+                registry.close(id, code: code, reason: reason)
             }
-            registry.close(id, code: code, reason: reason)
         }
         let resume = request.query["resume"].flatMap { Int($0) }
-        let join = Join(connection: id, request: .init(name: request.query["name"], resume: resume, epoch: request.query["epoch"]),
-                        peer: request.peer)
+        let name = grant?.name ?? request.query["name"]
+        let join = Join(connection: id, request: .init(name: name, resume: resume, epoch: request.query["epoch"]),
+                        peer: request.peer, role: role ?? .control)
         state.withLock { s in
-            s.connections[id] = Connection(room: room, client: nil, limiter: limiter)
+            s.connections[id] = Connection(room: room, role: role ?? .control, client: nil, limiter: limiter)
             if let room { s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].joins.append(join) }
+        }
+        if room != nil, let expires = grant?.expires { closeWhenExpired(id, at: expires) }
+    }
+
+    /// Closes connection `id` with 4001 `token expired` once its token runs out.
+    private func closeWhenExpired(_ id: ConnectionID, at expires: Double) {
+        // At most a day at a time, so huge expiries cannot overflow the timer.
+        let delay = min(max(expires - Date().timeIntervalSince1970, 0), 86_400)
+        DispatchQueue.global().asyncAfter(wallDeadline: .now() + delay) { [weak self] in
+            guard let self, self.state.withLock({ $0.connections[id] != nil }) else { return }
+            guard Date().timeIntervalSince1970 >= expires else { return self.closeWhenExpired(id, at: expires) }
+            self.metrics.tokenExpired()
+            self.log.info("connection #\(id.rawValue): its token expired, closing with 4001")
+            self.registry.close(id, code: .tokenExpired, reason: "token expired")
         }
     }
 
     func received(_ id: ConnectionID, message: [UInt8]) {
-        enum Admission { case gone, kept, read(Room, ClientID, allowed: Bool) }
+        enum Admission { case gone, kept, read(Room, ClientID, Role, allowed: Bool) }
         let admission = state.withLock { s -> Admission in
             guard var c = s.connections[id], let room = c.room else { return .gone }
             guard let client = c.client, c.early.isEmpty else {
@@ -167,15 +215,16 @@ final class Gateway: WebSocketServerHandler {
             }
             let allowed = c.limiter.allow(bytes: message.count)
             s.connections[id] = c
-            return .read(room, client, allowed: allowed)
+            return .read(room, client, c.role, allowed: allowed)
         }
-        guard case let .read(room, client, allowed) = admission else { return }
-        let input = read(message, from: id, client: client, allowed: allowed)
+        guard case let .read(room, client, role, allowed) = admission else { return }
+        let input = read(message, from: id, client: client, role: role, allowed: allowed)
         state.withLock { $0.add(input, for: room) }
     }
 
-    /// One frame of a welcomed connection as input: refused (rate, parse, stopping) or a command.
-    private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, allowed: Bool) -> Room.Input {
+    /// One frame of a welcomed connection as input: refused (rate, parse, role, stopping)
+    /// or a command. The refusals come in the order of error precedence.
+    private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, role: Role, allowed: Bool) -> Room.Input {
         guard allowed else {
             let error = CommandError(.rateLimited, "more than \(options.rateLimit) commands or \(options.byteRateLimit) bytes per second")
             return .refused(id, client, .error(ref: nil, error))
@@ -185,6 +234,9 @@ final class Gateway: WebSocketServerHandler {
             return .refused(id, client, .error(ref: error.ref, error.error))
         }
         metrics.command(envelope.command.type)
+        guard role.maySend(envelope.command) else {
+            return .refused(id, client, .error(ref: envelope.ref, .forbidden("role \(role.rawValue) may send only sync and ping")))
+        }
         if stopping.load(ordering: .relaxed) {
             return .refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down")))
         }
@@ -227,20 +279,20 @@ final class Gateway: WebSocketServerHandler {
     /// The end of a pass: reads the early frames of connections welcomed since, then hands
     /// every room what the pass brought it, its joins and leaves last.
     func serviceCycleEnded() {
-        let early = state.withLock { s -> [(ConnectionID, Room, ClientID, [[UInt8]], Int)] in
+        let early = state.withLock { s -> [(ConnectionID, Room, ClientID, Role, [[UInt8]], Int)] in
             guard !s.welcomed.isEmpty else { return [] }
             defer { s.welcomed = [] }
             return s.welcomed.compactMap { id in
                 guard var c = s.connections[id], let room = c.room, let client = c.client else { return nil }
                 defer { c.early = []; c.refusedEarly = 0; s.connections[id] = c }
-                return (id, room, client, c.early, c.refusedEarly)
+                return (id, room, client, c.role, c.early, c.refusedEarly)
             }
         }
-        for (id, room, client, frames, refused) in early {
+        for (id, room, client, role, frames, refused) in early {
             var inputs: [Room.Input] = []
             for frame in frames {
                 let allowed = state.withLock { $0.connections[id]?.limiter.allow(bytes: frame.count) ?? false }
-                inputs.append(read(frame, from: id, client: client, allowed: allowed))
+                inputs.append(read(frame, from: id, client: client, role: role, allowed: allowed))
             }
             let tooMany = CommandError(.rateLimited, "more than \(Self.maxEarlyFrames) frames before the welcome")
             inputs += Array(repeating: .refused(id, client, .error(ref: nil, tooMany)), count: refused)
@@ -266,8 +318,14 @@ final class Gateway: WebSocketServerHandler {
                 ? HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8))
                 : HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
         case "/metrics":
-            guard options.tokenAccepted(query: request.query, authorization: request.authorization) else {
-                return responder.respond(HTTPResponse(status: 401, contentType: "text/plain", body: Array("token required\n".utf8)))
+            switch auth.grant(query: request.query, authorization: request.authorization) {
+            case let .failure(error):
+                metrics.authRefused(status: 401)
+                return responder.respond(Authenticator.unauthorized(error, json: false))
+            case let .success(grant?) where grant.role != .admin:
+                metrics.authRefused(status: 403)
+                return responder.respond(HTTPResponse(status: 403, text: "/metrics needs an admin token\n"))
+            case .success: break
             }
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(metrics.render(rooms: registry.counts).utf8)))
         default:

@@ -11,6 +11,8 @@ final class Metrics: Sendable {
         var commands: [String: Int] = Dictionary(uniqueKeysWithValues: Command.allTypes.map { ($0, 0) })
         var errors: [String: Int] = Dictionary(uniqueKeysWithValues: ErrorCode.allCases.map { ($0.rawValue, 0) })
         var slowClientsClosed = 0
+        var refused: [Int: Int] = [401: 0, 403: 0]
+        var tokensExpired = 0
     }
 
     private let state = Locked(State())
@@ -32,6 +34,9 @@ final class Metrics: Sendable {
     func error(_ code: ErrorCode) { state.withLock { $0.errors[code.rawValue, default: 0] += 1 } }
     func clientsChanged(by delta: Int) { state.withLock { $0.clients += delta } }
     func slowClientClosed() { state.withLock { $0.slowClientsClosed += 1 } }
+    /// A request or upgrade refused for its credentials (401) or its rights (403).
+    func authRefused(status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
+    func tokenExpired() { state.withLock { $0.tokensExpired += 1 } }
 
     func render(rooms: (loaded: Int, stored: Int)) -> String {
         let s = state.withLock { $0 }
@@ -57,6 +62,13 @@ final class Metrics: Sendable {
         # HELP tabd_slow_clients_closed_total Connections closed with 1008 because they fell behind.
         # TYPE tabd_slow_clients_closed_total counter
         tabd_slow_clients_closed_total \(s.slowClientsClosed)
+        # HELP tabd_tokens_expired_total Connections closed with 4001 because their token ran out.
+        # TYPE tabd_tokens_expired_total counter
+        tabd_tokens_expired_total \(s.tokensExpired)
+        # HELP tabd_auth_refused_total Upgrades and HTTP requests refused for their credentials (401) or rights (403).
+        # TYPE tabd_auth_refused_total counter
+        tabd_auth_refused_total{status="401"} \(s.refused[401] ?? 0)
+        tabd_auth_refused_total{status="403"} \(s.refused[403] ?? 0)
         # HELP tabd_commands_total Commands received, by type.
         # TYPE tabd_commands_total counter
 

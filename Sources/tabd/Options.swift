@@ -1,3 +1,4 @@
+import Auth
 import Foundation
 import WebSockets
 
@@ -15,7 +16,15 @@ struct Options: Sendable {
     /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
     var rateLimitBytes: Int?
     var allowOrigins: [String] = []
+    /// `--token`: an admin credential for every room.
     var token: String?
+    /// `--token-file`: the same, read from a file.
+    var tokenFile: String?
+    /// `--auth-secret-file`: turns on signed tokens.
+    var authSecretFile: String?
+    /// `TABD_TOKEN` and `TABD_AUTH_SECRET`, used when the options do not say.
+    var environmentToken: String?
+    var environmentSecret: String?
     var pingInterval = 30
     var state: String?
     var rooms = RoomRegistry.Creation.auto
@@ -57,20 +66,36 @@ struct Options: Sendable {
                              when --rate-limit is 0)
       --max-clients N        connections beyond it are refused with 503 (default 10000)
       --allow-origin ORIGIN  also accept browsers from this origin (repeatable)
-      --token TOKEN          require ?token=TOKEN or 'Authorization: Bearer TOKEN'
-                             on /ws and /metrics
+      --auth-secret-file FILE
+                             accept signed tokens (HS256 JWTs with room and role)
+                             signed with the key in FILE (at least 32 bytes);
+                             see 'tabd token --help'
+      --token TOKEN          an admin token for every room, required (as ?token= or
+                             'Authorization: Bearer') unless a signed token is given;
+                             visible in ps: prefer --token-file or TABD_TOKEN
+      --token-file FILE      the same, read from FILE
       --ping-interval SECS   ping a silent peer after SECS, drop it after 2×SECS (default 30)
       --log-level LEVEL      error, warn, info or debug (default info)
       -h, --help             show this help
       --version              show the version
 
+    ENVIRONMENT:
+      TABD_TOKEN             the admin token, when neither --token nor --token-file is given
+      TABD_AUTH_SECRET       the signing key, when --auth-secret-file is not given
+
+    SUBCOMMANDS:
+      tabd token ...         print a signed token (tabd token --help)
+
+    With any token or key set, /ws, the HTTP API and /metrics need credentials.
     The first line on stdout once listening is: tabd listening on http://HOST:PORT/
     """
 
     enum ParseResult { case run(Options), exit(String, code: Int32) }
 
-    static func parse(_ args: [String]) -> ParseResult {
+    static func parse(_ args: [String], environment: [String: String] = [:]) -> ParseResult {
         var o = Options()
+        o.environmentToken = environment["TABD_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
+        o.environmentSecret = environment["TABD_AUTH_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
         var i = 0
         func value(_ name: String) throws -> String {
             i += 1
@@ -112,6 +137,8 @@ struct Options: Sendable {
                     let t = try value(arg)
                     guard !t.isEmpty else { throw UsageError("--token must not be empty") }
                     o.token = t
+                case "--token-file": o.tokenFile = try value(arg)
+                case "--auth-secret-file": o.authSecretFile = try value(arg)
                 case "--ping-interval": o.pingInterval = try int(arg, min: 1, max: 3600)
                 case "--log-level":
                     let v = try value(arg)
@@ -121,6 +148,7 @@ struct Options: Sendable {
                 }
                 i += 1
             }
+            if o.token != nil, o.tokenFile != nil { throw UsageError("give --token or --token-file, not both") }
         } catch let e as UsageError {
             return .exit("tabd: \(e.message)\nRun 'tabd --help' for the options.", code: 2)
         } catch {
@@ -154,11 +182,29 @@ struct Options: Sendable {
 }
 
 extension Options {
-    /// Whether a request carries the `--token` (as `?token=` or `Authorization: Bearer`);
-    /// always true without one. The one check for `/ws`, `/metrics` and the HTTP API.
-    func tokenAccepted(query: [String: String], authorization: String?) -> Bool {
-        guard let token else { return true }
-        return query["token"] == token || authorization == "Bearer \(token)"
+    /// The credential checks these options ask for: reads `--token-file` and
+    /// `--auth-secret-file` (an error names the file). Warnings go to `warn`.
+    func authenticator(warn: (String) -> Void) throws(UsageError) -> Authenticator {
+        var operatorToken = token ?? environmentToken
+        if token != nil { warn("--token is visible to every user of this machine (ps); prefer --token-file or TABD_TOKEN") }
+        if let tokenFile {
+            guard let data = FileManager.default.contents(atPath: tokenFile) else { throw UsageError("cannot read the token file '\(tokenFile)'") }
+            let text = String(decoding: SigningKey.withoutFinalLineBreak(Array(data)), as: UTF8.self)
+            guard !text.isEmpty else { throw UsageError("the token file '\(tokenFile)' is empty") }
+            operatorToken = text
+        }
+        var key: SigningKey?
+        do {
+            if let authSecretFile {
+                key = try SigningKey.load(path: authSecretFile)
+                if let mode = try? FileManager.default.attributesOfItem(atPath: authSecretFile)[.posixPermissions] as? Int, mode & 0o077 != 0 {
+                    warn("the secret file '\(authSecretFile)' can be read by other users (mode \(String(mode & 0o777, radix: 8))); chmod 600 it")
+                }
+            } else if let environmentSecret {
+                key = try SigningKey(bytes: Array(environmentSecret.utf8), source: "TABD_AUTH_SECRET")
+            }
+        } catch { throw UsageError(error.description) }
+        return Authenticator(operatorToken: operatorToken, signingKey: key)
     }
 
     /// The state file: the option, else `.tabd/state.sqlite` beside the web root's

@@ -1,3 +1,4 @@
+import Auth
 import Coordinator
 import Dispatch
 import Foundation
@@ -6,8 +7,16 @@ import WebSockets
 
 // tabd: parse options, open the state file, serve rooms, stop cleanly on SIGINT/SIGTERM.
 
+let arguments = Array(CommandLine.arguments.dropFirst())
+let environment = ProcessInfo.processInfo.environment
+if arguments.first == "token" {
+    let (text, code) = TokenCommand.run(Array(arguments.dropFirst()), environment: environment)
+    if code == 0 { print(text) } else { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+    exit(code)
+}
+
 let options: Options
-switch Options.parse(Array(CommandLine.arguments.dropFirst())) {
+switch Options.parse(arguments, environment: environment) {
 case let .run(o): options = o
 case let .exit(text, code):
     if code == 0 { print(text) } else { FileHandle.standardError.write(Data((text + "\n").utf8)) }
@@ -27,6 +36,9 @@ func fail(_ message: String) -> Never {
 let tabs: [TabInfo]
 do { tabs = try options.tabsFile.map { try TabInfo.load(contentsOf: $0) } ?? TabInfo.defaults } catch { fail("\(error)") }
 do { _ = try Coordinator.origin(tabs: tabs) } catch { fail("tabs: \(error.message)") }
+
+let authenticator: Authenticator
+do { authenticator = try options.authenticator(warn: { log.warn($0) }) } catch { fail(error.message) }
 
 let webRoot: String
 switch options.resolvedWebRoot() {
@@ -53,7 +65,7 @@ let settings = RoomRegistry.Settings(
     resumeWindow: options.resumeWindow, rateLimit: options.rateLimit)
 let registry = RoomRegistry(settings: settings, store: store, existing: stored, metrics: Metrics(), log: log)
 let metrics = registry.metrics
-let gateway = Gateway(options: options, metrics: metrics, log: log, registry: registry)
+let gateway = Gateway(options: options, auth: authenticator, metrics: metrics, log: log, registry: registry)
 
 let server: WebSocketServer
 do {
@@ -77,7 +89,8 @@ server.start()
 // The first line on stdout, written unbuffered: scripts wait for it.
 let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)/\n"
 FileHandle.standardOutput.write(Data(listening.utf8))
-log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms)")
+log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms); "
+    + (authenticator.isOn ? "credentials required (\(authenticator.describe))" : "no credentials required"))
 
 let received = await termination.mailbox.wait()
 log.info("received signal \(received), stopping: closing every client with 1001")

@@ -12,7 +12,15 @@ def test_help_lists_every_option_and_exits_0():
     p = run("--help")
     assert p.returncode == 0
     for option in ["--host", "--port", "--web-root", "--tabs", "--state", "--resume-window", "--queue-limit",
-                   "--rate-limit", "--max-clients", "--allow-origin", "--token", "--log-level", "--version"]:
+                   "--rate-limit", "--max-clients", "--allow-origin", "--token", "--token-file", "--auth-secret-file", "--rooms",
+                   "--max-rooms", "--room-idle", "--log-level", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token"]:
+        assert option in p.stdout, option
+
+
+def test_tabd_token_has_its_own_help():
+    p = run("token", "--help")
+    assert p.returncode == 0
+    for option in ["--secret-file", "--room", "--role", "--name", "--ttl"]:
         assert option in p.stdout, option
 
 

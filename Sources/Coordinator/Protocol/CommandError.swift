@@ -4,6 +4,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Comparable {
     case rateLimited = "rate_limited"
     case badJSON = "bad_json"
     case badCommand = "bad_command"
+    /// The connection's role may not send this command (a `view` token sends only `sync` and `ping`).
+    case forbidden
     case unavailable
     case unknownTab = "unknown_tab"
     case invalid
@@ -23,6 +25,7 @@ public struct CommandError: Error, Sendable, Equatable, CustomStringConvertible 
     public static func unknownTab(_ id: TabID) -> CommandError { .init(.unknownTab, "no tab '\(id.prefix(40))'") }
     public static func invalid(_ m: String) -> CommandError { .init(.invalid, m) }
     public static func unavailable(_ m: String) -> CommandError { .init(.unavailable, m) }
+    public static func forbidden(_ m: String) -> CommandError { .init(.forbidden, m) }
 
     public var description: String { "\(code.rawValue): \(message)" }
 }

@@ -295,7 +295,7 @@ actor Room {
         let gateway = registry.gateway
         for (join, var welcome) in zip(joins, welcomes) {
             welcome.room = id
-            welcome.role = "control"
+            welcome.role = join.role.rawValue
             clients[join.connection] = welcome.client.id
             gateway?.beginSession(join.connection, client: welcome.client.id)
             var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]

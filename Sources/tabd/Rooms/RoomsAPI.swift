@@ -1,3 +1,4 @@
+import Auth
 import Coordinator
 import WebSockets
 
@@ -10,7 +11,7 @@ import WebSockets
 /// `{"type":"error","code":…,"message":…}`.
 struct RoomsAPI: Sendable {
     let registry: RoomRegistry
-    let options: Options
+    let auth: Authenticator
     let log: Log
 
     static let prefix = "/api/"
@@ -21,19 +22,28 @@ struct RoomsAPI: Sendable {
         guard parts.count >= 3, parts[1] == "api", parts[2] == "rooms", parts.count <= 5 else {
             return responder.respond(Self.error(404, "not_found", "no such API path: \(request.path.prefix(100))"))
         }
-        if !options.tokenAccepted(query: request.query, authorization: request.authorization) {
-            return responder.respond(Self.error(401, "unauthorized", "missing or wrong token"))
+        let grant: Grant?
+        switch auth.grant(query: request.query, authorization: request.authorization) {
+        case let .success(g): grant = g
+        case let .failure(error):
+            registry.metrics.authRefused(status: 401)
+            return responder.respond(Authenticator.unauthorized(error, json: true))
         }
         if request.bodyTooLarge {
             return responder.respond(Self.error(413, "too_large", "a request body may have at most 65536 bytes"))
         }
         if parts.count == 3 || (parts.count == 4 && parts[3].isEmpty) {
             guard request.method == .get || request.method == .head else { return responder.respond(Self.notAllowed("GET")) }
+            if let refusal = forbidden(grant, everyRoom: true, "listing rooms") { return responder.respond(refusal) }
             return list(request, responder: responder)
         }
         let id = parts[3]
         guard Limits.isRoomID(id) else {
             return responder.respond(Self.error(400, "invalid", "'\(id.prefix(80))' is not a room id: use 1 to 64 of A-Z a-z 0-9 _ -"))
+        }
+        let creating = parts.count == 4 && request.method == .put
+        if let refusal = forbidden(grant, everyRoom: creating, creating ? "creating rooms" : "room '\(id)'", room: id) {
+            return responder.respond(refusal)
         }
         if parts.count == 5 {
             guard parts[4] == "commands" else {
@@ -48,6 +58,16 @@ struct RoomsAPI: Sendable {
         case .delete: delete(id, responder: responder)
         default: responder.respond(Self.notAllowed("GET, PUT, DELETE"))
         }
+    }
+
+    /// A 403 unless `grant` is admin of `room` (of every room when `everyRoom`); nil
+    /// when allowed, or when no credentials are configured (`grant` nil).
+    private func forbidden(_ grant: Grant?, everyRoom: Bool, _ what: String, room: RoomID? = nil) -> HTTPResponse? {
+        guard let grant else { return nil }
+        if everyRoom ? grant.isAdminOfEveryRoom : grant.role(in: room!) == .admin { return nil }
+        registry.metrics.authRefused(status: 403)
+        let needs = everyRoom ? "an admin token for every room (room \"*\")" : "an admin token for this room"
+        return Self.error(403, "forbidden", "\(what) needs \(needs); this token is \(grant.role.rawValue) of \(grant.scope.map { $0 == .every ? "every room" : "room '\($0)'" } ?? "no room")")
     }
 
     // MARK: Calls
@@ -154,6 +174,7 @@ struct RoomsAPI: Sendable {
         case .unknownTab: 404
         case .rateLimited: 429
         case .unavailable: 503
+        case .forbidden: 403
         }
         return HTTPResponse(status: status, contentType: "application/json", body: frame.bytes)
     }
@@ -162,8 +183,10 @@ struct RoomsAPI: Sendable {
         HTTPResponse(status: status, contentType: "application/json", body: value.compactBytes)
     }
 
-    static func error(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
-        json(status, .object([("type", .string("error")), ("code", .string(code)), ("message", .string(message))]))
+    static func error(_ status: Int, _ code: String, _ message: String, headers: [(String, String)] = []) -> HTTPResponse {
+        var response = json(status, .object([("type", .string("error")), ("code", .string(code)), ("message", .string(message))]))
+        response.headers += headers
+        return response
     }
 
     static func notAllowed(_ allow: String) -> HTTPResponse {

@@ -1,0 +1,22 @@
+import Auth
+import Foundation
+import WebSockets
+
+extension Authenticator {
+    /// The grant of what a request carries (`Authorization: Bearer`, else `?token=`), now.
+    /// Nil when no credentials are configured: then everyone may do everything, and a
+    /// WebSocket client has the role `control`.
+    func grant(query: [String: String], authorization: String?) -> Result<Grant?, AuthError> {
+        guard isOn else { return .success(nil) }
+        return authenticate(Self.credential(authorization: authorization, query: query), now: Date().timeIntervalSince1970).map { $0 }
+    }
+
+    /// A JSON or text 401 with the `WWW-Authenticate` challenge of RFC 6750.
+    static func unauthorized(_ error: AuthError, json: Bool) -> HTTPResponse {
+        // Fixed text only: the error's description may quote the token's own header.
+        let challenge = error == .missing ? "Bearer" : "Bearer error=\"invalid_token\""
+        return json
+            ? RoomsAPI.error(401, "unauthorized", "\(error)", headers: [("www-authenticate", challenge)])
+            : HTTPResponse(status: 401, text: "\(error)\n", headers: [("www-authenticate", challenge)])
+    }
+}

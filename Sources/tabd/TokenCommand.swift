@@ -1,0 +1,89 @@
+import Auth
+import Coordinator
+import Foundation
+
+/// `tabd token`: prints a signed token for scripts and operators.
+enum TokenCommand {
+    static let help = """
+    USAGE: tabd token --secret-file FILE --room ID --role ROLE [--name NAME] [--ttl DURATION]
+
+    Prints a token signed with the key in FILE (the key tabd reads with
+    --auth-secret-file; TABD_AUTH_SECRET when --secret-file is not given).
+
+    OPTIONS:
+      --secret-file FILE     the signing key (at least 32 bytes)
+      --room ID              the room it is for, or '*' for every room
+      --role ROLE            view (receive only), control (every command of the room)
+                             or admin (also the HTTP API and /metrics)
+      --name NAME            the display name its holder gets in the room
+      --ttl DURATION         how long it is valid: 90s, 30m, 12h, 7d, or seconds
+                             (default 1h, at most 366d)
+      -h, --help             show this help
+    """
+
+    /// The exit text and code of `tabd token ARGS`.
+    static func run(_ args: [String], environment: [String: String], now: Date = Date()) -> (text: String, code: Int32) {
+        var secretFile: String?, room: String?, role: Role?, name: String?, ttl = 3600
+        var i = 0
+        func value(_ name: String) throws -> String {
+            i += 1
+            guard i < args.count else { throw UsageError("\(name) needs a value") }
+            return args[i]
+        }
+        do {
+            while i < args.count {
+                let arg = args[i]
+                switch arg {
+                case "-h", "--help": return (help, 0)
+                case "--secret-file": secretFile = try value(arg)
+                case "--room":
+                    let v = try value(arg)
+                    guard RoomScope(claim: v) != nil else { throw UsageError("--room must be a room id (1 to 64 of A-Z a-z 0-9 _ -) or '*', got '\(v.prefix(80))'") }
+                    room = v
+                case "--role":
+                    let v = try value(arg)
+                    guard let r = Role(rawValue: v) else { throw UsageError("--role must be view, control or admin, got '\(v.prefix(40))'") }
+                    role = r
+                case "--name":
+                    let v = try value(arg)
+                    guard v.unicodeScalars.count <= Limits.maxClientNameLength else {
+                        throw UsageError("--name may have at most \(Limits.maxClientNameLength) characters")
+                    }
+                    name = v
+                case "--ttl":
+                    let v = try value(arg)
+                    guard let seconds = duration(v), seconds >= 1, seconds <= 366 * 86_400 else {
+                        throw UsageError("--ttl must be a duration from 1s to 366d (90s, 30m, 12h, 7d), got '\(v.prefix(40))'")
+                    }
+                    ttl = seconds
+                default: throw UsageError("unknown option '\(arg.prefix(80))'")
+                }
+                i += 1
+            }
+            guard let room else { throw UsageError("--room is required") }
+            guard let role else { throw UsageError("--role is required") }
+            let key: SigningKey
+            do {
+                if let secretFile { key = try SigningKey.load(path: secretFile) } else if let secret = environment["TABD_AUTH_SECRET"], !secret.isEmpty {
+                    key = try SigningKey(bytes: Array(secret.utf8), source: "TABD_AUTH_SECRET")
+                } else { throw UsageError("--secret-file is required (or TABD_AUTH_SECRET)") }
+            } catch let e as SigningKey.Error { throw UsageError(e.description) }
+            let issued = Int(now.timeIntervalSince1970)
+            let grant = Grant(role: role, scope: RoomScope(claim: room), name: name, expires: Double(issued + ttl))
+            return (Token(key: key).sign(grant, issuedAt: issued), 0)
+        } catch let e as UsageError {
+            return ("tabd token: \(e.message)\nRun 'tabd token --help' for the options.", 2)
+        } catch {
+            return ("tabd token: \(error)", 2)
+        }
+    }
+
+    /// Seconds in `90s`, `30m`, `12h`, `7d` or `3600`; nil for anything else.
+    static func duration(_ text: String) -> Int? {
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        var digits = Substring(text), unit = 1
+        if let last = text.last, let u = units[last] { digits = text.dropLast(); unit = u }
+        guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy(\.isASCII), let n = Int(digits) else { return nil }
+        return n * unit
+    }
+}
