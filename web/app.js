@@ -15,6 +15,12 @@
 // /ws?room=ID, every reconnect and resume included; its model, epoch and resume position
 // belong to that room (they live in memory only). A room id that is not one
 // ([A-Za-z0-9_-]{1,64}) is said in the status area, and the page does not connect.
+//
+// Roles: the welcome says what this connection may do. A `view` page only watches: it
+// says so in the header, its tab bar and buttons are aria-disabled (still focusable, so
+// they can be read), and send() lets out nothing but `sync` and `ping` (canSend). It still
+// follows the room live. A token that runs out closes the socket with 4001: the page says
+// so and does not reconnect (the same token would be refused), like a deleted room (4404).
 import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js";
 
 (function () {
@@ -50,13 +56,14 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   const shareFieldEl = $("share-field");
   const shareHintEl = $("share-hint");
   const shareCloseEl = $("share-close");
+  const viewOnlyEl = $("view-only");
 
   // ---------------------------------------------------------------- state
 
   let model = null; // snapshot + applied events; null until the first welcome
   let epoch = null;
   let clientId = null;
-  let role = null; // the welcome's role in the room ("control")
+  let role = null; // the welcome's role in the room: "view", "control" or "admin"
   let fatal = null; // why the page does not connect (a bad room id): it stays so
   const myIds = new Set(); // every client id this page had (one per connection)
 
@@ -99,8 +106,29 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     return u.toString();
   }
 
+  // When the page's token (a signed token: three base64url parts) runs out, in ms since
+  // 1970; null for any other token. Read without checking the signature: only to tell the
+  // user why tabd would refuse it (a refused upgrade looks like a network error here).
+  function tokenExpiry() {
+    const parts = (TOKEN || "").split(".");
+    if (parts.length !== 3) return null;
+    try {
+      const claims = JSON.parse(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/")));
+      return typeof claims.exp === "number" ? claims.exp * 1000 : null;
+    } catch (e) {
+      return null;
+    }
+  }
+
+  const EXPIRED = "Your access token has expired. Open a fresh link to continue.";
+
   function connect() {
     if (fatal) return;
+    const expiry = tokenExpiry();
+    if (expiry !== null && Date.now() >= expiry) {
+      stop(EXPIRED);
+      return;
+    }
     clearTimeout(retryTimer);
     retryTimer = null;
     stopCountdown();
@@ -122,6 +150,11 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
       if (ev.code === 4404) {
         // The room was deleted: reconnecting would make a new, empty room of the same id.
         stop(`Room '${shown(ROOM)}' was deleted.`, { href: location.href, text: "Open it again" });
+        return;
+      }
+      if (ev.code === 4001) {
+        // The token ran out: tabd refuses it from now on (401), only a fresh link helps.
+        stop(EXPIRED);
         return;
       }
       connectionLost();
@@ -180,7 +213,19 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     heartbeatTimer = null;
   }
 
+  // Whether this connection's role may send a command of this type: a view only reads
+  // (`sync`) and keeps the connection alive (`ping`); anything else would be `forbidden`.
+  function canSend(type) {
+    return !readOnly() || type === "sync" || type === "ping";
+  }
+
+  function readOnly() {
+    return role === "view";
+  }
+
+  // Null when nothing was sent: not connected, or not this role's to send.
   function send(type, fields) {
+    if (!canSend(type)) return null;
     if (!ws || ws.readyState !== WebSocket.OPEN) return null;
     refCounter += 1;
     const ref = "w" + refCounter;
@@ -188,7 +233,9 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     return ref;
   }
 
+  // A user's action. Read only, it does nothing: the header and the controls say why.
   function command(type, fields) {
+    if (!canSend(type)) return;
     if (send(type, fields) === null) showToast("Not connected: the action was not sent.");
   }
 
@@ -210,7 +257,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
           reportAllScrolls();
         }
         break;
-      case "error": showToast(`${f.code}: ${f.message}`); break;
+      case "error": showToast(errorText(f)); break;
       default: break; // ack
     }
   }
@@ -223,6 +270,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
       return;
     }
     role = typeof f.role === "string" ? f.role : null;
+    showRole();
     connections += 1;
     attempt = 0;
     clientId = f.client;
@@ -400,6 +448,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
 
   function renderTabBar() {
     const ids = new Set(model.tabs.map((t) => t.id));
+    const ro = readOnly();
     const active = document.activeElement;
     const focusedId = active && active.parentElement === tabbarEl ? active.dataset.tab : null;
     for (const [id, v] of tabViews) {
@@ -420,6 +469,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
       v.btn.setAttribute("aria-label", t.badge == null ? t.title : `${t.title}, ${t.badge}`);
       v.btn.setAttribute("aria-selected", selected ? "true" : "false");
       v.btn.classList.toggle("is-selected", selected);
+      markReadOnly(v.btn, ro);
       v.btn.dataset.color = t.color;
       paint(v.btn, t.color);
       if (tabbarEl.children[i] !== v.btn) tabbarEl.insertBefore(v.btn, tabbarEl.children[i] || null);
@@ -556,7 +606,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     scroller.append(inner);
     page.append(scroller);
     wireScroller(t.id, scroller);
-    return { el: page, root: true, title, greetingText, chips, pushButtons: [push, after], scroller };
+    return { el: page, root: true, title, greetingText, chips, pushButtons: [push, after], actions: [greeting, push, after], scroller };
   }
 
   function createPushedPage(t, p) {
@@ -576,7 +626,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     inner.append(title, crumb, chips.box, push, noteField(t.id, p.id));
     scroller.append(bar, inner);
     page.append(scroller);
-    return { el: page, root: false, title, crumb, barTitle, backLabel: back.lastChild, chips, pushButtons: [push] };
+    return { el: page, root: false, title, crumb, barTitle, backLabel: back.lastChild, chips, pushButtons: [push], actions: [back, push] };
   }
 
   function updatePage(pv, t, p, depth) {
@@ -593,6 +643,8 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
       b.dataset.depth = String(t.stack.length);
       b.disabled = t.stack.length >= MAX_DEPTH;
     }
+    const ro = readOnly();
+    for (const b of pv.actions) markReadOnly(b, ro);
     if (pv.root) {
       pv.title.textContent = t.title;
       pv.greetingText.textContent = greetingOf(t);
@@ -602,6 +654,18 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
       const below = t.stack[depth - 1];
       pv.backLabel.textContent = depth === 1 ? t.title : below ? below.route : "Back";
       pv.crumb.textContent = [t.title].concat(t.stack.slice(1, depth + 1).map((q) => q.route)).join(" › ");
+    }
+  }
+
+  // A control of a read-only page: still focusable and read out, marked as not usable
+  // (aria-disabled, not `disabled`), with the why as its description.
+  function markReadOnly(control, ro) {
+    if (ro) {
+      control.setAttribute("aria-disabled", "true");
+      control.setAttribute("aria-describedby", "view-only-why");
+    } else {
+      control.removeAttribute("aria-disabled");
+      control.removeAttribute("aria-describedby");
     }
   }
 
@@ -666,7 +730,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
 
   function scheduleReport(tabId) {
     const c = ctl(tabId);
-    if (c.timer) return;
+    if (c.timer || !canSend("scroll")) return; // read only: the list moves here only
     const wait = Math.max(0, c.lastSentAt + SCROLL_INTERVAL_MS - performance.now());
     c.timer = setTimeout(() => { c.timer = null; reportScroll(tabId); }, wait);
   }
@@ -834,6 +898,12 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     logListEl.replaceChildren(frag);
   }
 
+  // An error frame in plain words where there are some, else as tabd says it.
+  function errorText(f) {
+    if (f.code === "forbidden") return "Not done: this link lets you watch this tab bar, not change it.";
+    return `${f.code}: ${f.message}`;
+  }
+
   function showToast(text) {
     toastEl.textContent = text;
     toastEl.hidden = false;
@@ -884,6 +954,13 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     shareEl.title = `Copy a link to room ${ROOM}`;
     roomEl.hidden = false;
     document.title = titleSuffix();
+  }
+
+  // What the welcome's role means on screen: the view-only notice, and every control drawn
+  // enabled or not (render() asks readOnly() for each). A later welcome may say otherwise.
+  function showRole() {
+    viewOnlyEl.hidden = !readOnly();
+    if (model) render();
   }
 
   // What to share: this room on this server, never the token (nor the name).
@@ -982,6 +1059,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
   window.__tabd = {
     room: ROOM,
     get role() { return role; },
+    get readOnly() { return readOnly(); },
     roomLink,
     get model() { return model; },
     get epoch() { return epoch; },

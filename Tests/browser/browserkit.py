@@ -94,9 +94,10 @@ class Daemon:
 class Remote:
     """Another client of the same tabd (no browser): drives commands, reads snapshots."""
 
-    def __init__(self, daemon, name="remote", room=None):
+    def __init__(self, daemon, name="remote", room=None, token=None):
         # Entered as a context manager (websockets >= 17.1 warns otherwise); closed by close().
         url = f"{daemon.ws}?name={name}" + ("" if room is None else f"&room={quote(room, safe='')}")
+        url += "" if token is None else f"&token={quote(token, safe='')}"
         self.ws = ws_connect(url, open_timeout=WAIT, max_size=None).__enter__()
         self.welcome = self._recv()
         assert self.welcome["type"] == "welcome"

@@ -60,8 +60,8 @@ def tabs_file(tmp_path):
 def remote():
     opened = []
 
-    def make(daemon, name="remote", room=None):
-        r = Remote(daemon, name, room)
+    def make(daemon, name="remote", room=None, token=None):
+        r = Remote(daemon, name, room, token)
         opened.append(r)
         return r
     yield make
