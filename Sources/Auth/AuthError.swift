@@ -19,7 +19,9 @@ public enum AuthError: Error, Sendable, Equatable, CustomStringConvertible {
         case .missing: "no token"
         case .wrongToken: "wrong token"
         case let .malformed(why): "malformed token: \(why)"
-        case let .algorithm(alg): "token algorithm '\(alg.prefix(20))' is not accepted (only HS256)"
+        case let .algorithm(alg):
+            // The token's own text: printable ASCII only, so it cannot forge a log line.
+            "token algorithm '\(String(alg.unicodeScalars.prefix(20).map { $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" }))' is not accepted (only HS256)"
         case .badSignature: "bad token signature"
         case .expired: "token expired"
         case .notYetValid: "token not yet valid"

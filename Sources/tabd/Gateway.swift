@@ -45,6 +45,10 @@ final class Gateway: WebSocketServerHandler {
         var room: Room?
         /// `view` may send only `sync` and `ping`.
         let role: Role
+        /// Closes it when its signed token runs out; cancelled when it goes.
+        var expiry: (any DispatchSourceTimer)?
+        /// Set when its token ran out: its frames are not read while it closes.
+        var expired = false
         /// Nil until the connection is welcomed.
         var client: ClientID?
         var limiter: RateLimiter
@@ -105,7 +109,7 @@ final class Gateway: WebSocketServerHandler {
             return .reject(status: 401)
         }
         if let origin = request.origin, !originAllowed(origin, host: request.host) {
-            log.warn("refused upgrade from \(request.peer): origin '\(origin)' does not match host '\(request.host ?? "")' (403)")
+            log.warn("refused upgrade from \(request.peer): origin '\(Log.printable(origin))' does not match host '\(Log.printable(request.host ?? ""))' (403)")
             return .reject(status: 403)
         }
         let room = Self.room(of: request)
@@ -190,23 +194,39 @@ final class Gateway: WebSocketServerHandler {
         if room != nil, let expires = grant?.expires { closeWhenExpired(id, at: expires) }
     }
 
-    /// Closes connection `id` with 4001 `token expired` once its token runs out.
+    /// Closes connection `id` with 4001 `token expired` once its token runs out. The
+    /// timer belongs to the connection: ``disconnected(_:code:reason:)`` cancels it.
     private func closeWhenExpired(_ id: ConnectionID, at expires: Double) {
         // At most a day at a time, so huge expiries cannot overflow the timer.
         let delay = min(max(expires - Date().timeIntervalSince1970, 0), 86_400)
-        DispatchQueue.global().asyncAfter(wallDeadline: .now() + delay) { [weak self] in
-            guard let self, self.state.withLock({ $0.connections[id] != nil }) else { return }
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(wallDeadline: .now() + delay)
+        timer.setEventHandler { [weak self] in
+            guard let self else { return }
             guard Date().timeIntervalSince1970 >= expires else { return self.closeWhenExpired(id, at: expires) }
+            let open = self.state.withLock { s -> Bool in
+                guard s.connections[id] != nil else { return false }
+                s.connections[id]!.expired = true
+                s.connections[id]!.expiry = nil
+                return true
+            }
+            guard open else { return }
             self.metrics.tokenExpired()
             self.log.info("connection #\(id.rawValue): its token expired, closing with 4001")
             self.registry.close(id, code: .tokenExpired, reason: "token expired")
         }
+        let kept = state.withLock { s -> Bool in
+            guard s.connections[id] != nil else { return false }
+            s.connections[id]!.expiry = timer
+            return true
+        }
+        if kept { timer.resume() }
     }
 
     func received(_ id: ConnectionID, message: [UInt8]) {
         enum Admission { case gone, kept, read(Room, ClientID, Role, allowed: Bool) }
         let admission = state.withLock { s -> Admission in
-            guard var c = s.connections[id], let room = c.room else { return .gone }
+            guard var c = s.connections[id], let room = c.room, !c.expired else { return .gone }
             guard let client = c.client, c.early.isEmpty else {
                 // Not welcomed yet, or its early frames are still to be read: after them.
                 if c.early.count < Self.maxEarlyFrames { c.early.append(message) } else { c.refusedEarly += 1 }
@@ -260,7 +280,9 @@ final class Gateway: WebSocketServerHandler {
         if code == .policyViolation, reason == "too slow" { metrics.slowClientClosed() }
         let how = "code \(code.map { String($0.rawValue) } ?? "none")\(reason.isEmpty ? "" : " (\(reason))")"
         let neverJoined = state.withLock { s -> Room? in
-            guard let room = s.connections.removeValue(forKey: id)?.room else { return nil }
+            let gone = s.connections.removeValue(forKey: id)
+            gone?.expiry?.cancel()
+            guard let room = gone?.room else { return nil }
             // Gone before its join was handed over: it never joins, so it does not leave either.
             let key = ObjectIdentifier(room)
             if let i = s.pass[key]?.joins.firstIndex(where: { $0.connection == id }) {
@@ -283,7 +305,7 @@ final class Gateway: WebSocketServerHandler {
             guard !s.welcomed.isEmpty else { return [] }
             defer { s.welcomed = [] }
             return s.welcomed.compactMap { id in
-                guard var c = s.connections[id], let room = c.room, let client = c.client else { return nil }
+                guard var c = s.connections[id], let room = c.room, let client = c.client, !c.expired else { return nil }
                 defer { c.early = []; c.refusedEarly = 0; s.connections[id] = c }
                 return (id, room, client, c.role, c.early, c.refusedEarly)
             }
@@ -322,7 +344,7 @@ final class Gateway: WebSocketServerHandler {
             case let .failure(error):
                 metrics.authRefused(status: 401)
                 return responder.respond(Authenticator.unauthorized(error, json: false))
-            case let .success(grant?) where grant.role != .admin:
+            case let .success(grant?) where grant.role != .admin || grant.scope == nil:
                 metrics.authRefused(status: 403)
                 return responder.respond(HTTPResponse(status: 403, text: "/metrics needs an admin token\n"))
             case .success: break

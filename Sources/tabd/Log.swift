@@ -23,6 +23,13 @@ final class Log: Sendable {
         lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
     }
 
+    /// A peer's text made safe for one log line: at most `limit` characters, anything
+    /// outside printable ASCII as `?` (no forged lines, no terminal escapes).
+    static func printable(_ text: String, limit: Int = 100) -> String {
+        String(text.unicodeScalars.prefix(limit).map { $0.value >= 0x20 && $0.value < 0x7F ? Character($0) : "?" })
+            + (text.unicodeScalars.count > limit ? "…" : "")
+    }
+
     func error(_ m: @autoclosure () -> String) { log(.error, m()) }
     func warn(_ m: @autoclosure () -> String) { log(.warn, m()) }
     func info(_ m: @autoclosure () -> String) { log(.info, m()) }

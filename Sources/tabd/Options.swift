@@ -94,8 +94,8 @@ struct Options: Sendable {
 
     static func parse(_ args: [String], environment: [String: String] = [:]) -> ParseResult {
         var o = Options()
-        o.environmentToken = environment["TABD_TOKEN"].flatMap { $0.isEmpty ? nil : $0 }
-        o.environmentSecret = environment["TABD_AUTH_SECRET"].flatMap { $0.isEmpty ? nil : $0 }
+        o.environmentToken = environment["TABD_TOKEN"]
+        o.environmentSecret = environment["TABD_AUTH_SECRET"]
         var i = 0
         func value(_ name: String) throws -> String {
             i += 1
@@ -185,26 +185,36 @@ extension Options {
     /// The credential checks these options ask for: reads `--token-file` and
     /// `--auth-secret-file` (an error names the file). Warnings go to `warn`.
     func authenticator(warn: (String) -> Void) throws(UsageError) -> Authenticator {
+        // Set but empty would silently mean "no credentials": refuse it instead.
+        if environmentToken == "", token == nil, tokenFile == nil { throw UsageError("TABD_TOKEN is set but empty") }
+        if environmentSecret == "", authSecretFile == nil { throw UsageError("TABD_AUTH_SECRET is set but empty") }
         var operatorToken = token ?? environmentToken
         if token != nil { warn("--token is visible to every user of this machine (ps); prefer --token-file or TABD_TOKEN") }
         if let tokenFile {
             guard let data = FileManager.default.contents(atPath: tokenFile) else { throw UsageError("cannot read the token file '\(tokenFile)'") }
-            let text = String(decoding: SigningKey.withoutFinalLineBreak(Array(data)), as: UTF8.self)
+            var bytes = data[...]
+            if bytes.last == 0x0A { bytes.removeLast(); if bytes.last == 0x0D { bytes.removeLast() } }
+            let text = String(decoding: bytes, as: UTF8.self)
             guard !text.isEmpty else { throw UsageError("the token file '\(tokenFile)' is empty") }
             operatorToken = text
+            warnIfShared(tokenFile, "token", warn)
         }
         var key: SigningKey?
         do {
             if let authSecretFile {
                 key = try SigningKey.load(path: authSecretFile)
-                if let mode = try? FileManager.default.attributesOfItem(atPath: authSecretFile)[.posixPermissions] as? Int, mode & 0o077 != 0 {
-                    warn("the secret file '\(authSecretFile)' can be read by other users (mode \(String(mode & 0o777, radix: 8))); chmod 600 it")
-                }
+                warnIfShared(authSecretFile, "secret", warn)
             } else if let environmentSecret {
                 key = try SigningKey(bytes: Array(environmentSecret.utf8), source: "TABD_AUTH_SECRET")
             }
         } catch { throw UsageError(error.description) }
         return Authenticator(operatorToken: operatorToken, signingKey: key)
+    }
+
+    private func warnIfShared(_ path: String, _ what: String, _ warn: (String) -> Void) {
+        if let mode = try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int, mode & 0o077 != 0 {
+            warn("the \(what) file '\(path)' can be read by other users (mode \(String(mode & 0o777, radix: 8))); chmod 600 it")
+        }
     }
 
     /// The state file: the option, else `.tabd/state.sqlite` beside the web root's

@@ -18,6 +18,7 @@ import pytest
 import websockets
 import websockets.exceptions
 
+import rawws
 from conftest import TABD, WAIT, Client, Daemon
 from test_rooms import call, wait_for
 
@@ -114,6 +115,8 @@ async def test_a_token_for_another_room_is_403(authd):
     assert status == 403 and body["code"] == "forbidden"
     no_room = sign({"role": "admin", "exp": int(time.time()) + 600})
     assert await refused(f"{authd.ws}?token={no_room}") == 403
+    assert call(authd, "GET", f"/api/rooms/main?token={no_room}")[0] == 403
+    assert authd.get(f"/metrics?token={no_room}")[0] == 403
     c = await Client.connect(authd.ws, room="lobby", token=token)
     assert c.welcome["room"] == "lobby" and c.welcome["role"] == "admin"
     await c.close()
@@ -197,6 +200,48 @@ async def test_an_admin_of_every_room_lists_creates_and_deletes(authd):
 
 def name_of(client):
     return next(c["name"] for c in client.welcome["snapshot"]["clients"] if c["id"] == client.welcome["client"])
+
+
+async def test_frames_of_a_connection_whose_token_ran_out_are_not_read(authd):
+    watcher = await Client.connect(authd.ws, room="r", token=sign(claims("r", "view")))
+    # A raw client that ignores tabd's close and goes on sending commands.
+    raw = rawws.connect(authd.host, f"/ws?room=r&token={sign(claims('r', 'control', ttl=2))}")
+    opcode, welcome = rawws.recv_frame(raw)
+    assert opcode == 1 and json.loads(welcome)["type"] == "welcome"
+    await watcher.until_seq(json.loads(welcome)["snapshot"]["seq"])
+    before = watcher.last_seq()
+    raw.settimeout(WAIT)
+    while True:
+        opcode, payload = await asyncio.to_thread(rawws.recv_frame, raw)
+        if opcode == 8:
+            break
+    assert int.from_bytes(payload[:2], "big") == 4001
+    try:  # tabd may already have dropped the TCP connection: then nothing can arrive anyway
+        for n in range(5):
+            rawws.send_text(raw, json.dumps({"type": "push", "tab": "home", "route": f"late{n}"}).encode())
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    raw.close()
+    events = []
+    while not any(e["kind"] == "clientLeft" for e in events):
+        f = await watcher.recv()
+        if f["type"] == "events":
+            events += f["events"]
+    assert [e["kind"] for e in events] == ["clientLeft"] and events[0]["seq"] == before + 1
+    _, pong = await watcher.command("ping")  # nothing else is on its way
+    assert watcher.last_seq() == before + 1
+    await watcher.close()
+
+
+@pytest.mark.parametrize("variable", ["TABD_TOKEN", "TABD_AUTH_SECRET"])
+def test_a_credential_variable_set_but_empty_stops_tabd(variable):
+    os.environ[variable] = ""
+    try:
+        with pytest.raises(RuntimeError) as e:
+            Daemon()
+    finally:
+        del os.environ[variable]
+    assert f"{variable} is set but empty" in str(e.value)
 
 
 async def test_the_name_claim_wins_over_the_name_parameter(authd):
