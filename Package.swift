@@ -35,6 +35,18 @@ let package = Package(
         ),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
         .target(name: "Auth", dependencies: ["Coordinator", "CCrypto"], swiftSettings: strict),
+        // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
+        .systemLibrary(
+            name: "CNATS",
+            pkgConfig: "libnats",
+            providers: [.apt(["libnats-dev"])]
+        ),
+        // The engine of cluster mode: NATS JetStream streams, compare-and-set publishes,
+        // ordered consumers (docs/CLUSTER.md).
+        .target(name: "JetStream", dependencies: ["CNATS"], swiftSettings: strict),
+        // A tabd node of a cluster: rooms as streams in the engine, their durability
+        // (compare-and-set appends) and their followers (ordered consumers).
+        .target(name: "Cluster", dependencies: ["Coordinator", "JetStream", "Locking"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
         .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking"], swiftSettings: strict),
         // A lock ThreadSanitizer can see, shared by every module.
@@ -51,7 +63,7 @@ let package = Package(
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
-        .executableTarget(name: "tabd", dependencies: ["Auth", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        .executableTarget(name: "tabd", dependencies: ["Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).

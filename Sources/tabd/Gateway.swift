@@ -336,9 +336,13 @@ final class Gateway: WebSocketServerHandler {
     func httpRequest(_ request: HTTPRequest, responder: HTTPResponder) {
         switch request.path {
         case "/healthz":
-            responder.respond(stopping.load(ordering: .relaxed)
-                ? HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8))
-                : HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
+            if stopping.load(ordering: .relaxed) {
+                responder.respond(HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8)))
+            } else if let cluster = registry.cluster, !cluster.connected {
+                responder.respond(HTTPResponse(status: 503, text: "engine unreachable (node \(cluster.name))\n"))
+            } else {
+                responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
+            }
         case "/metrics":
             switch auth.grant(query: request.query, authorization: request.authorization) {
             case let .failure(error):

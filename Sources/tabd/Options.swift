@@ -1,4 +1,5 @@
 import Auth
+import Coordinator
 import Foundation
 import WebSockets
 
@@ -30,6 +31,10 @@ struct Options: Sendable {
     var rooms = RoomRegistry.Creation.auto
     var maxRooms = 100_000
     var roomIdle = 300
+    /// `--cluster`: the engine's URLs; this tabd is then a node of a cluster.
+    var cluster: [String] = []
+    /// `--node-name`: this node's name in the cluster (default: host name and port).
+    var nodeName: String?
 
     /// The bytes per second a connection may send (0: no limit).
     var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
@@ -56,6 +61,10 @@ struct Options: Sendable {
                              refused (503) (default 100000)
       --room-idle SECS       unload a room from memory after SECS without clients; it
                              stays in the state file; 0 = never (default 300)
+      --cluster URLS         be a node of a cluster whose rooms live in NATS JetStream
+                             at these comma-separated nats:// URLs (excludes --state);
+                             see docs/CLUSTER.md
+      --node-name NAME       this node's name in the cluster (default: host name and port)
       --resume-window N      events kept per room for clients that resume (default 10000)
       --queue-limit N        frames queued for one connection before it is closed
                              as too slow, code 1008 (default 10000)
@@ -127,6 +136,17 @@ struct Options: Sendable {
                     guard let mode = RoomRegistry.Creation(rawValue: v) else { throw UsageError("--rooms must be auto or api, got '\(v)'") }
                     o.rooms = mode
                 case "--max-rooms": o.maxRooms = try int(arg, min: 1)
+                case "--cluster":
+                    let v = try value(arg)
+                    let urls = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                    guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
+                        throw UsageError("--cluster takes nats://HOST:PORT URLs separated by commas, got '\(v.prefix(200))'")
+                    }
+                    o.cluster = urls
+                case "--node-name":
+                    let v = try value(arg)
+                    guard Limits.isRoomID(v) else { throw UsageError("--node-name must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
+                    o.nodeName = v
                 case "--room-idle": o.roomIdle = try int(arg, min: 0, max: 86_400 * 365)
                 case "--resume-window": o.resumeWindow = try int(arg, min: 0)
                 case "--queue-limit": o.queueLimit = try int(arg, min: 1)
@@ -149,6 +169,7 @@ struct Options: Sendable {
                 i += 1
             }
             if o.token != nil, o.tokenFile != nil { throw UsageError("give --token or --token-file, not both") }
+            if !o.cluster.isEmpty, o.state != nil { throw UsageError("--state and --cluster exclude each other: a cluster keeps its rooms in the engine") }
         } catch let e as UsageError {
             return .exit("tabd: \(e.message)\nRun 'tabd --help' for the options.", code: 2)
         } catch {

@@ -1,4 +1,5 @@
 import Auth
+import Cluster
 import Coordinator
 import Dispatch
 import Foundation
@@ -46,10 +47,20 @@ case let .success(path): webRoot = path
 case let .failure(error): fail(error.message)
 }
 
-// State: one SQLite file for every room (durable, continues across restarts), or memory.
+// State: one SQLite file for every room (durable, continues across restarts), memory, or
+// a cluster's engine (NATS JetStream).
 let store: StateStore?
 var stored: [RoomID] = []
-if let path = options.resolvedStatePath(webRoot: webRoot) {
+var cluster: ClusterNode?
+if !options.cluster.isEmpty {
+    store = nil
+    let name = options.nodeName ?? "\(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "node")-\(options.port == 0 ? "p\(getpid())" : String(options.port))"
+    do {
+        cluster = try ClusterNode(urls: options.cluster, name: name, log: { log.info("cluster: \($0)") })
+        stored = try cluster!.roomIDs()
+    } catch { fail("\(error)") }
+    log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ",")): \(cluster!.replicas) cop\(cluster!.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+} else if let path = options.resolvedStatePath(webRoot: webRoot) {
     do {
         store = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow))
         stored = try await store!.roomIDs()
@@ -63,7 +74,7 @@ if let path = options.resolvedStatePath(webRoot: webRoot) {
 let settings = RoomRegistry.Settings(
     creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
     resumeWindow: options.resumeWindow, rateLimit: options.rateLimit)
-let registry = RoomRegistry(settings: settings, store: store, existing: stored, metrics: Metrics(), log: log)
+let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log)
 let metrics = registry.metrics
 let gateway = Gateway(options: options, auth: authenticator, metrics: metrics, log: log, registry: registry)
 
@@ -84,6 +95,13 @@ do {
     fail("cannot start: \(error)")
 }
 registry.attach(server: server, gateway: gateway)
+// Cluster: rooms deleted by other nodes close here too; clients of dead nodes leave.
+let clusterSweep: (any DispatchSourceTimer)?
+if let cluster {
+    do { clusterSweep = try registry.followCluster(cluster) } catch { fail("\(error)") }
+} else {
+    clusterSweep = nil
+}
 
 server.start()
 // The first line on stdout, written unbuffered: scripts wait for it.
@@ -98,5 +116,6 @@ gateway.stopping.store(true, ordering: .relaxed)
 await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))
 await registry.stopAll()
 store?.close()
+cluster?.close()
 log.info("stopped")
 exit(0)

@@ -18,21 +18,66 @@ struct AnswerQueues {
         /// The command changed nothing: `ack` at `after` once everything applied before
         /// it is published.
         case unchanged(after: Int)
+        /// To be decided again after a conflict: it, and everything after it, waits.
+        case held
+    }
+
+    /// A command to decide again after a conflict: what it was and where its answer goes.
+    struct Redo {
+        let address: UInt64
+        /// When it was first decided, among every address's commands.
+        let order: Int
+        let client: ClientID
+        let ref: String?
+        let command: Command
     }
 
     private struct Entry {
         let client: ClientID
         let ref: String?
         var pending: Pending
+        let order: Int
+        /// The command, for entries that a conflict may send back to be decided again.
+        let command: Command?
     }
 
     /// Only addresses with answers not yet released.
     private var queues: [UInt64: [Entry]] = [:]
+    private var nextOrder = 0
 
     var isEmpty: Bool { queues.isEmpty }
 
-    mutating func add(_ pending: Pending, client: ClientID, ref: String?, to address: UInt64) {
-        queues[address, default: []].append(Entry(client: client, ref: ref, pending: pending))
+    /// `command`: keep it, so a conflict can have it decided again.
+    mutating func add(_ pending: Pending, client: ClientID, ref: String?, to address: UInt64, command: Command? = nil) {
+        nextOrder += 1
+        queues[address, default: []].append(Entry(client: client, ref: ref, pending: pending, order: nextOrder, command: command))
+    }
+
+    /// After a conflict rolled the state back to `committed`: every command whose answer
+    /// depended on what is gone, held (its queue waits), in the order it was decided.
+    mutating func takeRedo(after committed: Int) -> [Redo] {
+        var out: [Redo] = []
+        for (address, queue) in queues {
+            var queue = queue
+            for i in queue.indices {
+                guard let command = queue[i].command else { continue }
+                switch queue[i].pending {
+                case let .applied(seq) where seq > committed: break
+                case let .unchanged(after) where after > committed: break
+                default: continue
+                }
+                queue[i].pending = .held
+                out.append(Redo(address: address, order: queue[i].order, client: queue[i].client, ref: queue[i].ref, command: command))
+            }
+            queues[address] = queue
+        }
+        return out.sorted { $0.order < $1.order }
+    }
+
+    /// The new answer of a command decided again.
+    mutating func settle(_ redo: Redo, _ pending: Pending) {
+        guard let i = queues[redo.address]?.firstIndex(where: { $0.order == redo.order }) else { return }
+        queues[redo.address]![i].pending = pending
     }
 
     /// Takes every answer that can go now, given the last published seq.
@@ -64,6 +109,7 @@ struct AnswerQueues {
         case let .ready(frame): return frame
         case let .applied(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
         case let .unchanged(after): return after <= published ? .ack(ref: entry.ref, seq: after) : nil
+        case .held: return nil
         }
     }
 
@@ -78,6 +124,7 @@ struct AnswerQueues {
                 switch entry.pending {
                 case let .applied(seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
                 case let .unchanged(after) where after > committed: entry.pending = .ready(.error(ref: entry.ref, error))
+                case .held: entry.pending = .ready(.error(ref: entry.ref, error))
                 default: break
                 }
                 return entry

@@ -57,19 +57,36 @@ extension Coordinator {
         // The ack is queued before the batch is recorded: in memory, recording publishes
         // the batch at once, and the ack goes with it.
         let step = await perform(command, by: client, ref: ref) { lastSeq in
-            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address)
+            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address, command: command)
         }
-        let pending: AnswerQueues.Pending
-        switch step {
-        case .answered(.pong): pending = .ready(.pong(ref: ref))
-        case let .answered(.snapshot(snapshot)): pending = .ready(.snapshot(ref: ref, snapshot))
-        case let .answered(.applied(seq, _)): pending = .ready(.ack(ref: ref, seq: seq))
-        case let .refused(error): pending = .ready(.error(ref: ref, error))
-        case .unchanged: pending = .unchanged(after: seq)
-        case .recorded: return // its ack is queued and goes with the batch
-        }
-        answers.add(pending, client: client, ref: ref, to: address)
+        guard let pending = pendingAnswer(step, ref: ref) else { return } // its ack goes with the batch
+        answers.add(pending, client: client, ref: ref, to: address, command: command)
         publishAnswers(to: address)
+    }
+
+    /// The answer a step leaves to wait for; nil when recording queued it already.
+    private func pendingAnswer(_ step: Step, ref: String?) -> AnswerQueues.Pending? {
+        switch step {
+        case .answered(.pong): .ready(.pong(ref: ref))
+        case let .answered(.snapshot(snapshot)): .ready(.snapshot(ref: ref, snapshot))
+        case let .answered(.applied(seq, _)): .ready(.ack(ref: ref, seq: seq))
+        case let .refused(error): .ready(.error(ref: ref, error))
+        case .unchanged: .unchanged(after: seq)
+        case .recorded: nil
+        }
+    }
+
+    /// After a conflict rolled the state back: decides the held commands again, in the
+    /// order they were first decided, on the state as it is now (with the other writer's
+    /// batches). Each gets a new answer: an ack of its new batch, or what it comes to now
+    /// (it may be `unknown_tab` or `invalid` now, or change nothing).
+    func redecide(_ held: [AnswerQueues.Redo]) async {
+        for redo in held {
+            let step = await perform(redo.command, by: redo.client, ref: redo.ref) { lastSeq in
+                answers.settle(redo, .applied(seq: lastSeq))
+            }
+            if let pending = pendingAnswer(step, ref: redo.ref) { answers.settle(redo, pending) }
+        }
     }
 
     /// What ``perform(_:by:ref:recording:)`` came to.

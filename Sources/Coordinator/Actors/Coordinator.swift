@@ -130,12 +130,16 @@ public actor Coordinator {
 
     /// Publishes what a durable start needs: on a new history the first tab's root
     /// page appears; after a restart, every client the stored state listed leaves.
-    public func start() async throws(CommandError) {
+    /// `forgetting`: the clients to let go (nil: every client the stored state lists, as
+    /// after a restart of a single tabd; a cluster node names those of dead nodes).
+    public func start(forgetting: Set<ClientID>? = nil) async throws(CommandError) {
         await enter(); defer { leave() }
-        var events: [Event] = []
-        if seq == 0, let first = tabs[bar.selected] { events = await first.state.appearEvents() }
-        events += roster.clients.map { .clientLeft($0.id) }
-        try await applyAndSettle(events, by: Self.daemonID, ref: nil)
+        while true {
+            var events: [Event] = []
+            if seq == 0, let first = tabs[bar.selected] { events = await first.state.appearEvents() }
+            events += roster.clients.filter { forgetting?.contains($0.id) ?? true }.map { .clientLeft($0.id) }
+            do { try await applyAndSettle(events, by: Self.daemonID, ref: nil); return } catch where error.isConflict { continue }
+        }
     }
 
     // MARK: The gate
@@ -226,21 +230,28 @@ public actor Coordinator {
 
     /// Records events and, with a store, waits (holding the gate) until they are
     /// committed and published; rolls back and throws `unavailable` if not.
+    /// A conflict (another writer took the seq) is thrown too: the caller decides again.
     func applyAndSettle(_ events: [Event], by: ClientID, ref: String?) async throws(CommandError) {
         await apply(events)
-        _ = record(events, by: by, ref: ref)
+        let recorded = record(events, by: by, ref: ref)
         if let error = await settle() { throw error }
+        // Settled, but this batch itself may have been rolled back by a conflict.
+        if let wait = recorded?.1, case let .some(.some(error)) = wait.result { throw error }
     }
 
     /// Waits, holding the gate, until every applied batch is committed and published.
-    /// Returns the failure (after rolling back) if a commit failed.
+    /// Returns the failure (after rolling back) if a commit failed. After a conflict, the
+    /// commands decided again are waited for too.
     func settle() async -> CommandError? {
-        guard let last = unpublished.last else { return nil }
-        if let error = await last.wait.value {
-            await rollbackHoldingGate(error, failed: last.wait)
-            return error
+        while let last = unpublished.last {
+            if let error = await last.wait.value {
+                await rollbackHoldingGate(error, failed: last.wait)
+                if error.isConflict { continue }
+                return error
+            }
+            publishCommitted(through: last.batch.lastSeq)
+            return nil
         }
-        publishCommitted(through: last.batch.lastSeq)
         return nil
     }
 
@@ -278,7 +289,13 @@ public actor Coordinator {
     func rollbackHoldingGate(_ error: CommandError, failed: CommitWait) async {
         guard let durability, unpublished.contains(where: { $0.wait === failed }) else { return }
         let stored = durability.committedState()
-        publishCommitted(through: stored.snapshot.seq)
+        if stored.history.isEmpty {
+            publishCommitted(through: stored.snapshot.seq)
+        } else {
+            // A shared log (a cluster): what it holds past what was published — this
+            // coordinator's committed batches and other writers' — goes out in its order.
+            publish(stored.history.filter { $0.lastSeq > publishedSeq })
+        }
         generation += 1
         unpublished = []
         (bar, tabs) = Self.actors(for: stored.snapshot)
@@ -287,8 +304,29 @@ public actor Coordinator {
         roster = Roster(clients: stored.snapshot.clients)
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
-        answers.rollBack(to: stored.snapshot.seq, error: error)
+        if error.isConflict {
+            await redecide(answers.takeRedo(after: stored.snapshot.seq))
+        } else {
+            answers.rollBack(to: stored.snapshot.seq, error: error)
+        }
         publish([])
+    }
+
+    /// Takes in what other writers stored (a cluster's other nodes): every batch of the
+    /// store's committed state past this coordinator's, applied and published in order.
+    /// Batches of this coordinator's own still pending are settled first: if another
+    /// writer took their seqs, they are decided again after the others' batches.
+    public func absorb() async {
+        await enter(); defer { leave() }
+        _ = await settle()
+        guard let durability else { return }
+        let stored = durability.committedState()
+        for batch in stored.history where batch.lastSeq > seq {
+            guard batch.events.first?.seq == seq + 1 else { break } // not contiguous: wait for more
+            await apply(batch.events.map(\.event))
+            seq = batch.lastSeq
+            publish([batch])
+        }
     }
 
     func rollback(_ error: CommandError, failed: CommitWait) async {
@@ -412,19 +450,23 @@ public actor Coordinator {
     public func presence(joining: [JoinRequest], leaving: [ClientID] = []) async throws(CommandError) -> [Welcome] {
         await enter(); defer { leave() }
         if let error = await settle() { throw error }
-        var events: [Event] = []
-        let known = Set(roster.clients.map(\.id))
-        var gone = Set<ClientID>()
-        for id in leaving where known.contains(id) && gone.insert(id).inserted { events.append(.clientLeft(id)) }
         var joined: [ClientInfo] = []
-        for (n, request) in joining.enumerated() {
-            let id = "c\(ids.nextClient + n)"
-            let name = request.name.map { String(String.UnicodeScalarView($0.unicodeScalars.prefix(Limits.maxClientNameLength))) }
-            let client = ClientInfo(id: id, name: (name?.isEmpty ?? true) ? id : name!)
-            joined.append(client)
-            events.append(.clientJoined(client))
+        while true {
+            var events: [Event] = []
+            let known = Set(roster.clients.map(\.id))
+            var gone = Set<ClientID>()
+            for id in leaving where known.contains(id) && gone.insert(id).inserted { events.append(.clientLeft(id)) }
+            joined = []
+            for (n, request) in joining.enumerated() {
+                let id = "c\(ids.nextClient + n)"
+                let name = request.name.map { String(String.UnicodeScalarView($0.unicodeScalars.prefix(Limits.maxClientNameLength))) }
+                let client = ClientInfo(id: id, name: (name?.isEmpty ?? true) ? id : name!)
+                joined.append(client)
+                events.append(.clientJoined(client))
+            }
+            // Another writer took the seq: decide again on the state it left.
+            do { try await applyAndSettle(events, by: Self.daemonID, ref: nil); break } catch where error.isConflict { continue }
         }
-        try await applyAndSettle(events, by: Self.daemonID, ref: nil)
         var shared: Snapshot?
         var welcomes: [Welcome] = []
         for (request, client) in zip(joining, joined) {

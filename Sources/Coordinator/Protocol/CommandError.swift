@@ -18,8 +18,19 @@ public enum ErrorCode: String, Sendable, CaseIterable, Comparable {
 public struct CommandError: Error, Sendable, Equatable, CustomStringConvertible {
     public var code: ErrorCode
     public var message: String
+    /// A store's report that another writer took the batch's place (a cluster's engine
+    /// stored another node's batch at that seq): the coordinator decides the command
+    /// again on the new state instead of answering. Never sent to a client.
+    public var isConflict = false
 
     public init(_ code: ErrorCode, _ message: String) { self.code = code; self.message = message }
+
+    /// What a store reports when another writer's batch took this batch's seq.
+    public static func conflict() -> CommandError {
+        var error = CommandError(.unavailable, "another node stored a batch at this seq")
+        error.isConflict = true
+        return error
+    }
 
     public static func badCommand(_ m: String) -> CommandError { .init(.badCommand, m) }
     public static func unknownTab(_ id: TabID) -> CommandError { .init(.unknownTab, "no tab '\(id.prefix(40))'") }

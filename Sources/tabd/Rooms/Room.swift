@@ -1,3 +1,4 @@
+import Cluster
 import Coordinator
 import Locking
 import StateStore
@@ -30,6 +31,10 @@ actor Room {
         case idleCheck
         /// The room is being deleted: close its clients with 4404 and stop.
         case delete(Completion)
+        /// Cluster: other nodes' batches arrived; take them in.
+        case absorb
+        /// Cluster: clients of nodes that died leave (checked every second).
+        case sweep
     }
 
     enum APICall: Sendable {
@@ -68,6 +73,11 @@ actor Room {
     private var predecessor: Room?
     private var coordinator: Coordinator?
     private var roomStore: RoomStore?
+    /// Cluster: the room's stream in the engine.
+    private var clusterRoom: ClusterRoom?
+    /// Cluster: whether this incarnation created the room (a `PUT` of a room another
+    /// node created first is 409).
+    private var createdHere = false
     /// The client of every welcomed connection.
     private var clients: [ConnectionID: ClientID] = [:]
     /// Clients whose departure could not be stored yet; retried with the next presence.
@@ -145,6 +155,15 @@ actor Room {
                     case let .checkAgain(after): armIdleTimer(after: after)
                     case .inUse: break
                     }
+                case .absorb:
+                    await coordinator.absorb()
+                case .sweep:
+                    if let gone = clusterRoom?.orphans(includingOwn: false), !gone.isEmpty {
+                        log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave")
+                        do { _ = try await coordinator.presence(joining: [], leaving: Array(gone)) } catch {
+                            log.error("room '\(id)': could not record the departure of a dead node's clients: \(error.message)")
+                        }
+                    }
                 case let .delete(done):
                     // What came after the deletion is refused like what comes later.
                     await stop(coordinator, closing: joins.map(\.connection), code: .roomGone, reason: "room deleted",
@@ -172,6 +191,7 @@ actor Room {
         }
         let settings = registry.settings
         let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow)
+        if let cluster = registry.cluster { return await loadFromEngine(cluster, configuration: configuration) }
         guard let store = registry.store else {
             do {
                 let coordinator = try Coordinator(tabs: template ?? settings.template, configuration: configuration)
@@ -205,6 +225,40 @@ actor Room {
             log.error("room '\(id)': \(error)")
         }
         if let roomStore { await roomStore.unload() }
+        return nil
+    }
+
+    /// Cluster: creates the room in the engine if it is to be created (another node may
+    /// have been first), reads it, and follows its stream; clients of dead nodes, and of
+    /// this node in an earlier life, leave.
+    private func loadFromEngine(_ cluster: ClusterNode, configuration: Coordinator.Configuration) async -> Coordinator? {
+        let (id, template, window) = (id, template, registry.settings.resumeWindow)
+        do {
+            let (room, created) = try await offPool { () throws(ClusterNode.Failure) -> (ClusterRoom, Bool) in
+                var created = false
+                if let template { created = try cluster.createRoom(id, tabs: template) }
+                return (try cluster.openRoom(id, resumeWindow: window), created)
+            }
+            clusterRoom = room
+            createdHere = created
+            let coordinator = Coordinator(restoring: room.committedState(), durability: room, configuration: configuration)
+            let inbox = inbox
+            room.onForeignBatches { inbox.put([.absorb]) }
+            try await coordinator.start(forgetting: room.orphans(includingOwn: true))
+            let seq = await coordinator.currentSeq
+            publishedSeq.store(seq, ordering: .relaxed)
+            log.info("room '\(id)' \(created ? "created" : "loaded") from the engine: epoch \(coordinator.epoch), at seq \(seq)")
+            await attach(coordinator)
+            // Batches that arrived while loading.
+            await coordinator.absorb()
+            return coordinator
+        } catch let error as ClusterNode.Failure {
+            log.error("room '\(id)': \(error)")
+        } catch {
+            log.error("room '\(id)': \(error)")
+        }
+        clusterRoom?.close()
+        clusterRoom = nil
         return nil
     }
 
@@ -260,6 +314,10 @@ actor Room {
             ])))
             released(1)
         case let .created(responder):
+            if clusterRoom != nil, !createdHere {
+                responder.respond(RoomsAPI.error(409, "room_exists", "room '\(id)' exists"))
+                break
+            }
             responder.respond(RoomsAPI.json(201, .object([
                 ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("seq", .int(await coordinator.currentSeq)),
             ])))
@@ -316,7 +374,7 @@ actor Room {
     /// After `delay`, checks whether the room is still without users (one timer at a time:
     /// the registry arms it only when none is pending).
     nonisolated func armIdleTimer(after delay: Duration) {
-        guard registry.settings.idleSeconds > 0, registry.store != nil else { return }
+        guard registry.settings.idleSeconds > 0, registry.persistent else { return }
         let inbox = inbox
         Task {
             try? await Task.sleep(for: delay)
@@ -331,6 +389,7 @@ actor Room {
         refuse(leftovers, code: code, reason: reason)
         _ = await coordinator.snapshot() // settles what is still committing
         await roomStore?.unload()
+        clusterRoom?.close()
         server.removeChannel(channel, code: code, reason: reason)
         await refuseEverything(code: code, reason: reason)
         // Nothing of the room stays in memory, even while a connection still refers to it.
@@ -363,7 +422,7 @@ actor Room {
                     : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
             case let .delete(done):
                 done.signal()
-            case .command, .refused, .idleCheck:
+            case .command, .refused, .idleCheck, .absorb, .sweep:
                 break
             }
         }

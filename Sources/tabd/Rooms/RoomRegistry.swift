@@ -1,4 +1,6 @@
+import Cluster
 import Coordinator
+import Dispatch
 import Locking
 import StateStore
 import WebSockets
@@ -79,13 +81,16 @@ final class RoomRegistry: Sendable {
 
     let settings: Settings
     let store: StateStore?
+    /// Set when this tabd is a node of a cluster: rooms live in the engine.
+    let cluster: ClusterNode?
     let metrics: Metrics
     let log: Log
     private let state: Locked<State>
 
-    init(settings: Settings, store: StateStore?, existing: [RoomID], metrics: Metrics, log: Log) {
+    init(settings: Settings, store: StateStore?, cluster: ClusterNode? = nil, existing: [RoomID], metrics: Metrics, log: Log) {
         self.settings = settings
         self.store = store
+        self.cluster = cluster
         self.metrics = metrics
         self.log = log
         state = Locked(State(existing: Set(existing)))
@@ -105,11 +110,25 @@ final class RoomRegistry: Sendable {
 
     var counts: (loaded: Int, stored: Int) { state.withLock { ($0.loaded.count, $0.existing.count) } }
 
+    /// Whether rooms outlive their time in memory (a state file or a cluster's engine).
+    var persistent: Bool { store != nil || cluster != nil }
+
+    /// In a cluster, a room another node created is unknown here until asked: asks the
+    /// engine, and remembers the room if it exists.
+    private func learn(_ id: RoomID) {
+        guard let cluster, !state.withLock({ $0.existing.contains(id) || $0.deleting.contains(id) }) else { return }
+        if (try? cluster.roomExists(id)) == true { state.withLock { _ = $0.existing.insert(id) } }
+    }
+
+    /// Every loaded room (for the cluster's sweep).
+    var loadedRooms: [Room] { state.withLock { $0.loaded.values.map(\.room) } }
+
     // MARK: Taking and releasing rooms
 
     /// Whether a connection to `id` would be let in (the upgrade's answer): nil if so.
     func admission(_ id: RoomID) -> Refusal? {
-        state.withLock { s in
+        if settings.creation == .api { learn(id) }
+        return state.withLock { s in
             if s.deleting.contains(id) { return .deleting }
             if s.existing.contains(id) { return nil }
             if settings.creation == .api { return .unknown }
@@ -121,6 +140,7 @@ final class RoomRegistry: Sendable {
     /// it. With `creating`, an unknown room is created (from `template`, else the
     /// default tabs); `exclusive` refuses a room that exists.
     func acquire(_ id: RoomID, creating: Bool, template: [TabInfo]? = nil, exclusive: Bool = false) -> Result<Room, Refusal> {
+        if !creating || exclusive { learn(id) }
         let result = state.withLock { s -> Result<(Room, isNew: Bool), Refusal> in
             if s.deleting.contains(id) { return .failure(.deleting) }
             let exists = s.existing.contains(id)
@@ -201,7 +221,7 @@ final class RoomRegistry: Sendable {
             guard let entry = s.loaded[room.id], entry.room === room else { return }
             s.loaded[room.id] = nil
             s.retiring[room.id] = room
-            if store == nil || room.isCreating { s.existing.remove(room.id) }
+            if !persistent || room.isCreating { s.existing.remove(room.id) }
         }
     }
 
@@ -231,7 +251,16 @@ final class RoomRegistry: Sendable {
             await loaded.finished.wait()
         }
         if let retiring { await retiring.finished.wait() }
-        if let store {
+        if let cluster {
+            do { _ = try await offPool { () throws(ClusterNode.Failure) in try cluster.deleteRoom(id) } } catch {
+                log.error("room '\(id)' could not be deleted: \(error)")
+                state.withLock { s in
+                    s.deleting.remove(id)
+                    s.existing.insert(id)
+                }
+                return .failed(error.description)
+            }
+        } else if let store {
             do { _ = try await store.deleteRoom(id) } catch {
                 // Its clients are gone, its state is not: it stays, and can be loaded again.
                 log.error("room '\(id)' could not be deleted: \(error.message)")
@@ -247,12 +276,43 @@ final class RoomRegistry: Sendable {
         return .deleted
     }
 
+    /// Cluster: rooms deleted by other nodes are closed here too, and every second each
+    /// loaded room checks for clients of nodes that died. Keep the returned timer.
+    func followCluster(_ cluster: ClusterNode) throws(ClusterNode.Failure) -> any DispatchSourceTimer {
+        try cluster.onDeletion { [weak self] id in Task { await self?.deletedElsewhere(id) } }
+        let sweep = DispatchSource.makeTimerSource(queue: .global())
+        sweep.schedule(deadline: .now() + 1, repeating: 1)
+        sweep.setEventHandler { [weak self] in
+            for room in self?.loadedRooms ?? [] { room.submit([.sweep]) }
+        }
+        sweep.resume()
+        return sweep
+    }
+
+    /// Another node deleted room `id`: its clients here are closed with 4404 and it is
+    /// forgotten (the engine's state is gone already).
+    func deletedElsewhere(_ id: RoomID) async {
+        let taken = state.withLock { s -> Room?? in
+            guard !s.deleting.contains(id) else { return nil } // this node is deleting it
+            s.existing.remove(id)
+            return .some(s.loaded.removeValue(forKey: id)?.room)
+        }
+        guard let taken, let loaded = taken else { return }
+        let done = Completion()
+        loaded.submit([.delete(done)])
+        await done.wait()
+        log.info("room '\(id)' was deleted by another node")
+    }
+
     // MARK: Listing
 
     /// The rooms after `after`, in id order, at most `limit`, and whether more follow.
     func list(after: RoomID?, limit: Int) async throws(StoreError) -> (rooms: [RoomListing], more: Bool) {
         var rows: [(id: RoomID, seq: Int?)]
-        if let store {
+        if let cluster {
+            let ids = (try? await offPool { () throws(ClusterNode.Failure) in try cluster.roomIDs() }) ?? []
+            rows = ids.filter { after == nil || $0 > after! }.prefix(limit + 1).map { ($0, nil) }
+        } else if let store {
             rows = try await store.listRooms(after: after, limit: limit + 1).map { ($0.id, $0.seq) }
         } else {
             rows = state.withLock { s in s.existing.filter { after == nil || $0 > after! }.sorted().prefix(limit + 1).map { ($0, nil) } }

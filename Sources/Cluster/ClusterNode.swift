@@ -1,0 +1,146 @@
+import Coordinator
+import Dispatch
+import Foundation
+import JetStream
+import Locking
+
+/// This tabd as a node of a cluster: its connection to the engine (NATS JetStream), the
+/// other nodes' liveness, and the rooms as the engine holds them (one stream each, see
+/// docs/CLUSTER.md). Nothing here survives the process: the engine is the state.
+public final class ClusterNode: Sendable {
+    public struct Failure: Error, Sendable, CustomStringConvertible {
+        public let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    public let name: String
+    /// How many copies the engine keeps of each room (3 with three or more servers, else 1).
+    public let replicas: Int
+    /// A node not heard from for this long is dead: its clients leave their rooms.
+    public let heartbeatTimeout: Double
+    let client: EngineClient
+    let log: @Sendable (String) -> Void
+    private let seen = Locked([String: Double]())
+    private let started = ClusterNode.now()
+    private let heartbeat = Locked<(any DispatchSourceTimer)?>(nil)
+    private let subscriptions = Locked([EngineSubscription]())
+
+    static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+    /// Connects to the engine at `urls`, makes sure the shared snapshot stream exists
+    /// (three copies if the engine can keep three, else one) and starts the heartbeat.
+    public init(urls: [String], name: String, heartbeatTimeout: Double = 5, log: @escaping @Sendable (String) -> Void) throws(Failure) {
+        self.name = name
+        self.heartbeatTimeout = heartbeatTimeout
+        self.log = log
+        do {
+            client = try EngineClient(urls: urls, name: "tabd \(name)") { up in
+                log(up ? "engine connection up" : "engine connection lost; retrying")
+            }
+        } catch { throw Failure("cannot reach the engine at \(urls.joined(separator: ",")): \(error)") }
+        var got = 0
+        for asked in urls.count >= 3 ? [3, 1] : [1] {
+            do {
+                got = try client.ensureStream(name: EngineNames.snapshots, subjects: ["tabd.snap.*"], replicas: asked, maxPerSubject: 1).replicas
+                break
+            } catch { log("the engine cannot keep \(asked) copies (\(error))") }
+        }
+        guard got > 0 else { client.close(); throw Failure("the engine at \(urls.joined(separator: ",")) refused every stream") }
+        replicas = got
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        let beat = Array(name.utf8)
+        timer.schedule(deadline: .now(), repeating: .milliseconds(Int(heartbeatTimeout * 1000 / 5)))
+        timer.setEventHandler { [client] in client.publishCore(subject: EngineNames.heartbeatPrefix + name, data: beat) }
+        heartbeat.withLock { $0 = timer }
+        do {
+            let sub = try client.subscribeCore(subject: EngineNames.heartbeatPrefix + "*") { [seen] message in
+                let node = String(message.subject.dropFirst(EngineNames.heartbeatPrefix.count))
+                seen.withLock { $0[node] = Self.now() }
+            }
+            subscriptions.withLock { $0.append(sub) }
+        } catch { client.close(); throw Failure("cannot hear other nodes: \(error)") }
+        timer.resume()
+    }
+
+    /// Whether the engine is reachable now.
+    public var connected: Bool { client.isConnected }
+
+    /// Whether `node` is alive: this node, or one heard from within the timeout. Until
+    /// this node has listened for a whole timeout, nodes it has not heard yet count as alive.
+    public func isAlive(_ node: String) -> Bool {
+        if node == name { return true }
+        let now = Self.now()
+        if let last = seen.withLock({ $0[node] }) { return now - last < heartbeatTimeout }
+        return now - started < heartbeatTimeout
+    }
+
+    /// Calls `handler` with a room's id whenever any node deletes that room.
+    public func onDeletion(_ handler: @escaping @Sendable (RoomID) -> Void) throws(Failure) {
+        do {
+            let sub = try client.subscribeCore(subject: EngineNames.deletedPrefix + "*") { message in
+                handler(String(message.subject.dropFirst(EngineNames.deletedPrefix.count)))
+            }
+            subscriptions.withLock { $0.append(sub) }
+        } catch { throw Failure("cannot hear deletions: \(error)") }
+    }
+
+    public func close() {
+        heartbeat.withLock { $0 }?.cancel()
+        for sub in subscriptions.withLock({ $0 }) { sub.cancel() }
+        client.close()
+    }
+
+    // MARK: Rooms
+
+    /// Every room the engine holds, by id.
+    public func roomIDs() throws(Failure) -> [RoomID] {
+        do {
+            return try client.streamNames().filter { $0.hasPrefix(EngineNames.roomStreamPrefix) }
+                .map { String($0.dropFirst(EngineNames.roomStreamPrefix.count)) }.sorted()
+        } catch { throw Failure("cannot list rooms: \(error)") }
+    }
+
+    public func roomExists(_ id: RoomID) throws(Failure) -> Bool {
+        do { return try client.streamInfo(EngineNames.stream(id)) != nil } catch { throw Failure("cannot read room '\(id)': \(error)") }
+    }
+
+    /// Creates room `id` with `tabs` unless it exists; true when this call created it.
+    /// The first message of its stream (epoch and tabs) is stored only if the stream is
+    /// still empty, so of nodes creating it at once exactly one succeeds.
+    public func createRoom(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
+        let stream = EngineNames.stream(id)
+        do {
+            _ = try client.ensureStream(name: stream, subjects: [EngineNames.subject(id)], replicas: replicas,
+                                        maxMessages: 100_000, duplicateWindowSeconds: 120)
+        } catch { throw Failure("cannot create room '\(id)': \(error)") }
+        let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
+        for _ in 0..<50 {
+            switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes,
+                                  headers: [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name)],
+                                  expectedLastSeq: 0, msgID: "genesis-\(id)-\(genesis.epoch)") {
+            case let .stored(_, duplicate): return !duplicate
+            case .wrongLastSequence: return false
+            case let .unknown(why): log("room '\(id)': creating, no answer yet (\(why)); asking again")
+            case let .failed(why): throw Failure("cannot create room '\(id)': \(why)")
+            }
+        }
+        throw Failure("cannot create room '\(id)': the engine does not answer")
+    }
+
+    /// Deletes room `id` (its stream and snapshot) and tells every node; false if unknown.
+    public func deleteRoom(_ id: RoomID) throws(Failure) -> Bool {
+        do {
+            let existed = try client.deleteStream(EngineNames.stream(id))
+            // The snapshot goes with a tombstone: an empty message on its subject.
+            _ = client.publish(subject: EngineNames.snapshotSubject(id), data: [])
+            client.publishCore(subject: EngineNames.deletedPrefix + id, data: [])
+            return existed
+        } catch { throw Failure("cannot delete room '\(id)': \(error)") }
+    }
+
+    /// Loads room `id`: its latest snapshot (else its first message) and every batch
+    /// after it, then follows its stream. Blocks until caught up (call it off the pool).
+    public func openRoom(_ id: RoomID, resumeWindow: Int) throws(Failure) -> ClusterRoom {
+        try ClusterRoom(node: self, room: id, resumeWindow: resumeWindow)
+    }
+}

@@ -1,0 +1,309 @@
+import Coordinator
+import Dispatch
+import Foundation
+import JetStream
+import Locking
+
+/// One room of a cluster node: its ``Durability`` (batches appended to the room's stream
+/// with a compare-and-set on the stream's last sequence) and its view of the stream (an
+/// ordered consumer that folds every stored batch, this node's and the others').
+///
+/// A batch is reported committed only once the consumer delivers it: a node broadcasts
+/// nothing the engine has not stored. A publish that finds another batch at its place is
+/// reported as a conflict once the consumer has delivered that other batch, so the
+/// coordinator rolls back to a state that includes it and decides its commands again.
+/// A publish without an answer (timeout, reconnect) is sent again with the same message
+/// id and expected sequence until the engine says what became of it: nothing is answered
+/// while its fate is unknown.
+public final class ClusterRoom: Durability, Sendable {
+    public let room: RoomID
+    let node: ClusterNode
+    let stream: String
+    let subject: String
+    let resumeWindow: Int
+    private let state: Locked<State>
+    private let publishing: DispatchQueue
+    private let caughtUp = DispatchSemaphore(value: 0)
+    private let subscription = Locked<EngineSubscription?>(nil)
+    /// Told (on the engine's thread) when another node's batches arrived.
+    private let foreign = Locked<(@Sendable () -> Void)?>(nil)
+
+    private struct Pending {
+        let batch: EventBatch
+        let generation: Int
+        let done: @Sendable (CommandError?) -> Void
+    }
+
+    private struct State {
+        var stored: StoredState
+        /// The last stream sequence the consumer delivered.
+        var delivered: UInt64
+        /// Who owns each client (the node whose presence batch joined it).
+        var owners: [ClientID: String]
+        /// Loading: the stream's last sequence to reach before the room is served.
+        var target: UInt64
+        var loading = true
+        var queue: [Pending] = []
+        var draining = false
+        /// The stream sequence of the message that ends at each room seq (delivered, or
+        /// published by this node): a batch is published expecting the stream to end where
+        /// the state it was decided on ends, so it lands only on that state.
+        var streamSeqOf: [Int: UInt64] = [:]
+        var generation = 0
+        /// Set after a failure: every batch of the failed generation fails alike.
+        var failure: CommandError?
+        /// Published, reported once the consumer delivers them.
+        var awaiting: [UInt64: @Sendable (CommandError?) -> Void] = [:]
+        /// Conflicts, reported once the consumer has delivered past `after`.
+        var conflicts: [(after: UInt64, done: @Sendable (CommandError?) -> Void)] = []
+        var eventsSinceSnapshot = 0
+        var published = 0
+        var broken: String?
+    }
+
+    init(node: ClusterNode, room: RoomID, resumeWindow: Int) throws(ClusterNode.Failure) {
+        self.node = node
+        self.room = room
+        self.resumeWindow = resumeWindow
+        stream = EngineNames.stream(room)
+        subject = EngineNames.subject(room)
+        publishing = DispatchQueue(label: "tabd.cluster.\(room)")
+        let client = node.client
+        let info: StreamInfo
+        var start: StoredState
+        var owners: [ClientID: String] = [:]
+        var from: UInt64
+        do {
+            guard let i = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
+            info = i
+            if let message = try client.lastMessage(stream: EngineNames.snapshots, subject: EngineNames.snapshotSubject(room)),
+               !message.data.isEmpty, let record = try? SnapshotRecord(bytes: message.data), record.streamSeq >= info.firstSeq - 1 {
+                start = record.state
+                owners = record.owners
+                from = record.streamSeq
+            } else {
+                guard let first = try client.message(stream: stream, seq: 1), let genesis = try? Genesis(bytes: first.data) else {
+                    throw ClusterNode.Failure("room '\(room)' has neither a snapshot nor its first message")
+                }
+                let origin: Snapshot
+                do { origin = try Coordinator.origin(tabs: genesis.tabs) } catch { throw ClusterNode.Failure("room '\(room)': \(error.message)") }
+                start = StoredState(epoch: genesis.epoch, snapshot: origin, nextPage: genesis.tabs.count + 1, nextClient: 1, history: [])
+                from = 1
+            }
+        } catch let error as ClusterNode.Failure {
+            throw error
+        } catch {
+            throw ClusterNode.Failure("cannot load room '\(room)': \(error)")
+        }
+        state = Locked(State(stored: start, delivered: from, owners: owners, target: info.lastSeq,
+                             streamSeqOf: [start.snapshot.seq: from]))
+        if info.lastSeq <= from { state.withLock { $0.loading = false }; caughtUp.signal() }
+        do {
+            let sub = try client.subscribeOrdered(stream: stream, subject: subject, startSeq: from + 1,
+                                                  headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader]) { [weak self] message in
+                self?.received(message)
+            }
+            subscription.withLock { $0 = sub }
+        } catch { throw ClusterNode.Failure("cannot follow room '\(room)': \(error)") }
+        if caughtUp.wait(timeout: .now() + 30) == .timedOut {
+            close()
+            throw ClusterNode.Failure("room '\(room)': the engine did not deliver its batches within 30 s")
+        }
+        if let broken = state.withLock({ $0.broken }) { close(); throw ClusterNode.Failure(broken) }
+    }
+
+    /// Called with every later batch of other nodes (on the engine's thread; quick).
+    public func onForeignBatches(_ handler: @escaping @Sendable () -> Void) {
+        foreign.withLock { $0 = handler }
+    }
+
+    /// Stops following the stream.
+    public func close() {
+        subscription.withLock { $0 }?.cancel()
+        foreign.withLock { $0 = nil }
+    }
+
+    /// The clients whose node is dead (or is this node in an earlier life, when
+    /// `includingOwn`): they left without anyone saying so.
+    public func orphans(includingOwn: Bool) -> Set<ClientID> {
+        state.withLock { s in
+            Set(s.stored.snapshot.clients.map(\.id).filter { id in
+                guard let owner = s.owners[id] else { return includingOwn }
+                return owner == node.name ? includingOwn : !node.isAlive(owner)
+            })
+        }
+    }
+
+    /// Why the room stopped working (a batch in the stream that does not fold), if it did.
+    public var broken: String? { state.withLock { $0.broken } }
+
+    // MARK: Durability
+
+    public func committedState() -> StoredState { state.withLock { $0.stored } }
+
+    public func reset(generation: Int) {
+        state.withLock { s in
+            s.generation = generation
+            s.failure = nil
+        }
+    }
+
+    public func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
+        let (start, failure) = state.withLock { s -> (Bool, CommandError?) in
+            if generation < s.generation { return (false, .unavailable("rolled back")) }
+            if let failure = s.failure { return (false, failure) }
+            s.queue.append(Pending(batch: batch, generation: generation, done: done))
+            guard !s.draining else { return (false, nil) }
+            s.draining = true
+            return (true, nil)
+        }
+        if let failure { return done(failure) }
+        if start { publishing.async { self.drain() } }
+    }
+
+    /// Publishes the queued batches one after the other, each expecting the stream's
+    /// last sequence to be the one before it.
+    private func drain() {
+        while true {
+            let next = state.withLock { s -> (Pending, UInt64?, Int)? in
+                guard !s.queue.isEmpty else { s.draining = false; return nil }
+                s.published += 1
+                let pending = s.queue.removeFirst()
+                return (pending, s.streamSeqOf[pending.batch.firstSeq - 1], s.published)
+            }
+            guard let (pending, base, n) = next else { return }
+            let failure = state.withLock { s -> CommandError? in
+                if let failure = s.failure { return failure }
+                return pending.generation < s.generation ? .unavailable("rolled back") : nil
+            }
+            if let failure { pending.done(failure); continue }
+            guard let expected = base else {
+                // Decided on a state this node cannot place in the stream (should not happen:
+                // every base is a delivered or published batch).
+                failAll(first: pending, error: .unavailable("the batch's place in the stream is unknown"), after: nil)
+                continue
+            }
+            let id = "\(node.name)-\(room)-\(ObjectIdentifier(self).hashValue)-\(n)"
+            var attempt = 0
+            while true {
+                let result = node.client.publish(subject: subject, data: pending.batch.frameBytes,
+                                                 headers: [(EngineNames.nodeHeader, node.name)], expectedLastSeq: expected, msgID: id)
+                switch result {
+                case let .stored(seq, _):
+                    let now = state.withLock { s -> Bool in
+                        s.streamSeqOf[pending.batch.lastSeq] = seq
+                        if s.delivered >= seq { return true }
+                        s.awaiting[seq] = pending.done
+                        return false
+                    }
+                    if now { pending.done(nil) }
+                case .wrongLastSequence:
+                    failAll(first: pending, error: .conflict(), after: expected)
+                case let .unknown(why):
+                    attempt += 1
+                    if attempt == 1 || attempt % 20 == 0 { node.log("room '\(room)': no answer from the engine for a batch (\(why)); asking again") }
+                    Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 1))
+                    continue
+                case let .failed(why):
+                    failAll(first: pending, error: .unavailable("the engine refused the batch: \(why)"), after: nil)
+                }
+                break
+            }
+        }
+    }
+
+    /// Fails `first` and every queued batch: a conflict once the consumer has delivered
+    /// what took its place (so the state rolled back to includes it), another failure now.
+    private func failAll(first: Pending, error: CommandError, after: UInt64?) {
+        let (now, queued) = state.withLock { s -> ([Pending], [Pending]) in
+            s.failure = error
+            let queued = s.queue
+            s.queue = []
+            guard let after else { return ([first] + queued, []) }
+            if s.delivered > after { return ([first] + queued, []) }
+            s.conflicts.append((after, first.done))
+            for p in queued { s.conflicts.append((after, p.done)) }
+            return ([], [])
+        }
+        for p in now + queued { p.done(error) }
+    }
+
+    // MARK: The stream
+
+    private func received(_ message: StreamMessage) {
+        var reports: [(@Sendable (CommandError?) -> Void, CommandError?)] = []
+        var others = false
+        var snapshot: SnapshotRecord?
+        var finishedLoading = false
+        state.withLock { s in
+            guard message.streamSeq > s.delivered, s.broken == nil else { return } // seen already
+            if message.headers[EngineNames.kindHeader] == "genesis" {
+                s.delivered = message.streamSeq
+            } else {
+                guard case let .events(batch)? = try? ServerFrame(bytes: message.data) else {
+                    s.broken = "room '\(room)': stream message \(message.streamSeq) is not a batch"
+                    return
+                }
+                do { try s.stored.apply(batch) } catch {
+                    s.broken = "room '\(room)': stream message \(message.streamSeq) does not fold: \(error)"
+                    return
+                }
+                s.delivered = message.streamSeq
+                s.streamSeqOf[batch.lastSeq] = message.streamSeq
+                if s.streamSeqOf.count > 4096 { s.streamSeqOf = s.streamSeqOf.filter { $0.key >= batch.lastSeq - 1024 } }
+                s.stored.history.append(batch)
+                trim(&s.stored.history)
+                let owner = message.headers[EngineNames.nodeHeader] ?? ""
+                for e in batch.events {
+                    switch e.event {
+                    case let .clientJoined(c): s.owners[c.id] = owner
+                    case let .clientLeft(id): s.owners[id] = nil
+                    default: break
+                    }
+                }
+                if let done = s.awaiting.removeValue(forKey: message.streamSeq) {
+                    reports.append((done, nil))
+                    s.eventsSinceSnapshot += batch.events.count
+                    if s.eventsSinceSnapshot >= 1000 {
+                        s.eventsSinceSnapshot = 0
+                        snapshot = SnapshotRecord(streamSeq: s.delivered, state: s.stored, owners: s.owners)
+                    }
+                } else if !s.loading {
+                    others = true
+                }
+            }
+            if !s.conflicts.isEmpty {
+                let ready = s.conflicts.filter { s.delivered > $0.after }
+                s.conflicts.removeAll { s.delivered > $0.after }
+                reports += ready.map { ($0.done, .conflict()) }
+            }
+            if s.loading, s.delivered >= s.target {
+                s.loading = false
+                finishedLoading = true
+            }
+        }
+        if finishedLoading { caughtUp.signal() }
+        for (done, error) in reports { done(error) }
+        if others { foreign.withLock { $0 }?() }
+        if let snapshot { store(snapshot) }
+        if let broken = state.withLock({ $0.broken }) { node.log(broken); if state.withLock({ $0.loading }) { caughtUp.signal() } }
+    }
+
+    /// Keeps the batches of the last `resumeWindow` events (for `resume` on this node).
+    private func trim(_ history: inout [EventBatch]) {
+        guard let last = history.last else { return }
+        let floor = last.lastSeq - resumeWindow
+        if let first = history.first, first.firstSeq <= floor {
+            history.removeAll { $0.lastSeq <= floor }
+        }
+    }
+
+    private func store(_ record: SnapshotRecord) {
+        let client = node.client, subject = EngineNames.snapshotSubject(room), log = node.log, room = room
+        DispatchQueue.global().async {
+            if case let .failed(why) = client.publish(subject: subject, data: record.bytes) {
+                log("room '\(room)': could not store a snapshot: \(why)")
+            }
+        }
+    }
+}

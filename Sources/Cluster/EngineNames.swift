@@ -1,0 +1,77 @@
+import Coordinator
+
+/// Where a room lives in the engine. Room ids (`[A-Za-z0-9_-]{1,64}`) are valid in
+/// stream names and subject tokens as they are.
+enum EngineNames {
+    static let roomStreamPrefix = "TABD_ROOM_"
+    /// One stream per room: its compare-and-set sequence is the room's order.
+    static func stream(_ room: RoomID) -> String { roomStreamPrefix + room }
+    static func subject(_ room: RoomID) -> String { "tabd.room.\(room)" }
+    /// Every room's latest snapshot, one message per room (its subject).
+    static let snapshots = "TABD_SNAPSHOTS"
+    static func snapshotSubject(_ room: RoomID) -> String { "tabd.snap.\(room)" }
+    /// Heartbeats (core NATS): `tabd.node.NAME`.
+    static let heartbeatPrefix = "tabd.node."
+    /// A room was deleted (core NATS): `tabd.deleted.ROOM`.
+    static let deletedPrefix = "tabd.deleted."
+
+    /// Headers of a room's messages.
+    static let nodeHeader = "Tabd-Node"
+    static let kindHeader = "Tabd-Kind"
+}
+
+/// What the first message of a room's stream holds: its epoch and first tabs.
+struct Genesis {
+    var epoch: String
+    var tabs: [TabInfo]
+
+    var bytes: [UInt8] {
+        JSONValue.object([("epoch", .string(epoch)), ("tabs", .array(tabs.map(Self.json)))]).compactBytes
+    }
+
+    init(epoch: String, tabs: [TabInfo]) { self.epoch = epoch; self.tabs = tabs }
+
+    init(bytes: [UInt8]) throws {
+        let json = try JSONParser.parse(bytes)
+        guard let epoch = json["epoch"]?.stringValue, let tabs = json["tabs"] else { throw WireError("not a room's first message") }
+        self.epoch = epoch
+        self.tabs = try TabInfo.list(from: tabs, source: "the room's first message")
+    }
+
+    static func json(_ t: TabInfo) -> JSONValue {
+        .object([("id", .string(t.id)), ("title", .string(t.title)), ("icon", .string(t.icon)), ("color", .string(t.color)),
+                 ("badge", t.badge.map(JSONValue.string) ?? .null)])
+    }
+}
+
+/// A room's state at a stream sequence, kept in the engine so a node that has never
+/// seen the room starts from it and reads only the tail.
+struct SnapshotRecord {
+    var streamSeq: UInt64
+    var state: StoredState
+    var owners: [ClientID: String]
+
+    var bytes: [UInt8] {
+        JSONValue.object([
+            ("streamSeq", .number(String(streamSeq))), ("epoch", .string(state.epoch)),
+            ("nextPage", .int(state.nextPage)), ("nextClient", .int(state.nextClient)),
+            ("owners", .object(owners.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
+            ("snapshot", state.snapshot.json(capped: false)),
+        ]).compactBytes
+    }
+
+    init(streamSeq: UInt64, state: StoredState, owners: [ClientID: String]) {
+        self.streamSeq = streamSeq; self.state = state; self.owners = owners
+    }
+
+    init(bytes: [UInt8]) throws {
+        let json = try JSONParser.parse(bytes)
+        guard let seq = json["streamSeq"]?.intValue, seq > 0, let epoch = json["epoch"]?.stringValue,
+              let nextPage = json["nextPage"]?.intValue, let nextClient = json["nextClient"]?.intValue,
+              let owners = json["owners"]?.objectValue, let snapshot = json["snapshot"]
+        else { throw WireError("not a room snapshot") }
+        streamSeq = UInt64(seq)
+        state = StoredState(epoch: epoch, snapshot: try Snapshot(json: snapshot), nextPage: nextPage, nextClient: nextClient, history: [])
+        self.owners = Dictionary(uniqueKeysWithValues: owners.compactMap { k, v in v.stringValue.map { (k, $0) } })
+    }
+}

@@ -1,0 +1,331 @@
+import CNATS
+import Glibc
+import Synchronization
+
+/// One connection to the engine (NATS with JetStream), through libnats: streams,
+/// compare-and-set publishes, ordered consumers, core publish/subscribe. The only code
+/// in tabd that touches the C client.
+///
+/// Thread-safe: libnats' connection and JetStream context may be used from any thread.
+/// Callbacks (subscriptions, connection changes) run on libnats' threads and must be quick.
+public final class EngineClient: @unchecked Sendable {
+    // @unchecked: the pointers are libnats' thread-safe objects, set once in init and
+    // released once in close(), guarded by `closed`.
+    private let connection: OpaquePointer
+    private let js: OpaquePointer
+    private let events: Unmanaged<StatusBox>
+    private let closed = Atomic<Bool>(false)
+
+    /// Connects to any of `urls` (reconnecting forever to any of them afterwards).
+    /// `onChange` hears `true` on every (re)connect and `false` on every disconnect.
+    public init(urls: [String], name: String, timeoutMs: Int64 = 2000, onChange: @escaping @Sendable (Bool) -> Void = { _ in }) throws(EngineError) {
+        var opts: OpaquePointer?
+        var s = natsOptions_Create(&opts)
+        guard s == NATS_OK, let opts else { throw EngineError(s, jsErrCode(rawValue: 0), "cannot create NATS options") }
+        defer { natsOptions_Destroy(opts) }
+        let cStrings = urls.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        var pointers = cStrings.map { UnsafePointer<CChar>($0) }
+        s = pointers.withUnsafeMutableBufferPointer { natsOptions_SetServers(opts, $0.baseAddress, Int32(urls.count)) }
+        guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "bad NATS URL in \(urls.joined(separator: ","))") }
+        natsOptions_SetName(opts, name)
+        natsOptions_SetTimeout(opts, timeoutMs)
+        natsOptions_SetAllowReconnect(opts, true)
+        natsOptions_SetMaxReconnect(opts, -1)
+        natsOptions_SetReconnectWait(opts, 250)
+        let box = Unmanaged.passRetained(StatusBox(onChange))
+        natsOptions_SetDisconnectedCB(opts, { _, closure in
+            Unmanaged<StatusBox>.fromOpaque(closure!).takeUnretainedValue().changed(false)
+        }, box.toOpaque())
+        natsOptions_SetReconnectedCB(opts, { _, closure in
+            Unmanaged<StatusBox>.fromOpaque(closure!).takeUnretainedValue().changed(true)
+        }, box.toOpaque())
+        var nc: OpaquePointer?
+        s = natsConnection_Connect(&nc, opts)
+        guard s == NATS_OK, let nc else {
+            box.release()
+            throw EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(urls.joined(separator: ","))")
+        }
+        var jsOpts = jsOptions()
+        jsOptions_Init(&jsOpts)
+        jsOpts.Wait = timeoutMs
+        var ctx: OpaquePointer?
+        s = natsConnection_JetStream(&ctx, nc, &jsOpts)
+        guard s == NATS_OK, let ctx else {
+            natsConnection_Destroy(nc)
+            box.release()
+            throw EngineError(s, jsErrCode(rawValue: 0), "no JetStream context")
+        }
+        connection = nc
+        js = ctx
+        events = box
+        onChange(true)
+    }
+
+    /// Whether the connection is up now.
+    public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
+
+    /// Closes the connection (subscriptions stop). Idempotent.
+    public func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        jsCtx_Destroy(js)
+        natsConnection_Close(connection)
+        natsConnection_Destroy(connection)
+        events.release()
+    }
+
+    deinit { close() }
+
+    // MARK: Streams
+
+    /// Creates the stream if it does not exist (an existing one is left as it is) and
+    /// returns its info. `replicas` is what is asked for; the info says what it got.
+    public func ensureStream(name: String, subjects: [String], replicas: Int, maxMessages: Int64 = -1,
+                             maxPerSubject: Int64 = -1, duplicateWindowSeconds: Int64 = 120) throws(EngineError) -> StreamInfo {
+        if let info = try streamInfo(name) { return info }
+        var cfg = jsStreamConfig()
+        jsStreamConfig_Init(&cfg)
+        var err = jsErrCode(rawValue: 0)
+        var si: UnsafeMutablePointer<jsStreamInfo>?
+        let cSubjects = subjects.map { strdup($0) }
+        defer { cSubjects.forEach { free($0) } }
+        var pointers = cSubjects.map { UnsafePointer<CChar>($0) }
+        let s: natsStatus = name.withCString { cName in
+            pointers.withUnsafeMutableBufferPointer { subs in
+                cfg.Name = cName
+                cfg.Subjects = subs.baseAddress
+                cfg.SubjectsLen = Int32(subjects.count)
+                cfg.Storage = js_FileStorage
+                cfg.Replicas = Int64(replicas)
+                cfg.MaxMsgs = maxMessages
+                cfg.MaxMsgsPerSubject = maxPerSubject
+                cfg.Duplicates = duplicateWindowSeconds * 1_000_000_000
+                return js_AddStream(&si, js, &cfg, nil, &err)
+            }
+        }
+        if s == NATS_OK, let si {
+            defer { jsStreamInfo_Destroy(si) }
+            return Self.info(si)
+        }
+        // Created by someone else meanwhile: that one counts.
+        if let info = try streamInfo(name) { return info }
+        throw EngineError(s, err, "cannot create stream \(name)")
+    }
+
+    /// The stream's info, or nil when there is no such stream.
+    public func streamInfo(_ name: String) throws(EngineError) -> StreamInfo? {
+        var si: UnsafeMutablePointer<jsStreamInfo>?
+        var err = jsErrCode(rawValue: 0)
+        let s = js_GetStreamInfo(&si, js, name, nil, &err)
+        if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.streamNotFound { return nil }
+        guard s == NATS_OK, let si else { throw EngineError(s, err, "cannot read stream \(name)") }
+        defer { jsStreamInfo_Destroy(si) }
+        return Self.info(si)
+    }
+
+    /// Deletes the stream; false when there was none.
+    public func deleteStream(_ name: String) throws(EngineError) -> Bool {
+        var err = jsErrCode(rawValue: 0)
+        let s = js_DeleteStream(js, name, nil, &err)
+        if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.streamNotFound { return false }
+        guard s == NATS_OK else { throw EngineError(s, err, "cannot delete stream \(name)") }
+        return true
+    }
+
+    /// The names of every stream.
+    public func streamNames() throws(EngineError) -> [String] {
+        var list: UnsafeMutablePointer<jsStreamNamesList>?
+        var err = jsErrCode(rawValue: 0)
+        let s = js_StreamNames(&list, js, nil, &err)
+        if s == NATS_NOT_FOUND { return [] }
+        guard s == NATS_OK, let list else { throw EngineError(s, err, "cannot list streams") }
+        defer { jsStreamNamesList_Destroy(list) }
+        return (0..<Int(list.pointee.Count)).compactMap { list.pointee.List[$0].map { String(cString: $0) } }
+    }
+
+    private static func info(_ si: UnsafeMutablePointer<jsStreamInfo>) -> StreamInfo {
+        let cfg = si.pointee.Config!.pointee
+        let replicas = si.pointee.Cluster.map { 1 + Int($0.pointee.ReplicasLen) } ?? Int(cfg.Replicas)
+        return StreamInfo(name: String(cString: cfg.Name), replicas: max(replicas, Int(cfg.Replicas)),
+                          firstSeq: si.pointee.State.FirstSeq, lastSeq: si.pointee.State.LastSeq, messages: si.pointee.State.Msgs)
+    }
+
+    // MARK: Publishing
+
+    /// Publishes `data` to `subject` with `headers`; with `expectedLastSeq` only if the
+    /// stream's last sequence is that (0: the stream is empty); with `msgID` at most once
+    /// within the stream's duplicate window.
+    public func publish(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64? = nil,
+                        msgID: String? = nil, timeoutMs: Int64 = 2000) -> PublishResult {
+        var msg: OpaquePointer?
+        var s = data.withUnsafeBufferPointer { buffer in
+            natsMsg_Create(&msg, subject, nil, buffer.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(data.count))
+        }
+        guard s == NATS_OK, let msg else { return .failed(EngineError(s, jsErrCode(rawValue: 0), "cannot build a message").description) }
+        defer { natsMsg_Destroy(msg) }
+        for (key, value) in headers { natsMsgHeader_Set(msg, key, value) }
+        // libnats sends ExpectLastSeq only when > 0; an empty stream's 0 goes as a header.
+        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, "Nats-Expected-Last-Sequence", "0") }
+        var opts = jsPubOptions()
+        jsPubOptions_Init(&opts)
+        opts.MaxWait = timeoutMs
+        if let expectedLastSeq, expectedLastSeq > 0 { opts.ExpectLastSeq = expectedLastSeq }
+        var ack: UnsafeMutablePointer<jsPubAck>?
+        var err = jsErrCode(rawValue: 0)
+        s = (msgID ?? "").withCString { id in
+            if msgID != nil { opts.MsgId = id }
+            return js_PublishMsg(&ack, js, msg, &opts, &err)
+        }
+        if s == NATS_OK, let ack {
+            defer { jsPubAck_Destroy(ack) }
+            return .stored(seq: ack.pointee.Sequence, duplicate: ack.pointee.Duplicate)
+        }
+        if Int(err.rawValue) == EngineError.wrongLastSequence { return .wrongLastSequence }
+        let error = EngineError(s, err, "publish to \(subject)")
+        // A timeout, or no connection at the moment: the message may have been stored.
+        if s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED || s == NATS_CONNECTION_CLOSED || err.rawValue == 0 {
+            return .unknown(error.description)
+        }
+        return .failed(error.description)
+    }
+
+    /// The last message on `subject` in `stream`, or nil when there is none.
+    public func lastMessage(stream: String, subject: String, headerKeys: [String] = []) throws(EngineError) -> StreamMessage? {
+        var msg: OpaquePointer?
+        var err = jsErrCode(rawValue: 0)
+        let s = js_GetLastMsg(&msg, js, stream, subject, nil, &err)
+        if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.noMessageFound || Int(err.rawValue) == EngineError.streamNotFound { return nil }
+        guard s == NATS_OK, let msg else { throw EngineError(s, err, "cannot read the last message of \(subject)") }
+        defer { natsMsg_Destroy(msg) }
+        var seq: UInt64 = 0
+        var value: UnsafePointer<CChar>?
+        if natsMsgHeader_Get(msg, "Nats-Sequence", &value) == NATS_OK, let value { seq = UInt64(String(cString: value)) ?? 0 }
+        return Self.message(msg, headerKeys: headerKeys, streamSeq: seq, pending: 0)
+    }
+
+    /// The message at `seq` in `stream`, or nil when there is none (never was, or discarded).
+    public func message(stream: String, seq: UInt64, headerKeys: [String] = []) throws(EngineError) -> StreamMessage? {
+        var msg: OpaquePointer?
+        var err = jsErrCode(rawValue: 0)
+        let s = js_GetMsg(&msg, js, stream, seq, nil, &err)
+        if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.noMessageFound || Int(err.rawValue) == EngineError.streamNotFound { return nil }
+        guard s == NATS_OK, let msg else { throw EngineError(s, err, "cannot read message \(seq) of \(stream)") }
+        defer { natsMsg_Destroy(msg) }
+        return Self.message(msg, headerKeys: headerKeys, streamSeq: seq, pending: 0)
+    }
+
+    /// Core NATS: fire and forget (heartbeats).
+    public func publishCore(subject: String, data: [UInt8]) {
+        _ = data.withUnsafeBytes { natsConnection_Publish(connection, subject, $0.baseAddress, Int32(data.count)) }
+    }
+
+    // MARK: Subscribing
+
+    /// An ordered consumer of `subject` in `stream` from `startSeq` on: every message,
+    /// once, in stream order, re-created by libnats after any gap or reconnect.
+    public func subscribeOrdered(stream: String, subject: String, startSeq: UInt64, headerKeys: [String],
+                                 handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> EngineSubscription {
+        let box = Unmanaged.passRetained(HandlerBox(handler: handler, headerKeys: headerKeys, ordered: true))
+        var sub: OpaquePointer?
+        var err = jsErrCode(rawValue: 0)
+        var opts = jsSubOptions()
+        jsSubOptions_Init(&opts)
+        let s: natsStatus = stream.withCString { cStream in
+            opts.Stream = cStream
+            opts.Ordered = true
+            opts.Config.DeliverPolicy = startSeq <= 1 ? js_DeliverAll : js_DeliverByStartSequence
+            if startSeq > 1 { opts.Config.OptStartSeq = startSeq }
+            return js_Subscribe(&sub, js, subject, Self.deliver, box.toOpaque(), nil, &opts, &err)
+        }
+        guard s == NATS_OK, let sub else {
+            box.release()
+            throw EngineError(s, err, "cannot consume \(subject) of \(stream)")
+        }
+        return EngineSubscription(sub, box)
+    }
+
+    /// Core NATS subscription (heartbeats, notices).
+    public func subscribeCore(subject: String, handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> EngineSubscription {
+        let box = Unmanaged.passRetained(HandlerBox(handler: handler, headerKeys: [], ordered: false))
+        var sub: OpaquePointer?
+        let s = natsConnection_Subscribe(&sub, connection, subject, Self.deliver, box.toOpaque())
+        guard s == NATS_OK, let sub else {
+            box.release()
+            throw EngineError(s, jsErrCode(rawValue: 0), "cannot subscribe to \(subject)")
+        }
+        return EngineSubscription(sub, box)
+    }
+
+    private static let deliver: natsMsgHandler = { _, _, msg, closure in
+        guard let msg, let closure else { return }
+        let box = Unmanaged<HandlerBox>.fromOpaque(closure).takeUnretainedValue()
+        var seq: UInt64 = 0
+        var pending: UInt64 = 0
+        if box.ordered {
+            var meta: UnsafeMutablePointer<jsMsgMetaData>?
+            if natsMsg_GetMetaData(&meta, msg) == NATS_OK, let meta {
+                seq = meta.pointee.Sequence.Stream
+                pending = meta.pointee.NumPending
+                jsMsgMetaData_Destroy(meta)
+            }
+        }
+        let message = EngineClient.message(msg, headerKeys: box.headerKeys, streamSeq: seq, pending: pending)
+        natsMsg_Destroy(msg)
+        box.handler(message)
+    }
+
+    static func message(_ msg: OpaquePointer, headerKeys: [String], streamSeq: UInt64, pending: UInt64) -> StreamMessage {
+        let length = Int(natsMsg_GetDataLength(msg))
+        var data = [UInt8](repeating: 0, count: length)
+        if length > 0, let bytes = natsMsg_GetData(msg) {
+            data.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(start: bytes, count: length)) }
+        }
+        var headers: [String: String] = [:]
+        for key in headerKeys {
+            var value: UnsafePointer<CChar>?
+            if natsMsgHeader_Get(msg, key, &value) == NATS_OK, let value { headers[key] = String(cString: value) }
+        }
+        return StreamMessage(subject: String(cString: natsMsg_GetSubject(msg)), data: data, headers: headers,
+                             streamSeq: streamSeq, pending: pending)
+    }
+}
+
+/// A live subscription; ``cancel()`` stops it (also on deinit).
+public final class EngineSubscription: @unchecked Sendable {
+    // @unchecked: libnats' subscription is thread-safe; released once, guarded by `done`.
+    private let sub: OpaquePointer
+    private let box: Unmanaged<HandlerBox>
+    private let done = Atomic<Bool>(false)
+
+    /// The handler box is released by libnats' completion callback, which runs after the
+    /// last message callback: a callback running while ``cancel()`` is called stays safe.
+    init(_ sub: OpaquePointer, _ box: Unmanaged<HandlerBox>) {
+        self.sub = sub
+        self.box = box
+        natsSubscription_SetOnCompleteCB(sub, { closure in
+            Unmanaged<HandlerBox>.fromOpaque(closure!).release()
+        }, box.toOpaque())
+    }
+
+    public func cancel() {
+        guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        natsSubscription_Unsubscribe(sub)
+        natsSubscription_Destroy(sub)
+    }
+
+    deinit { cancel() }
+}
+
+final class HandlerBox: Sendable {
+    let handler: @Sendable (StreamMessage) -> Void
+    let headerKeys: [String]
+    let ordered: Bool
+    init(handler: @escaping @Sendable (StreamMessage) -> Void, headerKeys: [String], ordered: Bool) {
+        self.handler = handler; self.headerKeys = headerKeys; self.ordered = ordered
+    }
+}
+
+final class StatusBox: Sendable {
+    let changed: @Sendable (Bool) -> Void
+    init(_ changed: @escaping @Sendable (Bool) -> Void) { self.changed = changed }
+}

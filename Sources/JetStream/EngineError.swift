@@ -1,0 +1,30 @@
+import CNATS
+
+/// A failure of the engine (NATS / JetStream), with libnats' status and JetStream's own
+/// error code when it gave one.
+public struct EngineError: Error, Sendable, CustomStringConvertible {
+    /// libnats' `natsStatus` (0 = ok).
+    public let status: Int
+    /// JetStream's error code (e.g. 10071 wrong last sequence), 0 when none.
+    public let code: Int
+    public let message: String
+
+    public var description: String { code == 0 ? message : "\(message) (JetStream error \(code))" }
+
+    /// JetStream error codes tabd acts on.
+    public static let wrongLastSequence = 10071
+    public static let streamNotFound = 10059
+    public static let noMessageFound = 10037
+
+    /// Whether the engine did not answer in time: the outcome is unknown.
+    public var isTimeout: Bool { status == Int(NATS_TIMEOUT.rawValue) }
+
+    init(_ status: natsStatus, _ code: jsErrCode = jsErrCode(rawValue: 0), _ what: String) {
+        self.status = Int(status.rawValue)
+        self.code = Int(code.rawValue)
+        var text = String(cString: natsStatus_GetText(status))
+        var detail: natsStatus = NATS_OK
+        if let last = nats_GetLastError(&detail), last.pointee != 0 { text = String(cString: last) }
+        message = "\(what): \(text)"
+    }
+}
