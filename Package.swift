@@ -70,6 +70,8 @@ let package = Package(
         .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
+        // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
+        .testTarget(name: "ClusterTests", dependencies: ["Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).

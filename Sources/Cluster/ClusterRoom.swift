@@ -59,6 +59,8 @@ public final class ClusterRoom: Durability, Sendable {
         var eventsSinceSnapshot = 0
         var published = 0
         var broken: String?
+        /// Publishes another node's batch got ahead of.
+        var conflictCount = 0
     }
 
     init(node: ClusterNode, room: RoomID, resumeWindow: Int) throws(ClusterNode.Failure) {
@@ -134,6 +136,9 @@ public final class ClusterRoom: Durability, Sendable {
         }
     }
 
+    /// How many of this node's batches found another node's batch at their place.
+    public var conflicts: Int { state.withLock { $0.conflictCount } }
+
     /// Why the room stopped working (a batch in the stream that does not fold), if it did.
     public var broken: String? { state.withLock { $0.broken } }
 
@@ -198,6 +203,7 @@ public final class ClusterRoom: Durability, Sendable {
                     }
                     if now { pending.done(nil) }
                 case .wrongLastSequence:
+                    state.withLock { $0.conflictCount += 1 }
                     failAll(first: pending, error: .conflict(), after: expected)
                 case let .unknown(why):
                     attempt += 1

@@ -1,0 +1,137 @@
+import Cluster
+import Conformance
+import Coordinator
+import Foundation
+import Locking
+import Testing
+
+/// What one node's coordinator published: its batches and its answers, by address.
+final class NodeLog: Sendable {
+    let batches = Locked<[EventBatch]>([])
+    let answers = Locked<[UInt64: [ServerFrame]]>([:])
+
+    func count(_ address: UInt64) -> Int { answers.withLock { $0[address]?.count ?? 0 } }
+}
+
+/// Two nodes of a cluster over a real NATS JetStream server, each with its own
+/// coordinator of one room, applying commands at once: the engine's compare-and-set
+/// decides one order, the loser of each race decides its commands again.
+struct TwoNodesTests {
+    /// Waits (bounded) until `condition` holds.
+    func eventually(_ what: String, within seconds: Double = 30, _ condition: () async -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(seconds)
+        while !(await condition()) {
+            guard Date() < deadline else { throw EngineServer.Failure("timed out waiting for \(what)") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    @Test(arguments: [1, 2] as [UInt64])
+    func nodesApplyingCommandsToOneRoomAtOnceEndWithOneOrder(seed: UInt64) async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let nodes = try (1...2).map { try ClusterNode(urls: [server.url], name: "n\($0)", log: { _ in }) }
+        defer { for node in nodes { node.close() } }
+        #expect(try nodes[0].createRoom("r", tabs: TabInfo.defaults))
+        #expect(try !nodes[1].createRoom("r", tabs: TabInfo.defaults), "the room exists: only one creation wins")
+
+        var coordinators: [Coordinator] = []
+        var rooms: [ClusterRoom] = []
+        var logs: [NodeLog] = []
+        for node in nodes {
+            let room = try node.openRoom("r", resumeWindow: 10_000)
+            let coordinator = Coordinator(restoring: room.committedState(), durability: room)
+            let log = NodeLog()
+            await coordinator.addPublisher { batches, answers in
+                log.batches.withLock { $0 += batches }
+                log.answers.withLock { for a in answers { $0[a.to, default: []].append(a.frame) } }
+            }
+            room.onForeignBatches { Task { await coordinator.absorb() } }
+            coordinators.append(coordinator)
+            rooms.append(room)
+            logs.append(log)
+        }
+        // Both start at seq 0: one first appear wins, the other node decides again (nothing).
+        let (c0, c1) = (coordinators[0], coordinators[1])
+        async let s0: Void = c0.start(forgetting: [])
+        async let s1: Void = c1.start(forgetting: [])
+        _ = try await (s0, s1)
+
+        // 2 nodes × 4 clients × 40 random commands, all at once.
+        let perClient = 40
+        let all = coordinators
+        await withTaskGroup(of: Void.self) { group in
+            for (n, coordinator) in all.enumerated() {
+                for k in 0..<4 {
+                    let address = UInt64(n * 10 + k)
+                    group.addTask {
+                        var rng = SeededRandom(seed: seed &* 1000 &+ address)
+                        for i in 0..<perClient {
+                            await coordinator.enqueue(randomCommand(&rng), by: "n\(n)c\(k)", ref: "\(address)-\(i)", replyTo: address)
+                        }
+                    }
+                }
+            }
+        }
+        let addresses = (0..<2).flatMap { n in (0..<4).map { (n, UInt64(n * 10 + $0)) } }
+        try await eventually("every command answered") { addresses.allSatisfy { logs[$0.0].count($0.1) == perClient } }
+        try await eventually("both nodes at the stream's end") {
+            let a = await coordinators[0].currentSeq, b = await coordinators[1].currentSeq
+            return a == b && a == rooms[0].committedState().snapshot.seq && a == rooms[1].committedState().snapshot.seq
+        }
+
+        // One order: both nodes published the same batches, gap-free, that fold to each one's state.
+        let streams = logs.map { $0.batches.withLock { $0 } }
+        #expect(streams[0] == streams[1])
+        var checker = StreamChecker(origin: coordinators[0].origin)
+        for batch in streams[0] { try checker.check(batch) }
+        for coordinator in coordinators {
+            let snapshot = await coordinator.snapshot()
+            #expect(checker.state.seq == snapshot.seq)
+            #expect(checker.state.tabs == snapshot.tabs && checker.state.selected == snapshot.selected)
+        }
+        // Every command answered once, in order, never `unavailable` (a conflict is decided
+        // again, not answered); every ack names the end of a batch of its own ref.
+        let byRef = Dictionary(streams[0].compactMap { b in b.ref.map { ($0, b) } }, uniquingKeysWith: { a, _ in a })
+        var acks = 0
+        for (n, address) in addresses {
+            let frames = logs[n].answers.withLock { $0[address] ?? [] }
+            for (i, frame) in frames.enumerated() {
+                switch frame {
+                case let .ack(ref, seq):
+                    #expect(ref == "\(address)-\(i)")
+                    if let batch = byRef[ref!] { #expect(batch.lastSeq == seq) }
+                    acks += 1
+                case let .error(ref, error):
+                    #expect(ref == "\(address)-\(i)")
+                    #expect(error.code != .unavailable, "\(error)")
+                case .snapshot, .pong: break
+                default: Issue.record("unexpected answer \(frame)")
+                }
+            }
+        }
+        #expect(acks > 0)
+        #expect(rooms[0].conflicts + rooms[1].conflicts > 0, "the nodes never raced: the conflict path was not exercised")
+    }
+
+    @Test func aNodeThatHasNeverSeenTheRoomServesItFromTheEngine() async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let first = try ClusterNode(urls: [server.url], name: "first", log: { _ in })
+        defer { first.close() }
+        _ = try first.createRoom("late", tabs: TabInfo.defaults)
+        let room = try first.openRoom("late", resumeWindow: 10_000)
+        let coordinator = Coordinator(restoring: room.committedState(), durability: room)
+        try await coordinator.start(forgetting: [])
+        // Over 1,000 events: a snapshot is stored in the engine, and batches follow it.
+        for i in 0..<700 { _ = try await coordinator.execute(.push(tab: "home", route: "p\(i)")); _ = try await coordinator.execute(.pop(tab: "home")) }
+        let expected = await coordinator.snapshot()
+
+        let second = try ClusterNode(urls: [server.url], name: "second", log: { _ in })
+        defer { second.close() }
+        let seen = try second.openRoom("late", resumeWindow: 10_000)
+        let state = seen.committedState()
+        #expect(state.epoch == coordinator.epoch)
+        #expect(state.snapshot == expected)
+    }
+}
