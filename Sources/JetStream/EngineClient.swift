@@ -13,7 +13,6 @@ public final class EngineClient: @unchecked Sendable {
     // released once in close(), guarded by `closed`.
     private let connection: OpaquePointer
     private let js: OpaquePointer
-    private let events: Unmanaged<StatusBox>
     private let closed = Atomic<Bool>(false)
 
     /// Connects to any of `urls` (reconnecting forever to any of them afterwards).
@@ -40,6 +39,11 @@ public final class EngineClient: @unchecked Sendable {
         natsOptions_SetReconnectedCB(opts, { _, closure in
             Unmanaged<StatusBox>.fromOpaque(closure!).takeUnretainedValue().changed(true)
         }, box.toOpaque())
+        // The last callback libnats makes for a connection: the box can go then (not in
+        // close(), when a disconnected callback may still be on its way).
+        natsOptions_SetClosedCB(opts, { _, closure in
+            Unmanaged<StatusBox>.fromOpaque(closure!).release()
+        }, box.toOpaque())
         var nc: OpaquePointer?
         s = natsConnection_Connect(&nc, opts)
         guard s == NATS_OK, let nc else {
@@ -58,7 +62,6 @@ public final class EngineClient: @unchecked Sendable {
         }
         connection = nc
         js = ctx
-        events = box
         onChange(true)
     }
 
@@ -71,7 +74,6 @@ public final class EngineClient: @unchecked Sendable {
         jsCtx_Destroy(js)
         natsConnection_Close(connection)
         natsConnection_Destroy(connection)
-        events.release()
     }
 
     deinit { close() }
