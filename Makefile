@@ -8,11 +8,12 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run test test-swift test-tsan test-e2e test-browser test-web bench clean
+.PHONY: help deps test-deps build release run cluster test test-swift test-tsan test-e2e test-browser test-web bench clean
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
 	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end, browser)"
+	@echo "make cluster  three NATS JetStream servers and three tabd nodes on loopback (docs/CLUSTER.md)"
 	@echo "make bench  run the benchmark against the C mirror and a Python server"
 	@echo "make clean  remove build products"
 
@@ -32,6 +33,11 @@ release: deps
 run: release
 	@echo "Starting tabd (Ctrl-C stops it)."
 	.build/release/tabd --host $(HOST) --port $(PORT) $(ARGS)
+
+## Three NATS JetStream servers and three tabd nodes on loopback ports 8080-8082 (PORT is
+## the first); prints the URLs; Ctrl-C stops everything. ARGS go to every node.
+cluster: release
+	TABD_BIN=$(CURDIR)/.build/release/tabd scripts/cluster --port $(PORT) --host $(HOST) $(if $(ARGS),-- $(ARGS))
 
 test: test-deps test-swift test-web test-tsan test-e2e test-browser
 	@echo "make test: all suites passed"

@@ -38,12 +38,23 @@ public final class ClusterNode: Sendable {
                 log(up ? "engine connection up" : "engine connection lost; retrying")
             }
         } catch { throw Failure("cannot reach the engine at \(urls.joined(separator: ",")): \(error)") }
+        // The engine may still be electing its leaders: ask again for up to about 30 s.
+        // With three or more servers, three copies; one if the engine cannot keep three.
         var got = 0
-        for asked in urls.count >= 3 ? [3, 1] : [1] {
-            do {
-                got = try client.ensureStream(name: EngineNames.snapshots, subjects: ["tabd.snap.*"], replicas: asked, maxPerSubject: 1).replicas
-                break
-            } catch { log("the engine cannot keep \(asked) copies (\(error))") }
+        attempts: for attempt in 1...100 {
+            for asked in urls.count >= 3 ? [3, 1] : [1] {
+                do {
+                    got = try client.ensureStream(name: EngineNames.snapshots, subjects: ["tabd.snap.*"], replicas: asked, maxPerSubject: 1).replicas
+                    break attempts
+                } catch {
+                    if error.isTimeout || error.code == 0 || attempt == 100 {
+                        if attempt % 10 == 1 { log("the engine is not ready (\(error)); asking again") }
+                        break
+                    }
+                    log("the engine cannot keep \(asked) copies (\(error))")
+                }
+            }
+            Thread.sleep(forTimeInterval: 0.3)
         }
         guard got > 0 else { client.close(); throw Failure("the engine at \(urls.joined(separator: ",")) refused every stream") }
         replicas = got
@@ -114,14 +125,18 @@ public final class ClusterNode: Sendable {
                                         maxMessages: 100_000, duplicateWindowSeconds: 120)
         } catch { throw Failure("cannot create room '\(id)': \(error)") }
         let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
-        for _ in 0..<50 {
+        // A stream just created is not ready at once (its replicas elect a leader): ask
+        // again, for up to about 15 s.
+        for attempt in 1...100 {
+            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
             switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes,
                                   headers: [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name)],
                                   expectedLastSeq: 0, msgID: "genesis-\(id)-\(genesis.epoch)") {
             case let .stored(_, duplicate): return !duplicate
             case .wrongLastSequence: return false
-            case let .unknown(why): log("room '\(id)': creating, no answer yet (\(why)); asking again")
-            case let .failed(why): throw Failure("cannot create room '\(id)': \(why)")
+            case let .unknown(why): if attempt % 10 == 1 { log("room '\(id)': creating, no answer yet (\(why)); asking again") }
+            case let .failed(why):
+                if attempt % 10 == 1 { log("room '\(id)': creating, refused for now (\(why)); asking again") }
             }
         }
         throw Failure("cannot create room '\(id)': the engine does not answer")

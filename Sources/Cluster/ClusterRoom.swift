@@ -71,10 +71,15 @@ public final class ClusterRoom: Durability, Sendable {
         subject = EngineNames.subject(room)
         publishing = DispatchQueue(label: "tabd.cluster.\(room)")
         let client = node.client
-        let info: StreamInfo
+        var info: StreamInfo
         var start: StoredState
         var owners: [ClientID: String] = [:]
         var from: UInt64
+        // A stream being created or electing a leader answers errors for a moment: the
+        // reads are tried again for up to about 15 s.
+        var attempt = 0
+        while true {
+        attempt += 1
         do {
             guard let i = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
             info = i
@@ -92,10 +97,13 @@ public final class ClusterRoom: Durability, Sendable {
                 start = StoredState(epoch: genesis.epoch, snapshot: origin, nextPage: genesis.tabs.count + 1, nextClient: 1, history: [])
                 from = 1
             }
-        } catch let error as ClusterNode.Failure {
-            throw error
+            break
         } catch {
-            throw ClusterNode.Failure("cannot load room '\(room)': \(error)")
+            if attempt >= 60 {
+                throw (error as? ClusterNode.Failure) ?? ClusterNode.Failure("cannot load room '\(room)': \(error)")
+            }
+            Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3))
+        }
         }
         state = Locked(State(stored: start, delivered: from, owners: owners, target: info.lastSeq,
                              streamSeqOf: [start.snapshot.seq: from]))
@@ -211,6 +219,14 @@ public final class ClusterRoom: Durability, Sendable {
                     Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 1))
                     continue
                 case let .failed(why):
+                    // Not stored (an election, the engine busy): the same publish is tried
+                    // again for a while before the command is answered `unavailable`.
+                    attempt += 1
+                    if attempt < 300 {
+                        if attempt == 1 || attempt % 20 == 0 { node.log("room '\(room)': the engine refused a batch (\(why)); trying again") }
+                        Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 0.5))
+                        continue
+                    }
                     failAll(first: pending, error: .unavailable("the engine refused the batch: \(why)"), after: nil)
                 }
                 break

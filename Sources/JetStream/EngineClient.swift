@@ -147,8 +147,7 @@ public final class EngineClient: @unchecked Sendable {
 
     private static func info(_ si: UnsafeMutablePointer<jsStreamInfo>) -> StreamInfo {
         let cfg = si.pointee.Config!.pointee
-        let replicas = si.pointee.Cluster.map { 1 + Int($0.pointee.ReplicasLen) } ?? Int(cfg.Replicas)
-        return StreamInfo(name: String(cString: cfg.Name), replicas: max(replicas, Int(cfg.Replicas)),
+        return StreamInfo(name: String(cString: cfg.Name), replicas: Int(cfg.Replicas),
                           firstSeq: si.pointee.State.FirstSeq, lastSeq: si.pointee.State.LastSeq, messages: si.pointee.State.Msgs)
     }
 

@@ -24,7 +24,7 @@ class Daemon:
     """A tabd process started with `args`; `url` is set once it printed its listening line."""
 
     def __init__(self, *args, binary=None):
-        if "--state" not in args:
+        if "--state" not in args and "--cluster" not in args:
             args = ("--state", ":memory:", *args)  # each test its own history
         self.args = args
         self.proc = subprocess.Popen([binary or TABD, "--port", "0", *args], stdout=subprocess.PIPE,

@@ -1,0 +1,533 @@
+"""The NATS JetStream engine under tabd: the server launcher (Tests/support/natscluster.py),
+scripts/cluster, and the JetStream behaviour tabd's clustering relies on.
+
+No NATS client library: a few lines of the NATS text protocol over a socket (CONNECT, SUB,
+PUB/HPUB with a reply subject, PING/PONG) are enough for JetStream's request/reply API and
+for publishes that wait for their ack. Servers are real nats-server processes on free ports;
+the three-server cluster is shared by the module (a fixture heals it before each test).
+"""
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
+from natscluster import NatsCluster  # noqa: E402
+
+WAIT = 10.0            # seconds one request may take
+FAILOVER_WAIT = 20.0   # seconds a publish may keep failing after a server is killed
+WRONG_LAST_SEQUENCE = 10071  # JSStreamWrongLastSequenceErr
+
+
+# --- a minimal NATS client ----------------------------------------------------------------
+
+class NatsError(Exception):
+    pass
+
+
+class Msg:
+    """A received message: `status` is the header status ("503" for no responders) or None."""
+
+    def __init__(self, subject, headers, status, data):
+        self.subject, self.headers, self.status, self.data = subject, headers, status, data
+
+    def json(self):
+        return json.loads(self.data)
+
+
+class Nats:
+    """One connection speaking the NATS text protocol; synchronous, one request at a time."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, url, timeout=WAIT):
+        host, port = url.split("//", 1)[-1].rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        self.timeout = timeout
+        self.buf = b""
+        info = self._line(time.monotonic() + timeout)
+        if not info.startswith(b"INFO "):
+            raise NatsError(f"not a NATS server: {info!r}")
+        self.info = json.loads(info[5:])
+        self.inbox = f"_INBOX.{os.getpid()}.{next(self._ids)}"
+        self.n = 0
+        # no_responders: a request nobody serves (JetStream without a leader, no stream for the
+        # subject) comes back at once as a 503 status message instead of timing out.
+        self._send(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true}\r\n'
+                   + f"SUB {self.inbox}.* 1\r\nPING\r\n".encode())
+        self._next(time.monotonic() + timeout, want_pong=True)
+
+    def close(self):
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, data):
+        self.sock.sendall(data)
+
+    def _fill(self, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no answer from nats-server")
+        self.sock.settimeout(left)
+        try:
+            chunk = self.sock.recv(65536)
+        except socket.timeout:
+            raise TimeoutError("no answer from nats-server") from None
+        if not chunk:
+            raise ConnectionError("nats-server closed the connection")
+        self.buf += chunk
+
+    def _line(self, deadline):
+        while b"\r\n" not in self.buf:
+            self._fill(deadline)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _payload(self, size, deadline):
+        while len(self.buf) < size + 2:
+            self._fill(deadline)
+        data, self.buf = self.buf[:size], self.buf[size + 2:]
+        return data
+
+    def _next(self, deadline, want_pong=False):
+        """The next message (or None for the PONG when `want_pong`); answers server PINGs."""
+        while True:
+            line = self._line(deadline)
+            op = line.split(b" ", 1)[0].upper()
+            if op == b"PING":
+                self._send(b"PONG\r\n")
+            elif op == b"PONG":
+                if want_pong:
+                    return None
+            elif op in (b"+OK", b"INFO"):
+                pass
+            elif op == b"-ERR":
+                raise NatsError(line.decode())
+            elif op == b"MSG":      # MSG <subject> <sid> [reply] <size>
+                parts = line.decode().split()
+                return Msg(parts[1], {}, None, self._payload(int(parts[-1]), deadline))
+            elif op == b"HMSG":     # HMSG <subject> <sid> [reply] <header size> <total size>
+                parts = line.decode().split()
+                raw = self._payload(int(parts[-1]), deadline)
+                head, data = raw[:int(parts[-2])].decode(), raw[int(parts[-2]):]
+                first, *rest = head.split("\r\n")
+                status = first.split(" ")[1] if " " in first else None  # "NATS/1.0 503"
+                headers = dict(h.split(":", 1) for h in rest if ":" in h)
+                return Msg(parts[1], {k.strip(): v.strip() for k, v in headers.items()}, status, data)
+            else:
+                raise NatsError(f"unexpected from nats-server: {line!r}")
+
+    def request(self, subject, data=b"", headers=None, timeout=None):
+        """Publishes with a reply subject (HPUB when `headers`) and returns the reply Msg."""
+        if isinstance(data, (dict, list)):
+            data = json.dumps(data).encode()
+        elif isinstance(data, str):
+            data = data.encode()
+        self.n += 1
+        reply = f"{self.inbox}.{self.n}"
+        if headers:
+            head = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+            self._send(f"HPUB {subject} {reply} {len(head)} {len(head) + len(data)}\r\n".encode()
+                       + head + data + b"\r\n")
+        else:
+            self._send(f"PUB {subject} {reply} {len(data)}\r\n".encode() + data + b"\r\n")
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            m = self._next(deadline)
+            if m.subject == reply:   # an earlier request's late reply is skipped
+                return m
+
+    def js(self, api, body=None, wait=WAIT):
+        """A JetStream API call ("STREAM.CREATE.x"): the JSON reply; NatsError on an error reply.
+
+        Right after a stream is created or a server restarted, a request can meet no responder
+        (503) or no answer at all for a moment (the stream has no leader yet, or its interest has
+        not reached this server over the routes): those are retried until `wait` runs out. The
+        calls used here (INFO, STREAM.CREATE with the same config) are safe to repeat.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                m = self.request(f"$JS.API.{api}", body if body is not None else b"", timeout=2.0)
+                if not m.status:
+                    break
+                why = f"status {m.status}"
+            except TimeoutError:
+                why = "no answer"
+            if time.monotonic() >= deadline:
+                raise NatsError(f"$JS.API.{api}: {why} for {wait:.0f} s")
+            time.sleep(0.05)
+        reply = m.json()
+        if "error" in reply:
+            raise NatsError(f"$JS.API.{api}: {reply['error']}")
+        return reply
+
+    def publish(self, subject, data=b"x", headers=None, timeout=None, wait=WAIT):
+        """A JetStream publish: the ack JSON ({"stream", "seq"[, "duplicate"]} or {"error"}).
+
+        A 503 (no responders) means no stream got the message, so it is sent again until `wait`
+        runs out (the stream's interest may not have reached this server yet)."""
+        deadline = time.monotonic() + wait
+        while True:
+            m = self.request(subject, data, headers=headers, timeout=timeout)
+            if not m.status:
+                return m.json()
+            if time.monotonic() >= deadline:
+                raise NatsError(f"publish on {subject}: status {m.status} for {wait:.0f} s")
+            time.sleep(0.05)
+
+
+def create_stream(urls, name, replicas):
+    """Creates stream `name` (subjects `name.>`) through the first of `urls`, then waits until
+    the stream answers INFO with a leader through every one of them."""
+    urls = [urls] if isinstance(urls, str) else urls
+    config = {"name": name, "subjects": [f"{name}.>"], "num_replicas": replicas}
+    with Nats(urls[0]) as nc:
+        created = nc.js(f"STREAM.CREATE.{name}", config)
+    deadline = time.monotonic() + WAIT
+    for url in urls:
+        with Nats(url) as nc:
+            while replicas > 1 and not (nc.js(f"STREAM.INFO.{name}").get("cluster") or {}).get("leader"):
+                assert time.monotonic() < deadline, f"stream {name} has no leader"
+                time.sleep(0.05)
+    return created
+
+
+def gone(pid):
+    """True when no process `pid` exists any more (zombies count as existing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# --- fixtures -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def shared_cluster():
+    with NatsCluster(3) as c:
+        yield c
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The module's three-server cluster with every server running and healthy."""
+    for i in range(shared_cluster.size):
+        if not shared_cluster.alive(i):
+            shared_cluster.restart(i)
+    shared_cluster.wait_ready()
+    return shared_cluster
+
+
+@pytest.fixture(scope="module")
+def single():
+    with NatsCluster(1) as c:
+        yield c
+
+
+@pytest.fixture(params=["single", "cluster"])
+def engine(request):
+    """A single server (R1 streams) or the three-server cluster (R3 streams)."""
+    c = request.getfixturevalue(request.param)
+    return c, (1 if c.size == 1 else 3)
+
+
+_streams = itertools.count(1)
+
+
+def stream_name(prefix):
+    return f"{prefix}{os.getpid()}x{next(_streams)}"
+
+
+# --- the launcher -------------------------------------------------------------------------
+
+def test_single_server_starts_healthy_and_stops_without_leftovers():
+    c = NatsCluster(1)
+    try:
+        c.start()
+        assert c.urls == [f"nats://127.0.0.1:{c.client_ports[0]}"] and c.url_arg == c.urls[0]
+        assert "cluster" not in open(c.conf_path(0)).read()
+        assert c.monitor(0, "/healthz") == {"status": "ok"}
+        assert c.meta_leader() == 0
+        with Nats(c.urls[0]) as nc:
+            assert nc.info["jetstream"] is True
+            assert nc.js("INFO")["streams"] == 0
+        pid, base = c.pids[0], c.base_dir
+        assert pid and not gone(pid)
+    finally:
+        c.stop()
+    assert gone(pid)
+    assert c.pids == [None]
+    assert not os.path.exists(base)
+    c.stop()  # idempotent
+
+
+def test_cluster_has_a_meta_leader_every_server_agrees_on(cluster):
+    leader = cluster.meta_leader()
+    assert leader is not None
+    for i in range(3):
+        jsz = cluster.monitor(i, "/jsz")
+        assert jsz["meta_cluster"]["leader"] == cluster.names[leader]
+        assert jsz["meta_cluster"]["cluster_size"] == 3
+        assert cluster.monitor(i, "/healthz") == {"status": "ok"}
+    assert len(set(cluster.client_ports + cluster.route_ports + cluster.http_ports)) == 9
+    assert len(cluster.url_arg.split(",")) == 3
+
+
+def test_r3_stream_has_three_replicas_and_a_known_leader(cluster):
+    name = stream_name("r3")
+    created = create_stream(cluster.urls, name, 3)
+    assert created["did_create"] is True and created["config"]["num_replicas"] == 3
+    with Nats(cluster.urls[2]) as nc:
+        info = nc.js(f"STREAM.INFO.{name}")
+    assert info["config"]["num_replicas"] == 3
+    # cluster.replicas lists the followers; the leader is named apart from them.
+    members = {info["cluster"]["leader"], *(r["name"] for r in info["cluster"]["replicas"])}
+    assert members == {"n1", "n2", "n3"}
+    assert cluster.leader_of(name) == cluster.index_of(info["cluster"]["leader"])
+    assert cluster.leader_of("no-such-stream") is None
+
+
+def test_killing_a_follower_keeps_the_stream_writable_and_restart_brings_it_back(cluster):
+    name = stream_name("kf")
+    create_stream(cluster.urls, name, 3)
+    leader = cluster.leader_of(name)
+    assert leader is not None
+    # Not the meta leader either: killing that one adds a meta election (4-9 s on 2.9.10)
+    # before the restarted server reports healthy; the stream itself does not care.
+    meta = cluster.meta_leader()
+    follower = next(i for i in range(3) if i not in (leader, meta))
+    old_pid = cluster.pids[follower]
+
+    cluster.kill(follower)
+    assert gone(old_pid) and cluster.pids[follower] is None
+
+    # A publish with an ack still succeeds (through the stream leader's server).
+    deadline = time.monotonic() + FAILOVER_WAIT
+    with Nats(cluster.urls[leader]) as nc:
+        while True:
+            try:
+                ack = nc.publish(f"{name}.a", b"after kill", timeout=2)
+                if "error" not in ack:
+                    break
+            except (NatsError, TimeoutError):
+                ack = None
+            assert time.monotonic() < deadline, f"no successful publish {FAILOVER_WAIT} s after the kill: {ack}"
+            time.sleep(0.1)
+    assert ack == {"stream": name, "seq": 1}
+
+    cluster.restart(follower)
+    assert cluster.alive(follower) and cluster.pids[follower] != old_pid
+    assert cluster.monitor(follower, "/healthz") == {"status": "ok"}
+    # Same ports and store: the restarted server serves the stream and catches up on it.
+    deadline = time.monotonic() + WAIT
+    with Nats(cluster.urls[follower]) as nc:
+        while True:
+            info = nc.js(f"STREAM.INFO.{name}")
+            me = [r for r in info["cluster"]["replicas"] if r["name"] == cluster.names[follower]]
+            if info["state"]["last_seq"] == 1 and (info["cluster"]["leader"] == cluster.names[follower]
+                                                   or (me and me[0]["current"])):
+                break
+            assert time.monotonic() < deadline, f"restarted replica not current: {info['cluster']}"
+            time.sleep(0.1)
+        assert nc.publish(f"{name}.a", b"after restart") == {"stream": name, "seq": 2}
+
+
+def test_several_clusters_run_side_by_side(cluster):
+    started = []
+    errors = []
+
+    def start():
+        try:
+            started.append(NatsCluster(3).start())
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=start) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert not errors, errors
+        ports = [set(c.client_ports + c.route_ports + c.http_ports) for c in (cluster, *started)]
+        assert not (ports[0] & ports[1]) and not (ports[0] & ports[2]) and not (ports[1] & ports[2])
+        for c in started:
+            assert c.meta_leader() is not None
+            # Its own JetStream: a stream made in one cluster is unknown to the others.
+            name = stream_name("own")
+            create_stream(c.urls, name, 3)
+            assert cluster.leader_of(name) is None
+    finally:
+        for c in started:
+            c.stop()
+    assert all(gone(pid) for c in started for pid in c.pids if pid) and all(c.pids == [None] * 3 for c in started)
+
+
+def test_a_server_that_cannot_start_is_an_error_with_its_log():
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    try:
+        c = NatsCluster(1, base_port=port)
+        with pytest.raises(RuntimeError) as e:
+            c.start(timeout=5)
+        assert "exited" in str(e.value) and "address already in use" in str(e.value).lower()
+        assert c.pids == [None]
+    finally:
+        blocker.close()
+
+
+# --- the JetStream facts tabd relies on ---------------------------------------------------
+
+def test_expected_last_sequence_is_a_compare_and_set(engine):
+    c, replicas = engine
+    name = stream_name("cas")
+    create_stream(c.urls, name, replicas)
+    with Nats(c.urls[-1]) as nc:
+        # An empty stream's last sequence is 0; the header is honoured as sent.
+        first = nc.publish(f"{name}.room", b"a", headers={"Nats-Expected-Last-Sequence": "0"})
+        assert first == {"stream": name, "seq": 1}
+        stale = nc.publish(f"{name}.room", b"b", headers={"Nats-Expected-Last-Sequence": "0"})
+        assert stale["error"]["err_code"] == WRONG_LAST_SEQUENCE, stale
+        ahead = nc.publish(f"{name}.room", b"b", headers={"Nats-Expected-Last-Sequence": "5"})
+        assert ahead["error"]["err_code"] == WRONG_LAST_SEQUENCE, ahead
+        # The check is on the stream's last sequence, whatever the subject.
+        other = nc.publish(f"{name}.other", b"c", headers={"Nats-Expected-Last-Sequence": "0"})
+        assert other["error"]["err_code"] == WRONG_LAST_SEQUENCE, other
+        right = nc.publish(f"{name}.other", b"c", headers={"Nats-Expected-Last-Sequence": "1"})
+        assert right == {"stream": name, "seq": 2}
+        info = nc.js(f"STREAM.INFO.{name}")
+    assert info["state"]["messages"] == 2 and info["state"]["last_seq"] == 2
+
+
+def test_a_repeated_msg_id_is_acknowledged_as_a_duplicate(engine):
+    c, replicas = engine
+    name = stream_name("dup")
+    create_stream(c.urls, name, replicas)
+    with Nats(c.urls[0]) as nc:
+        nc.publish(f"{name}.room", b"first")
+        ack = nc.publish(f"{name}.room", b"w", headers={"Nats-Msg-Id": "n1-7"})
+        assert ack == {"stream": name, "seq": 2}
+        again = nc.publish(f"{name}.room", b"w", headers={"Nats-Msg-Id": "n1-7"})
+        assert again == {"stream": name, "seq": 2, "duplicate": True}
+        # The retry after an ambiguous timeout: same id, same (now stale) expectation. The
+        # original ack comes back, so the writer learns its write landed.
+        retry = nc.publish(f"{name}.room", b"w",
+                           headers={"Nats-Msg-Id": "n1-7", "Nats-Expected-Last-Sequence": "1"})
+        assert retry == {"stream": name, "seq": 2, "duplicate": True}
+        # A new id with the stale expectation is refused.
+        lost = nc.publish(f"{name}.room", b"v",
+                          headers={"Nats-Msg-Id": "n2-3", "Nats-Expected-Last-Sequence": "1"})
+        assert lost["error"]["err_code"] == WRONG_LAST_SEQUENCE, lost
+        assert nc.js(f"STREAM.INFO.{name}")["state"]["messages"] == 2
+
+
+# --- scripts/cluster ----------------------------------------------------------------------
+
+FAKE_TABD = r'''#!/usr/bin/env python3
+"""Stands in for tabd: prints the listening line, reports its arguments, stops on SIGTERM."""
+import signal, sys, time
+args = sys.argv[1:]
+port = args[args.index("--port") + 1]
+host = args[args.index("--host") + 1]
+print(f"tabd listening on http://{host}:{port}/", flush=True)
+print(f"args {' '.join(args)}", file=sys.stderr, flush=True)
+if "--die" in args:
+    time.sleep(0.5)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, lambda *a: (print("bye", file=sys.stderr, flush=True), sys.exit(0)))
+while True:
+    time.sleep(1)
+'''
+
+
+def run_cluster_script(tmp_path, *args):
+    fake = tmp_path / "tabd"
+    fake.write_text(FAKE_TABD)
+    fake.chmod(0o755)
+    env = dict(os.environ, TABD_BIN=str(fake), PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "cluster"), "--dir", str(tmp_path / "run"),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def read_until(proc, marker, lines):
+    """Reads the script's output until a line containing `marker` (bounded by the script's own
+    timeouts: it exits, closing the pipe, when something does not start)."""
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        if marker in line:
+            return True
+    return False
+
+
+def nats_pids_of(run_dir):
+    """Process ids of nats-servers whose config lives under `run_dir`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                if os.path.basename(argv[0]) == b"nats-server" and any(str(run_dir).encode() in a for a in argv):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_cluster_script_starts_three_nodes_and_ctrl_c_stops_everything(tmp_path):
+    proc = run_cluster_script(tmp_path, "--port", "0", "--", "--log-level", "debug")
+    lines = []
+    try:
+        assert read_until(proc, "Ctrl-C stops everything", lines), "\n".join(lines)
+        assert len(nats_pids_of(tmp_path / "run")) == 3
+        text = "\n".join(lines)
+        for k in (1, 2, 3):
+            assert f"  node{k}  http://127.0.0.1:0/" in text
+        assert "nats://127.0.0.1:" in text
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = text + "\n" + rest
+    assert proc.returncode == 0, out
+    for k in (1, 2, 3):
+        assert f"[node{k}] args --cluster nats://127.0.0.1:" in out
+        assert f"--node-name node{k} --port 0 --host 127.0.0.1 --log-level debug" in out
+        assert f"[node{k}] bye" in out
+        assert "bye" in (tmp_path / "run" / f"node{k}.log").read_text()
+    assert "cluster: stopped; logs kept in" in out
+    assert (tmp_path / "run" / "nats" / "n1.log").exists()
+    assert nats_pids_of(tmp_path / "run") == []
+
+
+def test_cluster_script_stops_everything_when_a_node_exits(tmp_path):
+    proc = run_cluster_script(tmp_path, "--port", "0", "--", "--die")
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out
+    assert "exited unexpectedly with status 3" in out
+    assert nats_pids_of(tmp_path / "run") == []
+
