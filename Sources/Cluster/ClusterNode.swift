@@ -20,6 +20,7 @@ public final class ClusterNode: Sendable {
     public let heartbeatTimeout: Double
     let client: EngineClient
     let log: @Sendable (String) -> Void
+    let stats = EngineStats()
     private let seen = Locked([String: Double]())
     private let started = ClusterNode.now()
     private let heartbeat = Locked<(any DispatchSourceTimer)?>(nil)
@@ -75,6 +76,9 @@ public final class ClusterNode: Sendable {
 
     /// Whether the engine is reachable now.
     public var connected: Bool { client.isConnected }
+
+    /// This node's figures for `/metrics` (Prometheus text).
+    public var metricsText: String { stats.render(node: name, connected: connected) }
 
     /// Whether `node` is alive: this node, or one heard from within the timeout. Until
     /// this node has listened for a whole timeout, nodes it has not heard yet count as alive.

@@ -199,8 +199,11 @@ public final class ClusterRoom: Durability, Sendable {
             let id = "\(node.name)-\(room)-\(ObjectIdentifier(self).hashValue)-\(n)"
             var attempt = 0
             while true {
+                let sent = DispatchTime.now().uptimeNanoseconds
                 let result = node.client.publish(subject: subject, data: pending.batch.frameBytes,
                                                  headers: [(EngineNames.nodeHeader, node.name)], expectedLastSeq: expected, msgID: id)
+                node.stats.published(seconds: Double(DispatchTime.now().uptimeNanoseconds - sent) / 1e9)
+                if attempt > 0 { node.stats.retried() }
                 switch result {
                 case let .stored(seq, _):
                     let now = state.withLock { s -> Bool in
@@ -212,6 +215,7 @@ public final class ClusterRoom: Durability, Sendable {
                     if now { pending.done(nil) }
                 case .wrongLastSequence:
                     state.withLock { $0.conflictCount += 1 }
+                    node.stats.conflict()
                     failAll(first: pending, error: .conflict(), after: expected)
                 case let .unknown(why):
                     attempt += 1

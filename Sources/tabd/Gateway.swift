@@ -340,6 +340,8 @@ final class Gateway: WebSocketServerHandler {
                 responder.respond(HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8)))
             } else if let cluster = registry.cluster, !cluster.connected {
                 responder.respond(HTTPResponse(status: 503, text: "engine unreachable (node \(cluster.name))\n"))
+            } else if let cluster = registry.cluster {
+                responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok node \(cluster.name)".utf8)))
             } else {
                 responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
             }
@@ -353,7 +355,8 @@ final class Gateway: WebSocketServerHandler {
                 return responder.respond(HTTPResponse(status: 403, text: "/metrics needs an admin token\n"))
             case .success: break
             }
-            responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(metrics.render(rooms: registry.counts).utf8)))
+            let text = metrics.render(rooms: registry.counts) + (registry.cluster?.metricsText ?? "")
+            responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:
             if request.path.hasPrefix(RoomsAPI.prefix) {
                 if stopping.load(ordering: .relaxed) {

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -113,6 +114,11 @@ async def test_clients_of_one_room_on_three_nodes_see_one_order(make_daemon, eng
     for c in clients:
         await c.until_seq(sync["snapshot"]["seq"])
     assert_one_order(clients, sync["snapshot"])
+    for i, d in enumerate(ds):
+        assert d.get("/healthz") == (200, f"ok node n{i}")
+        body = d.get("/metrics")[1]
+        assert f'tabd_node_info{{node="n{i}"}} 1' in body and "tabd_engine_connected 1" in body
+        assert int(re.search(r"^tabd_engine_publish_seconds_count (\d+)$", body, re.M).group(1)) > 0
     # Every ack of a command that changed something names the end of its own batch, which
     # every client saw, once, after its earlier frames.
     stream = {b["events"][-1]["seq"]: b for b in clients[0].batches}
@@ -143,6 +149,8 @@ async def test_nodes_appending_at_the_same_instant_never_share_a_seq(make_daemon
     changed = [f for s in storms for ref, f in s.answers.items() if f["type"] == "ack" and ref in s.caused]
     assert len(changed) > 100
     assert len({f["seq"] for f in changed}) == len(changed), "two commands acknowledged at one seq"
+    conflicts = sum(int(re.search(r"^tabd_engine_conflicts_total (\d+)$", d.get("/metrics")[1], re.M).group(1)) for d in ds)
+    assert conflicts > 0, "the nodes never raced: nothing was decided again"
     _, sync = await clients[0].command("sync")
     for c in clients:
         await c.until_seq(sync["snapshot"]["seq"])

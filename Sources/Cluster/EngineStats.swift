@@ -1,0 +1,58 @@
+import Locking
+
+/// What a node measures of its engine, for `/metrics`: the round trip of each publish
+/// (a histogram), and how often another node's batch got ahead of this node's.
+public final class EngineStats: Sendable {
+    /// Upper bounds of the round-trip histogram, in seconds.
+    static let bounds: [Double] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]
+
+    private struct State {
+        var buckets = [Int](repeating: 0, count: EngineStats.bounds.count)
+        var count = 0
+        var sum = 0.0
+        var conflicts = 0
+        var retries = 0
+    }
+    private let state = Locked(State())
+
+    func published(seconds: Double) {
+        state.withLock { s in
+            s.count += 1
+            s.sum += seconds
+            if let i = Self.bounds.firstIndex(where: { seconds <= $0 }) { s.buckets[i] += 1 }
+        }
+    }
+
+    func conflict() { state.withLock { $0.conflicts += 1 } }
+    func retried() { state.withLock { $0.retries += 1 } }
+
+    /// Prometheus text for `node`.
+    func render(node: String, connected: Bool) -> String {
+        let s = state.withLock { $0 }
+        var out = """
+        # HELP tabd_node_info This node of a cluster.
+        # TYPE tabd_node_info gauge
+        tabd_node_info{node="\(node)"} 1
+        # HELP tabd_engine_connected Whether the engine (NATS JetStream) is reachable.
+        # TYPE tabd_engine_connected gauge
+        tabd_engine_connected \(connected ? 1 : 0)
+        # HELP tabd_engine_conflicts_total Batches another node's batch got ahead of: decided again.
+        # TYPE tabd_engine_conflicts_total counter
+        tabd_engine_conflicts_total \(s.conflicts)
+        # HELP tabd_engine_retries_total Publishes sent again after no answer or a refusal.
+        # TYPE tabd_engine_retries_total counter
+        tabd_engine_retries_total \(s.retries)
+        # HELP tabd_engine_publish_seconds Round trip of a batch's publish to the engine's stored ack.
+        # TYPE tabd_engine_publish_seconds histogram
+
+        """
+        var cumulative = 0
+        for (bound, n) in zip(Self.bounds, s.buckets) {
+            cumulative += n
+            out += "tabd_engine_publish_seconds_bucket{le=\"\(bound)\"} \(cumulative)\n"
+        }
+        out += "tabd_engine_publish_seconds_bucket{le=\"+Inf\"} \(s.count)\n"
+        out += "tabd_engine_publish_seconds_sum \(s.sum)\ntabd_engine_publish_seconds_count \(s.count)\n"
+        return out
+    }
+}
