@@ -84,6 +84,7 @@ final class BenchClient: WebSocketClientHandler {
     let options: BenchOptions
     let layout: RoomLayout
     let url: WebSocketURL
+    let urls: [WebSocketURL]
     let state: Mutex<State>
     let client = Mutex<WebSocketClient?>(nil)
     private let mask: Int
@@ -93,6 +94,7 @@ final class BenchClient: WebSocketClientHandler {
         self.options = options
         self.layout = options.layout
         self.url = options.url!
+        self.urls = options.urls.isEmpty ? [options.url!] : options.urls
         let capacity = 1 << 20
         mask = capacity - 1
         state = Mutex(State(capacity: capacity, rooms: options.layout.rooms))
@@ -133,6 +135,7 @@ final class BenchClient: WebSocketClientHandler {
         while s.connecting < options.connectConcurrency && s.conns.count < s.target {
             let name = "bench-\(s.conns.count)"
             let room = layout.room(of: s.conns.count)
+            let url = urls[s.conns.count % urls.count]
             let sep = url.path.contains("?") ? "&" : "?"
             var path = options.server == .tabd ? url.path + sep + "name=\(name)" : url.path
             if options.rooms != nil { path += "&room=\(RoomLayout.name(room))" }

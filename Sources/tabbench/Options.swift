@@ -14,6 +14,8 @@ enum ServerKind: String, Sendable {
 struct BenchOptions: Sendable {
     var server = ServerKind.tabd
     var url: WebSocketURL?
+    /// Every `--url` given: client i connects to the (i mod n)th (a cluster's nodes).
+    var urls: [WebSocketURL] = []
     var subprotocol: String?
     var clients = 100
     var senders = 1
@@ -60,7 +62,8 @@ struct BenchOptions: Sendable {
       --server KIND            tabd (default), mirror (libwebsockets-test-server's
                                lws-mirror-protocol) or broadcast (a server that sends every
                                message to every client, e.g. bench/broadcast_server.py)
-      --url URL                ws://HOST:PORT/PATH (tabd: ws://127.0.0.1:PORT/ws;
+      --url URL                ws://HOST:PORT/PATH (tabd: ws://127.0.0.1:PORT/ws; repeat it
+                               for a cluster's nodes: client i uses the (i mod n)th;
                                mirror: ws://127.0.0.1:PORT/?mirror=bench)
       --subprotocol NAME       subprotocol offered (default: tabd.v1 for tabd,
                                lws-mirror-protocol for mirror, none for broadcast)
@@ -177,7 +180,8 @@ struct BenchOptions: Sendable {
             case "--url":
                 let v = try value(arg)
                 guard let url = WebSocketURL(v) else { throw UsageError("--url must be ws://HOST:PORT/PATH, got '\(v)'") }
-                o.url = url
+                if o.url == nil { o.url = url }
+                o.urls.append(url)
             case "--subprotocol": o.subprotocol = try value(arg)
             case "--clients": o.clients = try int(arg, min: 1)
             case "--senders":
