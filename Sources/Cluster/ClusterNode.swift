@@ -23,6 +23,9 @@ public final class ClusterNode: Sendable {
     let stats = EngineStats()
     private let seen = Locked([String: Double]())
     private let started = ClusterNode.now()
+    /// Since when the engine connection has been up (nil while down): other nodes are
+    /// judged only after this node has listened for a whole timeout.
+    private let connectedSince = Locked<Double?>(ClusterNode.now())
     private let heartbeat = Locked<(any DispatchSourceTimer)?>(nil)
     private let subscriptions = Locked([EngineSubscription]())
 
@@ -35,7 +38,8 @@ public final class ClusterNode: Sendable {
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
         do {
-            client = try EngineClient(urls: urls, name: "tabd \(name)") { up in
+            client = try EngineClient(urls: urls, name: "tabd \(name)") { [connectedSince] up in
+                connectedSince.withLock { $0 = up ? ($0 ?? ClusterNode.now()) : nil }
                 log(up ? "engine connection up" : "engine connection lost; retrying")
             }
         } catch { throw Failure("cannot reach the engine at \(urls.joined(separator: ",")): \(error)") }
@@ -59,7 +63,8 @@ public final class ClusterNode: Sendable {
         }
         guard got > 0 else { client.close(); throw Failure("the engine at \(urls.joined(separator: ",")) refused every stream") }
         replicas = got
-        let timer = DispatchSource.makeTimerSource(queue: .global())
+        // Its own queue: blocking engine calls on the global queues cannot delay it.
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "tabd.cluster.heartbeat"))
         let beat = Array(name.utf8)
         timer.schedule(deadline: .now(), repeating: .milliseconds(Int(heartbeatTimeout * 1000 / 5)))
         timer.setEventHandler { [client] in client.publishCore(subject: EngineNames.heartbeatPrefix + name, data: beat) }
@@ -85,8 +90,10 @@ public final class ClusterNode: Sendable {
     public func isAlive(_ node: String) -> Bool {
         if node == name { return true }
         let now = Self.now()
-        if let last = seen.withLock({ $0[node] }) { return now - last < heartbeatTimeout }
-        return now - started < heartbeatTimeout
+        // Deaf for a while (starting, or the connection was down): nobody is judged.
+        guard let since = connectedSince.withLock({ $0 }), now - since >= heartbeatTimeout, now - started >= heartbeatTimeout else { return true }
+        guard let last = seen.withLock({ $0[node] }) else { return false }
+        return now - last < heartbeatTimeout
     }
 
     /// Calls `handler` with a room's id whenever any node deletes that room.
@@ -136,7 +143,7 @@ public final class ClusterNode: Sendable {
             switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes,
                                   headers: [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name)],
                                   expectedLastSeq: 0, msgID: "genesis-\(id)-\(genesis.epoch)") {
-            case let .stored(_, duplicate): return !duplicate
+            case .stored: return true // a duplicate is this call's own earlier attempt
             case .wrongLastSequence: return false
             case let .unknown(why): if attempt % 10 == 1 { log("room '\(id)': creating, no answer yet (\(why)); asking again") }
             case let .failed(why):

@@ -50,8 +50,13 @@ public final class ClusterRoom: Durability, Sendable {
         /// the state it was decided on ends, so it lands only on that state.
         var streamSeqOf: [Int: UInt64] = [:]
         var generation = 0
-        /// Set after a failure: every batch of the failed generation fails alike.
+        /// Set after a failure: every batch of the failed generation fails alike, reported
+        /// once the consumer has delivered past `failureAfter` (what won a conflict, and
+        /// every batch of this node already stored), so the state rolled back to has them.
         var failure: CommandError?
+        var failureAfter: UInt64 = 0
+        /// Set by close(): nothing more is published.
+        var closed = false
         /// Published, reported once the consumer delivers them.
         var awaiting: [UInt64: @Sendable (CommandError?) -> Void] = [:]
         /// Conflicts, reported once the consumer has delivered past `after`.
@@ -122,6 +127,9 @@ public final class ClusterRoom: Durability, Sendable {
         if let broken = state.withLock({ $0.broken }) { close(); throw ClusterNode.Failure(broken) }
     }
 
+    /// Makes message ids unique to this incarnation (the engine deduplicates by id).
+    private let nonce = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+
     /// Called with every later batch of other nodes (on the engine's thread; quick).
     public func onForeignBatches(_ handler: @escaping @Sendable () -> Void) {
         foreign.withLock { $0 = handler }
@@ -131,7 +139,23 @@ public final class ClusterRoom: Durability, Sendable {
     public func close() {
         subscription.withLock { $0 }?.cancel()
         foreign.withLock { $0 = nil }
+        let left = state.withLock { s -> [@Sendable (CommandError?) -> Void] in
+            s.closed = true
+            defer { s.queue = []; s.awaiting = [:]; s.conflicts = [] }
+            return s.queue.map(\.done) + Array(s.awaiting.values) + s.conflicts.map(\.done)
+        }
+        for done in left { done(.unavailable("room '\(room)' closed")) }
     }
+
+    /// In the lock: whether `done` gets the generation's failure now; if not, it is kept
+    /// until the consumer has delivered past `failureAfter`.
+    private static func reportNow(_ s: inout State, _ done: @escaping @Sendable (CommandError?) -> Void) -> Bool {
+        if s.closed || s.delivered > s.failureAfter { return true }
+        s.conflicts.append((s.failureAfter, done))
+        return false
+    }
+
+    public var isSharedLog: Bool { true }
 
     /// The clients whose node is dead (or is this node in an earlier life, when
     /// `includingOwn`): they left without anyone saying so.
@@ -163,8 +187,9 @@ public final class ClusterRoom: Durability, Sendable {
 
     public func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         let (start, failure) = state.withLock { s -> (Bool, CommandError?) in
+            if s.closed { return (false, .unavailable("room '\(room)' closed")) }
             if generation < s.generation { return (false, .unavailable("rolled back")) }
-            if let failure = s.failure { return (false, failure) }
+            if let failure = s.failure { return Self.reportNow(&s, done) ? (false, failure) : (false, nil) }
             s.queue.append(Pending(batch: batch, generation: generation, done: done))
             guard !s.draining else { return (false, nil) }
             s.draining = true
@@ -185,10 +210,12 @@ public final class ClusterRoom: Durability, Sendable {
                 return (pending, s.streamSeqOf[pending.batch.firstSeq - 1], s.published)
             }
             guard let (pending, base, n) = next else { return }
-            let failure = state.withLock { s -> CommandError? in
-                if let failure = s.failure { return failure }
-                return pending.generation < s.generation ? .unavailable("rolled back") : nil
+            let (failure, skip) = state.withLock { s -> (CommandError?, Bool) in
+                if s.closed { return (.unavailable("room '\(room)' closed"), false) }
+                if let failure = s.failure { return Self.reportNow(&s, pending.done) ? (failure, false) : (nil, true) }
+                return (pending.generation < s.generation ? .unavailable("rolled back") : nil, false)
             }
+            if skip { continue }
             if let failure { pending.done(failure); continue }
             guard let expected = base else {
                 // Decided on a state this node cannot place in the stream (should not happen:
@@ -196,7 +223,7 @@ public final class ClusterRoom: Durability, Sendable {
                 failAll(first: pending, error: .unavailable("the batch's place in the stream is unknown"), after: nil)
                 continue
             }
-            let id = "\(node.name)-\(room)-\(ObjectIdentifier(self).hashValue)-\(n)"
+            let id = "\(node.name)-\(room)-\(nonce)-\(n)"
             var attempt = 0
             while true {
                 let sent = DispatchTime.now().uptimeNanoseconds
@@ -219,6 +246,7 @@ public final class ClusterRoom: Durability, Sendable {
                     failAll(first: pending, error: .conflict(), after: expected)
                 case let .unknown(why):
                     attempt += 1
+                    if state.withLock({ $0.closed }) { pending.done(.unavailable("room '\(room)' closed")); break }
                     if attempt == 1 || attempt % 20 == 0 { node.log("room '\(room)': no answer from the engine for a batch (\(why)); asking again") }
                     Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 1))
                     continue
@@ -241,17 +269,18 @@ public final class ClusterRoom: Durability, Sendable {
     /// Fails `first` and every queued batch: a conflict once the consumer has delivered
     /// what took its place (so the state rolled back to includes it), another failure now.
     private func failAll(first: Pending, error: CommandError, after: UInt64?) {
-        let (now, queued) = state.withLock { s -> ([Pending], [Pending]) in
+        let now = state.withLock { s -> [Pending] in
             s.failure = error
-            let queued = s.queue
+            // Past what took this batch's place, and past every batch of this node stored
+            // but not delivered yet: the rollback must see them all.
+            var past = after ?? (s.delivered > 0 ? s.delivered - 1 : 0)
+            if let stored = s.awaiting.keys.max(), stored > 0 { past = max(past, stored - 1) }
+            s.failureAfter = past
+            let all = [first] + s.queue
             s.queue = []
-            guard let after else { return ([first] + queued, []) }
-            if s.delivered > after { return ([first] + queued, []) }
-            s.conflicts.append((after, first.done))
-            for p in queued { s.conflicts.append((after, p.done)) }
-            return ([], [])
+            return all.filter { Self.reportNow(&s, $0.done) }
         }
-        for p in now + queued { p.done(error) }
+        for p in now { p.done(error) }
     }
 
     // MARK: The stream
@@ -312,13 +341,24 @@ public final class ClusterRoom: Durability, Sendable {
         for (done, error) in reports { done(error) }
         if others { foreign.withLock { $0 }?() }
         if let snapshot { store(snapshot) }
-        if let broken = state.withLock({ $0.broken }) { node.log(broken); if state.withLock({ $0.loading }) { caughtUp.signal() } }
+        if let broken = state.withLock({ $0.broken }) {
+            node.log(broken)
+            // Nothing waits for a stream that no longer folds: every wait fails.
+            let (left, loading) = state.withLock { s -> ([@Sendable (CommandError?) -> Void], Bool) in
+                s.closed = true
+                defer { s.queue = []; s.awaiting = [:]; s.conflicts = [] }
+                return (s.queue.map(\.done) + Array(s.awaiting.values) + s.conflicts.map(\.done), s.loading)
+            }
+            for done in left { done(.unavailable(broken)) }
+            if loading { caughtUp.signal() }
+        }
     }
 
-    /// Keeps the batches of the last `resumeWindow` events (for `resume` on this node).
+    /// Keeps the batches of the last `resumeWindow` events (for `resume` on this node),
+    /// and never fewer than 10,000: the coordinator takes other nodes' batches from here.
     private func trim(_ history: inout [EventBatch]) {
         guard let last = history.last else { return }
-        let floor = last.lastSeq - resumeWindow
+        let floor = last.lastSeq - max(resumeWindow, 10_000)
         if let first = history.first, first.firstSeq <= floor {
             history.removeAll { $0.lastSeq <= floor }
         }

@@ -56,8 +56,9 @@ public final class EngineClient: @unchecked Sendable {
         var ctx: OpaquePointer?
         s = natsConnection_JetStream(&ctx, nc, &jsOpts)
         guard s == NATS_OK, let ctx else {
+            // The closed callback releases the box.
+            natsConnection_Close(nc)
             natsConnection_Destroy(nc)
-            box.release()
             throw EngineError(s, jsErrCode(rawValue: 0), "no JetStream context")
         }
         connection = nc

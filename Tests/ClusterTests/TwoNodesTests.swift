@@ -16,6 +16,7 @@ final class NodeLog: Sendable {
 /// Two nodes of a cluster over a real NATS JetStream server, each with its own
 /// coordinator of one room, applying commands at once: the engine's compare-and-set
 /// decides one order, the loser of each race decides its commands again.
+@Suite(.timeLimit(.minutes(2)))
 struct TwoNodesTests {
     /// Waits (bounded) until `condition` holds.
     func eventually(_ what: String, within seconds: Double = 30, _ condition: () async -> Bool) async throws {

@@ -289,12 +289,27 @@ public actor Coordinator {
     func rollbackHoldingGate(_ error: CommandError, failed: CommitWait) async {
         guard let durability, unpublished.contains(where: { $0.wait === failed }) else { return }
         let stored = durability.committedState()
-        if stored.history.isEmpty {
-            publishCommitted(through: stored.snapshot.seq)
-        } else {
-            // A shared log (a cluster): what it holds past what was published — this
-            // coordinator's committed batches and other writers' — goes out in its order.
+        // How far this coordinator's own batches really committed: answers past it must not
+        // be released by what is published below (another writer's batch may end at a seq
+        // one of them was waiting for).
+        var ownCommitted = stored.snapshot.seq
+        var held: [AnswerQueues.Redo] = []
+        if durability.isSharedLog {
+            ownCommitted = publishedSeq
+            for entry in unpublished {
+                guard case .some(nil) = entry.wait.result else { break }
+                ownCommitted = entry.batch.lastSeq
+            }
+            if error.isConflict {
+                held = answers.takeRedo(after: ownCommitted)
+            } else {
+                answers.rollBack(to: ownCommitted, error: error)
+            }
+            // What the log holds past what was published — this coordinator's committed
+            // batches and other writers' — goes out in its order.
             publish(stored.history.filter { $0.lastSeq > publishedSeq })
+        } else {
+            publishCommitted(through: stored.snapshot.seq)
         }
         generation += 1
         unpublished = []
@@ -304,8 +319,8 @@ public actor Coordinator {
         roster = Roster(clients: stored.snapshot.clients)
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
-        if error.isConflict {
-            await redecide(answers.takeRedo(after: stored.snapshot.seq))
+        if durability.isSharedLog {
+            await redecide(held)
         } else {
             answers.rollBack(to: stored.snapshot.seq, error: error)
         }

@@ -43,6 +43,14 @@ public protocol Durability: Sendable {
     func committedState() -> StoredState
     /// Accepts batches of `generation` (and later) again; fails what is left of older ones.
     func reset(generation: Int)
+    /// Whether other writers append to the same log (a cluster's engine): then
+    /// ``committedState()``'s history holds every batch past what this coordinator
+    /// published, other writers' included, and a conflict is decided again.
+    var isSharedLog: Bool { get }
+}
+
+extension Durability {
+    public var isSharedLog: Bool { false }
 }
 
 /// A one-shot wait for a batch's commit, resumed from the store's thread. Any number

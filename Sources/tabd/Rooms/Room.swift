@@ -387,6 +387,8 @@ actor Room {
                       leftovers: [Input] = []) async {
         for connection in Array(clients.keys) + joining { server.close(connection, code: code, reason: reason) }
         refuse(leftovers, code: code, reason: reason)
+        // A deleted room's stream is gone: what it still publishes can never be answered.
+        if code == .roomGone { clusterRoom?.close() }
         _ = await coordinator.snapshot() // settles what is still committing
         await roomStore?.unload()
         clusterRoom?.close()
