@@ -174,6 +174,32 @@ final class ScriptedStore: Durability {
         #expect(c.counter.value == 1, "the counter was rolled back and counts on from the committed value")
     }
 
+    /// Reports of commits and of a failure behind them, seen in one pass: what committed
+    /// is published, the failure rolls back to it (the failed batch is found by its wait,
+    /// not by its place before the committed ones were taken out).
+    /// Whether the coordinator sees the three reports in one pass is a race: 20 rounds.
+    @Test(arguments: 1...20)
+    func commitsAndAFailureReportedTogetherPublishTheCommittedAndFailTheRest(round: Int) async throws {
+        let (c, store) = try await durable()
+        let seen = await published(c)
+        store.hold()
+        let first = await c.submit(.scroll(tab: nil, offset: 1))
+        let second = await c.submit(.scroll(tab: nil, offset: 2))
+        store.setFailing(true)
+        let third = await c.submit(.push(tab: nil, route: "lost"))
+        try await until { store.heldCount == 3 }
+        store.setFailing(false)
+        store.release()
+        #expect(try await c.outcome(of: first) == .applied(seq: 3, batch: EventBatch(by: Coordinator.daemonID, ref: nil,
+                events: [SequencedEvent(seq: 3, event: .scrolled(tab: "home", offset: 1))])))
+        #expect(try await c.outcome(of: second) == .applied(seq: 4, batch: EventBatch(by: Coordinator.daemonID, ref: nil,
+                events: [SequencedEvent(seq: 4, event: .scrolled(tab: "home", offset: 2))])))
+        await #expect(throws: CommandError.unavailable("disk full")) { try await c.outcome(of: third) }
+        #expect(seen.withLock { $0.map(\.lastSeq) } == [3, 4])
+        let after = await c.snapshot()
+        #expect(after.seq == 4 && after.tabs[0].scroll == 2 && after.tabs[0].stack.count == 1)
+    }
+
     @Test func aLateSecondReportOfAFailureDoesNotRollBackWhatWasAppliedSince() async throws {
         let (c, store) = try await durable()
         store.hold()

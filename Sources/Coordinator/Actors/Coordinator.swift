@@ -270,13 +270,15 @@ public actor Coordinator {
         // Reports after this point signal again; those before it are all seen below.
         commitSignalled.lower()
         var n = 0
-        var failure: CommandError?
+        var failure: (error: CommandError, wait: CommitWait)?
         while n < unpublished.count, let result = unpublished[n].wait.result {
-            if let error = result { failure = error; break }
+            if let error = result { failure = (error, unpublished[n].wait); break }
             n += 1
         }
+        // Publishing takes the committed prefix out of `unpublished`: the failed batch's
+        // wait was taken above, not looked up by its old index.
         if n > 0 { publishCommitted(through: unpublished[n - 1].batch.lastSeq) }
-        if let failure { await rollback(failure, failed: unpublished[n].wait) }
+        if let failure { await rollback(failure.error, failed: failure.wait) }
     }
 
     /// After a failed commit: publishes what did commit, then puts the state back to the
