@@ -28,6 +28,7 @@ public final class ClusterNode: Sendable {
     private let connectedSince = Locked<Double?>(ClusterNode.now())
     private let heartbeat = Locked<(any DispatchSourceTimer)?>(nil)
     private let subscriptions = Locked([EngineSubscription]())
+    private let reconnected = Locked<(@Sendable () -> Void)?>(nil)
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
@@ -38,9 +39,10 @@ public final class ClusterNode: Sendable {
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
         do {
-            client = try EngineClient(urls: urls, name: "tabd \(name)") { [connectedSince] up in
+            client = try EngineClient(urls: urls, name: "tabd \(name)") { [connectedSince, reconnected] up in
                 connectedSince.withLock { $0 = up ? ($0 ?? ClusterNode.now()) : nil }
                 log(up ? "engine connection up" : "engine connection lost; retrying")
+                if up, let handler = reconnected.withLock({ $0 }) { DispatchQueue.global().async(execute: handler) }
             }
         } catch { throw Failure("cannot reach the engine at \(urls.joined(separator: ",")): \(error)") }
         // The engine may still be electing its leaders: ask again for up to about 30 s.
@@ -96,6 +98,12 @@ public final class ClusterNode: Sendable {
         return now - last < heartbeatTimeout
     }
 
+    /// Calls `handler` (off the engine's threads) each time the engine connection comes
+    /// back: notices sent meanwhile (deletions) were missed.
+    public func onReconnect(_ handler: @escaping @Sendable () -> Void) {
+        reconnected.withLock { $0 = handler }
+    }
+
     /// Calls `handler` with a room's id whenever any node deletes that room.
     public func onDeletion(_ handler: @escaping @Sendable (RoomID) -> Void) throws(Failure) {
         do {
@@ -131,10 +139,19 @@ public final class ClusterNode: Sendable {
     /// still empty, so of nodes creating it at once exactly one succeeds.
     public func createRoom(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
         let stream = EngineNames.stream(id)
-        do {
-            _ = try client.ensureStream(name: stream, subjects: [EngineNames.subject(id)], replicas: replicas,
-                                        maxMessages: 100_000, duplicateWindowSeconds: 120)
-        } catch { throw Failure("cannot create room '\(id)': \(error)") }
+        // Another node may be creating the same stream, whose replicas are still electing
+        // a leader: reading it times out for a moment. Asked again for up to about 15 s.
+        for attempt in 1... {
+            do {
+                _ = try client.ensureStream(name: stream, subjects: [EngineNames.subject(id)], replicas: replicas,
+                                            maxMessages: 100_000, duplicateWindowSeconds: 120)
+                break
+            } catch {
+                if attempt >= 40 { throw Failure("cannot create room '\(id)': \(error)") }
+                if attempt % 10 == 1 { log("room '\(id)': creating its stream, not answered yet (\(error)); asking again") }
+                Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 0.5))
+            }
+        }
         let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
         // A stream just created is not ready at once (its replicas elect a leader): ask
         // again, for up to about 15 s.

@@ -21,10 +21,20 @@ public final class ClusterRoom: Durability, Sendable {
     let stream: String
     let subject: String
     let resumeWindow: Int
+    /// The stream's creation time: snapshots name it, so none outlives its incarnation.
+    let streamCreated: Int64
     private let state: Locked<State>
     private let publishing: DispatchQueue
     private let caughtUp = DispatchSemaphore(value: 0)
     private let subscription = Locked<EngineSubscription?>(nil)
+    /// Watches the consumer while stored batches wait for it; replaces a lost consumer.
+    private let watchdog: DispatchQueue
+    /// A node stores a snapshot when one of its own batches is delivered this many stream
+    /// messages after the last snapshot it loaded or stored (every node that writes does,
+    /// so the engine has one at most about this far behind the stream's end).
+    static let snapshotDistance: UInt64 = 1000
+    /// How long the consumer may deliver nothing while a stored batch waits.
+    static let stallNanoseconds: UInt64 = 500_000_000
     /// Told (on the engine's thread) when another node's batches arrived.
     private let foreign = Locked<(@Sendable () -> Void)?>(nil)
 
@@ -61,11 +71,16 @@ public final class ClusterRoom: Durability, Sendable {
         var awaiting: [UInt64: @Sendable (CommandError?) -> Void] = [:]
         /// Conflicts, reported once the consumer has delivered past `after`.
         var conflicts: [(after: UInt64, done: @Sendable (CommandError?) -> Void)] = []
-        var eventsSinceSnapshot = 0
+        /// The stream position of the last snapshot this node loaded or stored.
+        var snapshotSeq: UInt64 = 0
         var published = 0
         var broken: String?
         /// Publishes another node's batch got ahead of.
         var conflictCount = 0
+        /// When the consumer last delivered (uptime ns), and whether a watch is scheduled
+        /// while stored batches wait for it (see ``checkDelivery()``).
+        var lastDelivery: UInt64 = 0
+        var watching = false
     }
 
     init(node: ClusterNode, room: RoomID, resumeWindow: Int) throws(ClusterNode.Failure) {
@@ -75,6 +90,7 @@ public final class ClusterRoom: Durability, Sendable {
         stream = EngineNames.stream(room)
         subject = EngineNames.subject(room)
         publishing = DispatchQueue(label: "tabd.cluster.\(room)")
+        watchdog = DispatchQueue(label: "tabd.cluster.\(room).watch")
         let client = node.client
         var info: StreamInfo
         var start: StoredState
@@ -89,7 +105,7 @@ public final class ClusterRoom: Durability, Sendable {
             guard let i = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
             info = i
             if let message = try client.lastMessage(stream: EngineNames.snapshots, subject: EngineNames.snapshotSubject(room)),
-               !message.data.isEmpty, let record = try? SnapshotRecord(bytes: message.data), record.streamSeq >= info.firstSeq - 1 {
+               !message.data.isEmpty, let record = try? SnapshotRecord(bytes: message.data), record.fits(info) {
                 start = record.state
                 owners = record.owners
                 from = record.streamSeq
@@ -110,14 +126,12 @@ public final class ClusterRoom: Durability, Sendable {
             Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3))
         }
         }
+        streamCreated = info.created
         state = Locked(State(stored: start, delivered: from, owners: owners, target: info.lastSeq,
-                             streamSeqOf: [start.snapshot.seq: from]))
+                             streamSeqOf: [start.snapshot.seq: from], snapshotSeq: from))
         if info.lastSeq <= from { state.withLock { $0.loading = false }; caughtUp.signal() }
         do {
-            let sub = try client.subscribeOrdered(stream: stream, subject: subject, startSeq: from + 1,
-                                                  headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader]) { [weak self] message in
-                self?.received(message)
-            }
+            let sub = try follow(from: from + 1)
             subscription.withLock { $0 = sub }
         } catch { throw ClusterNode.Failure("cannot follow room '\(room)': \(error)") }
         if caughtUp.wait(timeout: .now() + 30) == .timedOut {
@@ -133,6 +147,66 @@ public final class ClusterRoom: Durability, Sendable {
     /// Called with every later batch of other nodes (on the engine's thread; quick).
     public func onForeignBatches(_ handler: @escaping @Sendable () -> Void) {
         foreign.withLock { $0 = handler }
+    }
+
+    /// An ordered consumer of the room's stream from `seq` on, feeding ``received(_:)``.
+    private func follow(from seq: UInt64) throws(EngineError) -> EngineSubscription {
+        try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq,
+                                         headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader]) { [weak self] message in
+            self?.received(message)
+        }
+    }
+
+    /// Called when the engine stored a batch the consumer has not delivered yet: makes
+    /// sure a watch runs until every stored batch is delivered.
+    private func watchDelivery() {
+        let start = state.withLock { s -> Bool in
+            guard !s.watching else { return false }
+            s.watching = true
+            s.lastDelivery = max(s.lastDelivery, DispatchTime.now().uptimeNanoseconds)
+            return true
+        }
+        if start { watchdog.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.stallNanoseconds))) { [weak self] in self?.checkDelivery() } }
+    }
+
+    /// The consumer lives on one server. When that server dies (a stream leader killed),
+    /// libnats learns it only from missing heartbeats, seconds later; meanwhile the
+    /// engine stores this node's batches and no command is answered. So while stored
+    /// batches wait and nothing at all has been delivered for ``stallNanoseconds``, the
+    /// consumer is replaced by a new one from the next undelivered seq. Messages both
+    /// deliver are taken once (``received(_:)`` skips what it has seen).
+    private func checkDelivery() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let next = state.withLock { s -> (from: UInt64?, again: Bool) in
+            guard !s.closed, s.broken == nil, !s.awaiting.isEmpty else { s.watching = false; return (nil, false) }
+            if now &- s.lastDelivery < Self.stallNanoseconds { return (nil, true) }
+            return (s.delivered + 1, true)
+        }
+        if let from = next.from {
+            node.log("room '\(room)': nothing delivered for \(Self.stallNanoseconds / 1_000_000) ms while batches wait; following the stream again from \(from)")
+            if let sub = try? follow(from: from) {
+                node.stats.refollowed()
+                let old = subscription.withLock { current -> EngineSubscription? in
+                    defer { current = sub }
+                    return current
+                }
+                state.withLock { $0.lastDelivery = DispatchTime.now().uptimeNanoseconds }
+                old?.cancel()
+                // close() may have run in between: it cancelled the old one, not this one.
+                if state.withLock({ $0.closed }) { sub.cancel() }
+            }
+        }
+        if next.again {
+            watchdog.asyncAfter(deadline: .now() + .nanoseconds(Int(Self.stallNanoseconds) / 2)) { [weak self] in self?.checkDelivery() }
+        }
+    }
+
+    /// Whether the room's stream is still the one this room was loaded from: false once
+    /// the room was deleted (and perhaps created again) elsewhere.
+    public func streamIsCurrent() throws(ClusterNode.Failure) -> Bool {
+        do { return try node.client.streamInfo(stream)?.created == streamCreated } catch {
+            throw ClusterNode.Failure("cannot read room '\(room)': \(error)")
+        }
     }
 
     /// Stops following the stream.
@@ -239,7 +313,7 @@ public final class ClusterRoom: Durability, Sendable {
                         s.awaiting[seq] = pending.done
                         return false
                     }
-                    if now { pending.done(nil) }
+                    if now { pending.done(nil) } else { watchDelivery() }
                 case .wrongLastSequence:
                     state.withLock { $0.conflictCount += 1 }
                     node.stats.conflict()
@@ -292,6 +366,7 @@ public final class ClusterRoom: Durability, Sendable {
         var finishedLoading = false
         state.withLock { s in
             guard message.streamSeq > s.delivered, s.broken == nil else { return } // seen already
+            s.lastDelivery = DispatchTime.now().uptimeNanoseconds
             if message.headers[EngineNames.kindHeader] == "genesis" {
                 s.delivered = message.streamSeq
             } else {
@@ -318,10 +393,11 @@ public final class ClusterRoom: Durability, Sendable {
                 }
                 if let done = s.awaiting.removeValue(forKey: message.streamSeq) {
                     reports.append((done, nil))
-                    s.eventsSinceSnapshot += batch.events.count
-                    if s.eventsSinceSnapshot >= 1000 {
-                        s.eventsSinceSnapshot = 0
-                        snapshot = SnapshotRecord(streamSeq: s.delivered, state: s.stored, owners: s.owners)
+                    // By stream distance, whoever wrote the batches in between: a room stays
+                    // loadable from a snapshot and the kept tail however its writers come and go.
+                    if s.delivered - s.snapshotSeq >= Self.snapshotDistance {
+                        s.snapshotSeq = s.delivered
+                        snapshot = SnapshotRecord(streamCreated: streamCreated, streamSeq: s.delivered, state: s.stored, owners: s.owners)
                     }
                 } else if !s.loading {
                     others = true

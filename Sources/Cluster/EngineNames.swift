@@ -1,4 +1,5 @@
 import Coordinator
+import JetStream
 
 /// Where a room lives in the engine. Room ids (`[A-Za-z0-9_-]{1,64}`) are valid in
 /// stream names and subject tokens as they are.
@@ -47,29 +48,39 @@ struct Genesis {
 /// A room's state at a stream sequence, kept in the engine so a node that has never
 /// seen the room starts from it and reads only the tail.
 struct SnapshotRecord {
+    /// The creation time of the stream it was taken from: a snapshot of a room deleted
+    /// and created again (a stale one that outlived its tombstone) never fits the new one.
+    var streamCreated: Int64
     var streamSeq: UInt64
     var state: StoredState
     var owners: [ClientID: String]
 
     var bytes: [UInt8] {
         JSONValue.object([
-            ("streamSeq", .number(String(streamSeq))), ("epoch", .string(state.epoch)),
+            ("streamCreated", .number(String(streamCreated))), ("streamSeq", .number(String(streamSeq))), ("epoch", .string(state.epoch)),
             ("nextPage", .int(state.nextPage)), ("nextClient", .int(state.nextClient)),
             ("owners", .object(owners.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
             ("snapshot", state.snapshot.json(capped: false)),
         ]).compactBytes
     }
 
-    init(streamSeq: UInt64, state: StoredState, owners: [ClientID: String]) {
-        self.streamSeq = streamSeq; self.state = state; self.owners = owners
+    init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String]) {
+        self.streamCreated = streamCreated; self.streamSeq = streamSeq; self.state = state; self.owners = owners
+    }
+
+    /// Whether it is a snapshot of this stream (`info`) that the stream's messages follow on from.
+    func fits(_ info: StreamInfo) -> Bool {
+        streamCreated == info.created && streamSeq + 1 >= info.firstSeq && streamSeq <= info.lastSeq
     }
 
     init(bytes: [UInt8]) throws {
         let json = try JSONParser.parse(bytes)
-        guard let seq = json["streamSeq"]?.intValue, seq > 0, let epoch = json["epoch"]?.stringValue,
+        guard let created = json["streamCreated"]?.intValue,
+              let seq = json["streamSeq"]?.intValue, seq > 0, let epoch = json["epoch"]?.stringValue,
               let nextPage = json["nextPage"]?.intValue, let nextClient = json["nextClient"]?.intValue,
               let owners = json["owners"]?.objectValue, let snapshot = json["snapshot"]
         else { throw WireError("not a room snapshot") }
+        streamCreated = Int64(created)
         streamSeq = UInt64(seq)
         state = StoredState(epoch: epoch, snapshot: try Snapshot(json: snapshot), nextPage: nextPage, nextClient: nextClient, history: [])
         self.owners = Dictionary(uniqueKeysWithValues: owners.compactMap { k, v in v.stringValue.map { (k, $0) } })

@@ -12,6 +12,7 @@ public final class EngineStats: Sendable {
         var sum = 0.0
         var conflicts = 0
         var retries = 0
+        var refollowed = 0
     }
     private let state = Locked(State())
 
@@ -25,6 +26,7 @@ public final class EngineStats: Sendable {
 
     func conflict() { state.withLock { $0.conflicts += 1 } }
     func retried() { state.withLock { $0.retries += 1 } }
+    func refollowed() { state.withLock { $0.refollowed += 1 } }
 
     /// Prometheus text for `node`.
     func render(node: String, connected: Bool) -> String {
@@ -42,6 +44,9 @@ public final class EngineStats: Sendable {
         # HELP tabd_engine_retries_total Publishes sent again after no answer or a refusal.
         # TYPE tabd_engine_retries_total counter
         tabd_engine_retries_total \(s.retries)
+        # HELP tabd_engine_consumers_replaced_total Room consumers replaced after delivering nothing while batches waited.
+        # TYPE tabd_engine_consumers_replaced_total counter
+        tabd_engine_consumers_replaced_total \(s.refollowed)
         # HELP tabd_engine_publish_seconds Round trip of a batch's publish to the engine's stored ack.
         # TYPE tabd_engine_publish_seconds histogram
 

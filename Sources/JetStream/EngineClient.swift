@@ -149,7 +149,8 @@ public final class EngineClient: @unchecked Sendable {
     private static func info(_ si: UnsafeMutablePointer<jsStreamInfo>) -> StreamInfo {
         let cfg = si.pointee.Config!.pointee
         return StreamInfo(name: String(cString: cfg.Name), replicas: Int(cfg.Replicas),
-                          firstSeq: si.pointee.State.FirstSeq, lastSeq: si.pointee.State.LastSeq, messages: si.pointee.State.Msgs)
+                          firstSeq: si.pointee.State.FirstSeq, lastSeq: si.pointee.State.LastSeq, messages: si.pointee.State.Msgs,
+                          created: si.pointee.Created)
     }
 
     // MARK: Publishing
@@ -235,6 +236,9 @@ public final class EngineClient: @unchecked Sendable {
         let s: natsStatus = stream.withCString { cStream in
             opts.Stream = cStream
             opts.Ordered = true
+            // The consumer lives on one server: when it dies, the missing heartbeats are
+            // how the client learns to make a new one (the default 5 s is a long stall).
+            opts.Config.Heartbeat = Self.orderedHeartbeatNanoseconds
             opts.Config.DeliverPolicy = startSeq <= 1 ? js_DeliverAll : js_DeliverByStartSequence
             if startSeq > 1 { opts.Config.OptStartSeq = startSeq }
             return js_Subscribe(&sub, js, subject, Self.deliver, box.toOpaque(), nil, &opts, &err)
@@ -245,6 +249,8 @@ public final class EngineClient: @unchecked Sendable {
         }
         return EngineSubscription(sub, box)
     }
+
+    static let orderedHeartbeatNanoseconds: Int64 = 1_000_000_000
 
     /// Core NATS subscription (heartbeats, notices).
     public func subscribeCore(subject: String, handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> EngineSubscription {

@@ -24,7 +24,8 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         self.code = Int(code.rawValue)
         var text = String(cString: natsStatus_GetText(status))
         var detail: natsStatus = NATS_OK
-        if let last = nats_GetLastError(&detail), last.pointee != 0 { text = String(cString: last) }
+        // The thread's last error text, if it is this failure's (it may be an older one's).
+        if let last = nats_GetLastError(&detail), last.pointee != 0, detail == status { text = String(cString: last) }
         message = "\(what): \(text)"
     }
 }

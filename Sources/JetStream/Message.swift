@@ -29,4 +29,7 @@ public struct StreamInfo: Sendable, Equatable {
     public let firstSeq: UInt64
     public let lastSeq: UInt64
     public let messages: UInt64
+    /// When the stream was created (ns since 1970), the same on every replica: tells one
+    /// incarnation of a stream from another of the same name.
+    public let created: Int64
 }

@@ -1,7 +1,8 @@
-import Cluster
+@testable import Cluster
 import Conformance
 import Coordinator
 import Foundation
+import JetStream
 import Locking
 import Testing
 
@@ -134,5 +135,50 @@ struct TwoNodesTests {
         let state = seen.committedState()
         #expect(state.epoch == coordinator.epoch)
         #expect(state.snapshot == expected)
+    }
+
+    /// A room deleted and created again under the same id: a snapshot of the old room that
+    /// outlived the deletion (stored by a node that had not heard of it yet) is not loaded
+    /// into the new one, even where its seq would fit the new stream.
+    @Test func aSnapshotOfADeletedRoomIsNeverLoadedIntoTheRoomCreatedAgain() async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let first = try ClusterNode(urls: [server.url], name: "first", log: { _ in })
+        defer { first.close() }
+        let subject = EngineNames.snapshotSubject("again")
+        _ = try first.createRoom("again", tabs: TabInfo.defaults)
+        let old = try first.openRoom("again", resumeWindow: 10_000)
+        let oldCoordinator = Coordinator(restoring: old.committedState(), durability: old)
+        try await oldCoordinator.start(forgetting: [])
+        for i in 0..<600 { _ = try await oldCoordinator.execute(.push(tab: "home", route: "old\(i)")); _ = try await oldCoordinator.execute(.pop(tab: "home")) }
+        var stale: [UInt8] = []
+        try await eventually("a snapshot of the old room") {
+            stale = (try? first.client.lastMessage(stream: EngineNames.snapshots, subject: subject))?.data ?? []
+            return !stale.isEmpty
+        }
+        let staleSeq = try SnapshotRecord(bytes: stale).streamSeq
+        old.close()
+        #expect(try first.deleteRoom("again"))
+
+        // The new room: more messages than the stale snapshot's seq, then the stale
+        // snapshot stored again, last, as the late node would.
+        _ = try first.createRoom("again", tabs: TabInfo.defaults)
+        let new = try first.openRoom("again", resumeWindow: 10_000)
+        let coordinator = Coordinator(restoring: new.committedState(), durability: new)
+        try await coordinator.start(forgetting: [])
+        // What a node that missed the deletion notice checks when it reconnects.
+        #expect(try !old.streamIsCurrent(), "the old room's stream is gone, though one of its name exists")
+        #expect(try new.streamIsCurrent())
+        for i in 0...Int(staleSeq) { _ = try await coordinator.execute(.scroll(tab: "home", offset: Double(i))) }
+        _ = first.client.publish(subject: subject, data: stale)
+        let expected = await coordinator.snapshot()
+
+        let second = try ClusterNode(urls: [server.url], name: "second", log: { _ in })
+        defer { second.close() }
+        let seen = try second.openRoom("again", resumeWindow: 10_000)
+        defer { seen.close() }
+        #expect(seen.committedState().epoch == coordinator.epoch)
+        #expect(seen.committedState().snapshot == expected)
+        new.close()
     }
 }

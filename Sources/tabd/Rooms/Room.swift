@@ -35,6 +35,8 @@ actor Room {
         case absorb
         /// Cluster: clients of nodes that died leave (checked every second).
         case sweep
+        /// Cluster: the engine connection is back; a deletion may have been missed.
+        case verifyStream
     }
 
     enum APICall: Sendable {
@@ -163,6 +165,11 @@ actor Room {
                         do { _ = try await coordinator.presence(joining: [], leaving: Array(gone)) } catch {
                             log.error("room '\(id)': could not record the departure of a dead node's clients: \(error.message)")
                         }
+                    }
+                case .verifyStream:
+                    if let clusterRoom, (try? await offPool { () throws(ClusterNode.Failure) in try clusterRoom.streamIsCurrent() }) == false {
+                        // Not awaited: the deletion comes back to this loop as `.delete`.
+                        Task { [registry, id] in await registry.deletedElsewhere(id) }
                     }
                 case let .delete(done):
                     // What came after the deletion is refused like what comes later.
@@ -424,7 +431,7 @@ actor Room {
                     : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
             case let .delete(done):
                 done.signal()
-            case .command, .refused, .idleCheck, .absorb, .sweep:
+            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream:
                 break
             }
         }

@@ -114,9 +114,12 @@ final class RoomRegistry: Sendable {
     var persistent: Bool { store != nil || cluster != nil }
 
     /// In a cluster, a room another node created is unknown here until asked: asks the
-    /// engine, and remembers the room if it exists.
+    /// engine, and remembers the room if it exists. Not while the engine is unreachable:
+    /// the question would hold the caller (an upgrade on the service thread) for the
+    /// whole request timeout, and the room could not be loaded anyway.
     private func learn(_ id: RoomID) {
-        guard let cluster, !state.withLock({ $0.existing.contains(id) || $0.deleting.contains(id) }) else { return }
+        guard let cluster, cluster.connected,
+              !state.withLock({ $0.existing.contains(id) || $0.deleting.contains(id) }) else { return }
         if (try? cluster.roomExists(id)) == true { state.withLock { _ = $0.existing.insert(id) } }
     }
 
@@ -280,6 +283,11 @@ final class RoomRegistry: Sendable {
     /// loaded room checks for clients of nodes that died. Keep the returned timer.
     func followCluster(_ cluster: ClusterNode) throws(ClusterNode.Failure) -> any DispatchSourceTimer {
         try cluster.onDeletion { [weak self] id in Task { await self?.deletedElsewhere(id) } }
+        // Deletion notices sent while this node was cut off from the engine are lost: on
+        // reconnecting, every loaded room's stream is checked.
+        cluster.onReconnect { [weak self] in
+            for room in self?.loadedRooms ?? [] { room.submit([.verifyStream]) }
+        }
         let sweep = DispatchSource.makeTimerSource(queue: .global())
         sweep.schedule(deadline: .now() + 1, repeating: 1)
         sweep.setEventHandler { [weak self] in
