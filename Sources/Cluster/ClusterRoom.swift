@@ -191,7 +191,9 @@ public final class ClusterRoom: Durability, Sendable {
                     return current
                 }
                 state.withLock { $0.lastDelivery = DispatchTime.now().uptimeNanoseconds }
-                old?.cancel()
+                // Unsubscribing asks the engine to delete the old consumer, which may wait
+                // out a timeout on a dead server: not on this queue.
+                if let old { DispatchQueue.global().async { old.cancel() } }
                 // close() may have run in between: it cancelled the old one, not this one.
                 if state.withLock({ $0.closed }) { sub.cancel() }
             }
@@ -322,7 +324,7 @@ public final class ClusterRoom: Durability, Sendable {
                     attempt += 1
                     if state.withLock({ $0.closed }) { pending.done(.unavailable("room '\(room)' closed")); break }
                     if attempt == 1 || attempt % 20 == 0 { node.log("room '\(room)': no answer from the engine for a batch (\(why)); asking again") }
-                    Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 1))
+                    Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 0.25)) // elections answer "no responders" at once
                     continue
                 case let .failed(why):
                     // Not stored (an election, the engine busy): the same publish is tried

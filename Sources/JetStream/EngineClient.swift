@@ -1,4 +1,5 @@
 import CNATS
+import Dispatch
 import Glibc
 import Synchronization
 
@@ -32,6 +33,9 @@ public final class EngineClient: @unchecked Sendable {
         natsOptions_SetAllowReconnect(opts, true)
         natsOptions_SetMaxReconnect(opts, -1)
         natsOptions_SetReconnectWait(opts, 250)
+        // A request in flight when the connection drops (its server stopped) fails at once
+        // instead of waiting out its timeout: publishes are asked again right away.
+        natsOptions_SetFailRequestsOnDisconnect(opts, true)
         let box = Unmanaged.passRetained(StatusBox(onChange))
         natsOptions_SetDisconnectedCB(opts, { _, closure in
             Unmanaged<StatusBox>.fromOpaque(closure!).takeUnretainedValue().changed(false)
@@ -315,10 +319,22 @@ public final class EngineSubscription: @unchecked Sendable {
         }, box.toOpaque())
     }
 
+    /// Stops deliveries now; frees the subscription a few seconds later. libnats 3.4's
+    /// reader thread can still be inside a delivery to a subscription it has just looked
+    /// up when another thread destroys it (nats.c issue #637, a crash seen here when a
+    /// stalled consumer was replaced): after the unsubscribe no new delivery starts, and
+    /// the delay outlasts one in progress.
     public func cancel() {
         guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
         natsSubscription_Unsubscribe(sub)
-        natsSubscription_Destroy(sub)
+        let doomed = Doomed(sub)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 5) { natsSubscription_Destroy(doomed.sub) }
+    }
+
+    /// A subscription handed to the queue that destroys it (used by nothing else).
+    private struct Doomed: @unchecked Sendable {
+        let sub: OpaquePointer
+        init(_ sub: OpaquePointer) { self.sub = sub }
     }
 
     deinit { cancel() }
