@@ -1,4 +1,5 @@
 import CWebSockets
+import Dispatch
 
 /// The protocol callback lws calls, on the service thread, for everything on our vhost.
 /// A top-level function because `lws_callback_function` must be a C function pointer.
@@ -58,8 +59,17 @@ extension ServiceLoop {
             guard let session = session(user) else { return 0 }
             return writeable(session)
         case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-            session(user)?.peerClose = Self.parseClose(UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
-            return 0
+            guard let session = session(user) else { return 0 }
+            let payload = UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length)
+            if let (code, reason) = Self.closeProblem(payload) {
+                // Not echoed: the close itself breaks the protocol. Our close goes out, the
+                // connection is dropped (returning -1 makes lws close without a frame).
+                session.localClose = (code, reason)
+                Array(reason.utf8).withUnsafeBytes { _ = tabd_fail_connection(wsi, code.rawValue, $0.baseAddress, $0.count) }
+                return -1
+            }
+            session.peerClose = Self.parseClose(payload)
+            return 0 // lws echoes the close
         case LWS_CALLBACK_CLOSED:
             closed(user)
             return 0
@@ -203,6 +213,12 @@ extension ServiceLoop {
 
     private func closed(_ user: UnsafeMutableRawPointer?) {
         guard let user, let session = session(user) else { return }
+        // lws may end a connection it failed without sending the close it prepared (a peer's
+        // close whose reason is not UTF-8): the socket is still open here, so it goes now.
+        if let (code, reason) = closingByLWS(session), !session.seenClosingByLWS {
+            recordClose(session, code: code, reason: reason)
+            reason.withUnsafeBytes { _ = tabd_fail_connection(session.wsi, code, $0.baseAddress, $0.count) }
+        }
         user.storeBytes(of: nil, as: UnsafeMutableRawPointer?.self)
         sessions[session.id] = nil
         let decided = table.withLock { $0.remove(session.id) }
@@ -216,6 +232,59 @@ extension ServiceLoop {
             (code, reason) = (nil, "connection lost")
         }
         handler.disconnected(session.id, code: code, reason: reason)
+    }
+
+    /// What is wrong with a peer's close payload (RFC 6455 5.5.1, 7.4): a body of one byte, a
+    /// code that must not be sent (0-999, 1004-1006, 1015, 1016-2999, 5000 and up), or a reason
+    /// that is not UTF-8. nil when it is a valid close.
+    static func closeProblem(_ payload: UnsafeRawBufferPointer) -> (CloseCode, String)? {
+        if payload.isEmpty { return nil }
+        guard payload.count >= 2 else { return (.protocolError, "a close body of one byte") }
+        let code = UInt16(payload[0]) << 8 | UInt16(payload[1])
+        switch code {
+        case 1000...1003, 1007...1014, 3000...4999: break
+        default: return (.protocolError, "close code \(code) is not allowed")
+        }
+        guard String(validating: payload[2...], as: UTF8.self) != nil else { return (.invalidPayload, "close reason is not UTF-8") }
+        return nil
+    }
+
+    /// A connection lws is closing though neither side asked to: lws failed it for a
+    /// protocol error (reserved bits or opcodes, a bad control frame, an unmasked frame,
+    /// invalid UTF-8) and prepared its close frame. nil for any other.
+    func closingByLWS(_ session: Session) -> (code: UInt16, reason: [UInt8])? {
+        guard session.localClose == nil, session.peerClose == nil else { return nil }
+        var bytes: UnsafePointer<UInt8>?
+        let count = tabd_lws_close_payload(session.wsi, &bytes)
+        guard count >= 2, let bytes else { return nil }
+        return (UInt16(bytes[0]) << 8 | UInt16(bytes[1]), Array(UnsafeBufferPointer(start: bytes + 2, count: count - 2)))
+    }
+
+    /// Records lws' close as this side's (the handler hears its code and reason).
+    func recordClose(_ session: Session, code: UInt16, reason: [UInt8]) {
+        let text = String(decoding: reason, as: UTF8.self)
+        session.localClose = (CloseCode(rawValue: code) ?? .protocolError, text.isEmpty ? "protocol error" : text)
+    }
+
+    /// Runs after service passes, at most every ``failSweepNanoseconds`` (a timer wakes the
+    /// service thread that often). lws sends its close frame for a connection it failed
+    /// and then waits up to 5 s for a peer that broke the protocol to answer; RFC 6455
+    /// 7.1.7 says to drop the connection instead. A connection seen closing by lws on two
+    /// sweeps in a row (its close frame is out by then) is shut down: the peer reads the
+    /// close, then the end of the stream, and lws lets the socket go at once.
+    func sweepFailedConnections() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard now &- lastFailSweep >= Self.failSweepNanoseconds else { return }
+        lastFailSweep = now
+        for session in sessions.values {
+            guard let (code, reason) = closingByLWS(session) else { continue }
+            guard session.seenClosingByLWS, lws_partial_buffered(session.wsi) == 0 else {
+                session.seenClosingByLWS = true
+                continue
+            }
+            recordClose(session, code: code, reason: reason)
+            tabd_drop_connection(session.wsi)
+        }
     }
 
     /// A peer's close as the handler hears it: a code this server knows, and a reason.

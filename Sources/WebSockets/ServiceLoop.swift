@@ -45,6 +45,12 @@ final class ServiceLoop: @unchecked Sendable {
     static let writeBudget = 16 * 1024
     /// Writes per writable callback before yielding to other connections.
     static let maxWritesPerCallback = 8
+    /// When the last sweep for connections lws failed ran (uptime ns).
+    var lastFailSweep: UInt64 = 0
+    static let failSweepNanoseconds: UInt64 = 200_000_000
+    /// Wakes the service thread for the sweep while it runs.
+    private let sweepTimer = Locked<(any DispatchSourceTimer)?>(nil)
+
     /// Seconds a closing connection gets to take its close frame before it is dropped.
     static let closeTimeoutSeconds: Int32 = 5
 
@@ -121,8 +127,14 @@ final class ServiceLoop: @unchecked Sendable {
     // MARK: Service thread
 
     private func run() {
+        let timer = DispatchSource.makeTimerSource(queue: .global())
+        timer.schedule(deadline: .now() + .nanoseconds(Int(Self.failSweepNanoseconds)), repeating: .nanoseconds(Int(Self.failSweepNanoseconds)))
+        timer.setEventHandler { [weak self] in self?.update { $0.wakeForTimers() } }
+        timer.resume()
+        sweepTimer.withLock { $0 = timer }
         thread.run(context: lws.context, until: { table.withLock { $0.shouldExit } },
-                   afterEachPass: { handler.serviceCycleEnded() }) {
+                   afterEachPass: { sweepFailedConnections(); handler.serviceCycleEnded() }) {
+            sweepTimer.withLock { $0 }?.cancel()
             table.withLock { $0.markStopped() }
             lws.destroy()  // remaining connections are closed and reported through `closed`
             for session in sessions.values {
@@ -146,6 +158,8 @@ final class Session {
     var localClose: (code: CloseCode, reason: String)?
     /// The close the peer sent.
     var peerClose: (code: CloseCode?, reason: String)?
+    /// Seen closing by lws itself on an earlier sweep (see `sweepFailedConnections`).
+    var seenClosingByLWS = false
 
     init(id: ConnectionID, wsi: OpaquePointer) {
         self.id = id
