@@ -33,8 +33,12 @@ public final class StateStore: Sendable {
         public var path: String
         public var resumeWindow: Int
         public var snapshotEvery: Int
-        public init(path: String, resumeWindow: Int = 10_000, snapshotEvery: Int = 1_000) {
+        /// Whether a missing directory of `path` is created (tabd's default `.tabd/`); else
+        /// a missing directory is an error naming it.
+        public var createsDirectory: Bool
+        public init(path: String, resumeWindow: Int = 10_000, snapshotEvery: Int = 1_000, createsDirectory: Bool = false) {
             self.path = path; self.resumeWindow = resumeWindow; self.snapshotEvery = snapshotEvery
+            self.createsDirectory = createsDirectory
         }
     }
 
@@ -61,6 +65,9 @@ public final class StateStore: Sendable {
             } else {
                 let directory = (path as NSString).deletingLastPathComponent
                 if !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) {
+                    guard options.createsDirectory else {
+                        throw StoreError(message: "the directory of state file '\(path)' does not exist: \(directory)")
+                    }
                     do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
                         throw StoreError(message: "cannot create the directory of state file '\(path)': \(error.localizedDescription)")
                     }

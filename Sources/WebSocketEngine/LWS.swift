@@ -1,4 +1,5 @@
 import CWebSockets
+import Locking
 import Foundation
 
 /// What the server and the client both need from libwebsockets, in one place: the
@@ -27,6 +28,21 @@ package enum LWS {
         }
         return Int(clamping: limits.rlim_cur)
     }
+
+    /// Sets what libwebsockets logs and where: to `sink` (one call per line, its level and
+    /// text), or to stderr in lws' own format when nil. Process-wide: lws has one log.
+    package static func setLogging(_ level: WebSocketLogLevel, sink: (@Sendable (WebSocketLogLevel, String) -> Void)?) {
+        logSink.withLock { $0 = sink }
+        lws_set_log_level(logMask(level), sink == nil ? nil : { level, line in
+            guard let line, let sink = LWS.logSink.withLock({ $0 }) else { return }
+            let text = String(cString: line).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !text.isEmpty else { return }
+            let mapped: WebSocketLogLevel = level & tabd_lll_err() != 0 ? .error : level & tabd_lll_warn() != 0 ? .warn : .debug
+            sink(mapped, text)
+        })
+    }
+
+    private static let logSink = Locked<(@Sendable (WebSocketLogLevel, String) -> Void)?>(nil)
 
     package static func logMask(_ level: WebSocketLogLevel) -> Int32 {
         switch level {

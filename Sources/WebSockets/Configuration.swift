@@ -34,6 +34,9 @@ public struct Configuration: Sendable {
     public var hangupSeconds: Int = 60
     /// How much libwebsockets logs.
     public var logLevel: LogLevel = .warn
+    /// Where libwebsockets' own log lines go (each with its level); stderr in lws' format
+    /// when nil.
+    public var logSink: (@Sendable (LogLevel, String) -> Void)? = nil
     /// Adds libwebsockets' strict security headers (a CSP that forbids inline script and style).
     public var strictSecurityHeaders: Bool = false
     /// When set, creating the server fails unless this many connections fit under the
@@ -54,6 +57,7 @@ public struct Configuration: Sendable {
         pingIntervalSeconds: Int = 30,
         hangupSeconds: Int = 60,
         logLevel: LogLevel = .warn,
+        logSink: (@Sendable (LogLevel, String) -> Void)? = nil,
         strictSecurityHeaders: Bool = false,
         maxConnections: Int? = nil
     ) {
@@ -70,6 +74,7 @@ public struct Configuration: Sendable {
         self.pingIntervalSeconds = pingIntervalSeconds
         self.hangupSeconds = hangupSeconds
         self.logLevel = logLevel
+        self.logSink = logSink
         self.strictSecurityHeaders = strictSecurityHeaders
         self.maxConnections = maxConnections
     }

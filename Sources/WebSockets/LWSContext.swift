@@ -42,7 +42,7 @@ final class LWSContext {
             else { throw .webRootMissing(path: webRoot) }
         }
 
-        lws_set_log_level(LWS.logMask(config.logLevel), nil)
+        LWS.setLogging(config.logLevel, sink: config.logSink)
 
         // Protocol table: ours, then the zeroed terminator. Our per-session data is one pointer.
         let protocols = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)

@@ -54,7 +54,7 @@ struct Options: Sendable {
                              {id,title,icon,color,badge?} (default: home, favorites, profile)
       --state PATH           where state is stored (SQLite); ':memory:' keeps nothing
                              (default: .tabd/state.sqlite in the checkout, else in
-                             the current directory)
+                             the current directory; only .tabd/ is created)
       --rooms auto|api       auto: joining (or an API command to) an unknown room
                              creates it; api: only PUT /api/rooms/ID does (default auto)
       --max-rooms N          rooms that may exist, stored or loaded; creating more is
@@ -113,7 +113,10 @@ struct Options: Sendable {
         }
         func int(_ name: String, min: Int, max: Int = Int.max) throws -> Int {
             let v = try value(name)
-            guard let n = Int(v), n >= min, n <= max else { throw UsageError("\(name) must be an integer from \(min) to \(max), got '\(v)'") }
+            guard let n = Int(v), n >= min, n <= max else {
+                let range = max == Int.max ? "\(min) or more" : "from \(min) to \(max)"
+                throw UsageError("\(name) must be a whole number \(range), got '\(v)'")
+            }
             return n
         }
         do {

@@ -62,7 +62,8 @@ if !options.cluster.isEmpty {
     log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ",")): \(cluster!.replicas) cop\(cluster!.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
 } else if let path = options.resolvedStatePath(webRoot: webRoot) {
     do {
-        store = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow))
+        // Only the default place (`.tabd/`) is created; a directory named by --state must exist.
+        store = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow, createsDirectory: options.state == nil))
         stored = try await store!.roomIDs()
     } catch { fail(error.message) }
     log.info("state in \(path): \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
@@ -89,7 +90,13 @@ do {
         host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/metrics"],
         dynamicPrefixes: [RoomsAPI.prefix],
         queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
-        logLevel: lwsLevel, maxConnections: options.maxClients
+        logLevel: lwsLevel,
+        logSink: { level, line in
+            // libwebsockets' own lines, in tabd's format (a peer's bytes may appear in them).
+            let mapped: Log.Level = switch level { case .error: .error; case .warn: .warn; case .info, .debug: .debug }
+            log.log(mapped, "libwebsockets: \(Log.printable(line, limit: 300))")
+        },
+        maxConnections: options.maxClients
     ), handler: gateway)
 } catch {
     fail("cannot start: \(error)")

@@ -8,7 +8,9 @@ import Conformance
 /// deletion, and the upgrade of a single-room file.
 @Suite struct RoomStoreTests {
     private func tempPath() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("tabd-rooms-\(UUID().uuidString)/state.sqlite").path
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tabd-rooms-\(UUID().uuidString)")
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir.appendingPathComponent("state.sqlite").path
     }
 
     /// A copy of the file the single-room tabd wrote (Tests/fixtures/README.md).

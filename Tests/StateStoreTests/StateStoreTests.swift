@@ -6,6 +6,7 @@ import Conformance
 
 private func tempPath() -> String {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tabd-store-\(UUID().uuidString)")
+    try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     return dir.appendingPathComponent("state.sqlite").path
 }
 

@@ -1,4 +1,5 @@
 """tabd's command line: help, version, bad options and a missing web root get clear answers."""
+import re
 import subprocess
 
 from conftest import TABD
@@ -61,3 +62,36 @@ async def test_a_tabs_file_sets_the_tabs_of_a_new_history(make_daemon, tmp_path)
     snap = c.welcome["snapshot"]
     assert [(t["id"], t["color"], t["badge"]) for t in snap["tabs"]] == [("inbox", "#FF9500", "3"), ("me", "#5856D6", None)]
     assert snap["selected"] == "inbox"
+
+
+def test_a_state_file_in_a_missing_directory_is_refused_and_named(tmp_path):
+    # Only the default place (.tabd/) is created; a directory given with --state must exist.
+    missing = tmp_path / "no" / "such"
+    p = run("--port", "0", "--state", str(missing / "state.sqlite"))
+    assert p.returncode != 0 and "listening" not in p.stdout
+    assert str(missing) in p.stderr and "does not exist" in p.stderr
+    assert not (tmp_path / "no").exists(), "nothing was created"
+
+
+def test_a_number_out_of_range_says_the_range_allowed():
+    p = run("--rate-limit", "-1")
+    assert p.returncode == 2 and "--rate-limit must be a whole number 0 or more, got '-1'" in p.stderr
+    p = run("--ping-interval", "0")
+    assert p.returncode == 2 and "--ping-interval must be a whole number from 1 to 3600, got '0'" in p.stderr
+    p = run("--queue-limit", "many")
+    assert p.returncode == 2 and "--queue-limit must be a whole number 1 or more, got 'many'" in p.stderr
+
+
+def test_libwebsockets_logs_through_tabds_logger():
+    # Every stderr line, libwebsockets' own included, has tabd's timestamp and level.
+    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", "--log-level", "debug"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("tabd listening on ")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    lines = [l for l in err.splitlines() if l]
+    line_format = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (ERROR|WARN|INFO|DEBUG) \S")
+    assert all(line_format.match(l) for l in lines), [l for l in lines if not line_format.match(l)][:5]
+    assert any(" DEBUG libwebsockets: " in l for l in lines)

@@ -18,6 +18,7 @@ from replay import replay
 
 @pytest.fixture
 def state_file(tmp_path):
+    (tmp_path / "state").mkdir()  # a directory named with --state must exist
     return str(tmp_path / "state" / "tabd.sqlite")
 
 
