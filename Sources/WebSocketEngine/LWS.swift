@@ -11,11 +11,15 @@ package enum LWS {
         package let required: Int
     }
 
+    /// Open files kept out of lws' table: listener, cancel pipe, files being served, the
+    /// state file, the engine's sockets, stdio, the rest of the process.
+    package static let reservedFileDescriptors = 64
+
     /// The soft open-file limit, raised toward the hard one when `maxConnections` needs more.
     package static func fileDescriptorLimit(for maxConnections: Int?) throws(FileLimitTooLow) -> Int {
         var limits = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limits) == 0 else { return 1024 }
-        let reserve = 64  // listener, cancel pipe, files being served, stdio, the rest of the process
+        let reserve = reservedFileDescriptors
         guard let maxConnections else { return Int(clamping: limits.rlim_cur) }
         let required = maxConnections + reserve
         if limits.rlim_cur < rlim_t(required) && limits.rlim_max > limits.rlim_cur {

@@ -28,6 +28,8 @@ public struct Configuration: Sendable {
     /// Frames that may wait for one connection (broadcasts not yet written plus direct sends);
     /// a connection further behind is closed with 1008 `too slow`.
     public var queueLimit: Int = 10_000
+    /// Seconds a new connection has to complete its request line and headers (slowloris).
+    public var requestTimeoutSeconds: Int = 5
     /// Seconds without traffic from a peer before the server pings it.
     public var pingIntervalSeconds: Int = 30
     /// Seconds without traffic from a peer (including pongs) before the server hangs up.

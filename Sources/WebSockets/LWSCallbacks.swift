@@ -11,6 +11,12 @@ func tabdLWSCallback(
     _ length: Int
 ) -> Int32 {
     switch reason {
+    case LWS_CALLBACK_WSI_CREATE, LWS_CALLBACK_FILTER_HTTP_CONNECTION, LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION, LWS_CALLBACK_WSI_DESTROY:
+        // Connections that never complete a request (a slowloris, a port scan) are counted.
+        if let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) {
+            Unmanaged<ServiceLoop>.fromOpaque(contextUser).takeUnretainedValue().track(wsi, reason)
+        }
+        return lws_callback_http_dummy(wsi, reason, user, input, length)
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_HTTP_CONFIRM_UPGRADE, LWS_CALLBACK_HTTP,
         LWS_CALLBACK_HTTP_BODY, LWS_CALLBACK_HTTP_BODY_COMPLETION, LWS_CALLBACK_CLOSED_HTTP,
         LWS_CALLBACK_ESTABLISHED, LWS_CALLBACK_RECEIVE, LWS_CALLBACK_SERVER_WRITEABLE, LWS_CALLBACK_WS_PEER_INITIATED_CLOSE, LWS_CALLBACK_CLOSED:
@@ -284,6 +290,20 @@ extension ServiceLoop {
             }
             recordClose(session, code: code, reason: reason)
             tabd_drop_connection(session.wsi)
+        }
+    }
+
+    /// Follows each connection until its first request is complete: one that ends before
+    /// (lws drops a connection whose request has not arrived after
+    /// `Configuration.requestTimeoutSeconds`, or the peer went) is counted.
+    func track(_ wsi: OpaquePointer, _ reason: lws_callback_reasons) {
+        switch reason {
+        case LWS_CALLBACK_WSI_CREATE:
+            awaitingRequest.insert(wsi)
+        case LWS_CALLBACK_FILTER_HTTP_CONNECTION, LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+            awaitingRequest.remove(wsi)
+        default: // destroyed
+            if awaitingRequest.remove(wsi) != nil { incompleteRequests.add(1, ordering: .relaxed) }
         }
     }
 

@@ -101,7 +101,12 @@ final class LWSContext {
         var info = lws_context_creation_info()
         info.options = options
         info.port = CONTEXT_PORT_NO_LISTEN
-        info.fd_limit_per_thread = UInt32(clamping: fdLimit)
+        // lws stops accepting when its table is full; the table leaves room for the files
+        // the rest of the process opens, so accept() itself never fails with EMFILE (lws
+        // 4.1 would then retry it in a loop, and give up on the listening socket).
+        info.fd_limit_per_thread = UInt32(clamping: max(32, fdLimit - LWS.reservedFileDescriptors))
+        // A connection whose request has not arrived whole by then is dropped.
+        info.timeout_secs_ah_idle = UInt32(clamping: config.requestTimeoutSeconds)
         info.user = user
         // info.extensions stays nil: no permessage-deflate.
         guard let context = lws_create_context(&info) else {

@@ -1,6 +1,7 @@
 import Locking
 import CWebSockets
 import Foundation
+import Synchronization
 
 /// The engine behind `WebSocketServer`: the lws context, the locked connection table, and the
 /// state that only the service thread touches.
@@ -45,6 +46,10 @@ final class ServiceLoop: @unchecked Sendable {
     static let writeBudget = 16 * 1024
     /// Writes per writable callback before yielding to other connections.
     static let maxWritesPerCallback = 8
+    /// Accepted connections whose first request is not complete yet (see `track`).
+    var awaitingRequest = Set<OpaquePointer>()
+    /// Connections that ended before their first request was complete.
+    let incompleteRequests = Atomic<Int>(0)
     /// When the last sweep for connections lws failed ran (uptime ns).
     var lastFailSweep: UInt64 = 0
     static let failSweepNanoseconds: UInt64 = 200_000_000

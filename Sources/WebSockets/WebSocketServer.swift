@@ -86,6 +86,10 @@ public final class WebSocketServer: Sendable {
         await loop.shutdown(code: code, reason: reason, timeout: timeout)
     }
 
+    /// Connections that ended before their first HTTP request or upgrade was complete:
+    /// dropped after `Configuration.requestTimeoutSeconds` (a slowloris) or by the peer.
+    public var incompleteRequests: Int { loop.incompleteRequests.load(ordering: .relaxed) }
+
     /// Open WebSocket connections (pending, active or closing).
     public var connectionCount: Int {
         loop.table.withLock { $0.count }

@@ -355,7 +355,8 @@ final class Gateway: WebSocketServerHandler {
                 return responder.respond(HTTPResponse(status: 403, text: "/metrics needs an admin token\n"))
             case .success: break
             }
-            let text = metrics.render(rooms: registry.counts) + (registry.cluster?.metricsText ?? "")
+            let text = metrics.render(rooms: registry.counts, incompleteRequests: registry.server?.incompleteRequests ?? 0)
+                + (registry.cluster?.metricsText ?? "")
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:
             if request.path.hasPrefix(RoomsAPI.prefix) {

@@ -35,3 +35,24 @@ final class Log: Sendable {
     func info(_ m: @autoclosure () -> String) { log(.info, m()) }
     func debug(_ m: @autoclosure () -> String) { log(.debug, m()) }
 }
+
+/// At most `perSecond` lines a second; says how many were left out when lines are let
+/// through again.
+final class LineLimit: Sendable {
+    enum Verdict { case log(suppressedBefore: Int), drop }
+    private let perSecond: Int
+    private let state = Locked((second: 0 as UInt64, count: 0, suppressed: 0))
+
+    init(perSecond: Int) { self.perSecond = perSecond }
+
+    func admit() -> Verdict {
+        let second = DispatchTime.now().uptimeNanoseconds / 1_000_000_000
+        return state.withLock { s in
+            if s.second != second { s.second = second; s.count = 0 }
+            guard s.count < perSecond else { s.suppressed += 1; return .drop }
+            s.count += 1
+            defer { s.suppressed = 0 }
+            return .log(suppressedBefore: s.suppressed)
+        }
+    }
+}

@@ -38,9 +38,12 @@ final class Metrics: Sendable {
     func authRefused(status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
     func tokenExpired() { state.withLock { $0.tokensExpired += 1 } }
 
-    func render(rooms: (loaded: Int, stored: Int)) -> String {
+    func render(rooms: (loaded: Int, stored: Int), incompleteRequests: Int) -> String {
         let s = state.withLock { $0 }
         var out = """
+        # HELP tabd_incomplete_requests_total Connections that ended before their request was complete (timed out after 5 s, or dropped).
+        # TYPE tabd_incomplete_requests_total counter
+        tabd_incomplete_requests_total \(incompleteRequests)
         # HELP tabd_clients Connected WebSocket clients.
         # TYPE tabd_clients gauge
         tabd_clients \(s.clients)

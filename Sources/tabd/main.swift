@@ -80,6 +80,7 @@ let metrics = registry.metrics
 let gateway = Gateway(options: options, auth: authenticator, metrics: metrics, log: log, registry: registry)
 
 let server: WebSocketServer
+let lwsLogLimit = LineLimit(perSecond: 20)
 do {
     let lwsLevel: Configuration.LogLevel = switch options.logLevel {
     case .error: .error
@@ -92,9 +93,16 @@ do {
         queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
         logLevel: lwsLevel,
         logSink: { level, line in
-            // libwebsockets' own lines, in tabd's format (a peer's bytes may appear in them).
+            // libwebsockets' own lines, in tabd's format (a peer's bytes may appear in them),
+            // at most 20 a second: a peer can make lws complain once per connection.
             let mapped: Log.Level = switch level { case .error: .error; case .warn: .warn; case .info, .debug: .debug }
-            log.log(mapped, "libwebsockets: \(Log.printable(line, limit: 300))")
+            guard log.enabled(mapped) else { return }
+            switch lwsLogLimit.admit() {
+            case let .log(suppressed):
+                if suppressed > 0 { log.warn("libwebsockets: \(suppressed) more lines in the last second not logged") }
+                log.log(mapped, "libwebsockets: \(Log.printable(line, limit: 300))")
+            case .drop: break
+            }
         },
         maxConnections: options.maxClients
     ), handler: gateway)

@@ -102,6 +102,7 @@ final class RoomRegistry: Sendable {
     }
 
     var gateway: Gateway? { state.withLock { $0.gateway } }
+    var server: WebSocketServer? { state.withLock { $0.server } }
 
     /// Closes a connection (one whose room could not be taken).
     func close(_ connection: ConnectionID, code: CloseCode, reason: String) {
