@@ -140,3 +140,13 @@ async def test_oversized_requests_are_refused_and_tabd_serves_on(daemon):
         assert answer == b"" or re.match(rb"HTTP/1\.1 4\d\d", answer), (name, answer[:60])
     await a_client_is_served(daemon.ws)
     assert metric(daemon, "tabd_incomplete_requests_total") >= len(OVERSIZED)
+
+
+def test_max_clients_over_the_open_file_limit_stops_tabd_naming_both():
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+
+    p = subprocess.run([TABD, "--port", "0", "--state", ":memory:", "--max-clients", "1000"],
+                       capture_output=True, text=True, timeout=30, preexec_fn=low_limit)
+    assert p.returncode != 0 and "listening" not in p.stdout
+    assert "200" in p.stderr and "1064" in p.stderr, p.stderr
