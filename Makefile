@@ -8,12 +8,15 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run cluster test test-swift test-tsan test-e2e test-browser test-web bench clean
+.PHONY: help deps test-deps build release run cluster test test-swift test-tsan test-e2e test-browser test-web test-long soak bench clean fuzz test-fuzz
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
 	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end, browser)"
 	@echo "make cluster  three NATS JetStream servers and three tabd nodes on loopback (docs/CLUSTER.md)"
+	@echo "make test-long  the crash loop for 50 rounds and a minute of fuzzing per target"
+	@echo "make fuzz SECONDS=N  each fuzz target for N seconds"
+	@echo "make soak   ten minutes of churn, memory and open files sampled (docs/RELIABILITY.md)"
 	@echo "make bench  run the benchmark against the C mirror and a Python server"
 	@echo "make clean  remove build products"
 
@@ -39,8 +42,22 @@ run: release
 cluster: release
 	TABD_BIN=$(CURDIR)/.build/release/tabd scripts/cluster --port $(PORT) --host $(HOST) $(if $(ARGS),-- $(ARGS))
 
-test: test-deps test-swift test-web test-tsan test-e2e test-browser
+test: test-deps test-swift test-web test-tsan test-e2e test-browser test-fuzz
 	@echo "make test: all suites passed"
+
+## The long runs (about 15 minutes): the crash loop for 50 rounds, and each fuzz target for
+## 60 s. `make test` runs 4 rounds and 10 s each.
+test-long: test-deps
+	$(SWIFT) build $(SWIFTFLAGS) --product tabd
+	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_CRASH_ROUNDS=50 $(PYTHON) -m pytest -q -p no:cacheprovider Tests/e2e/test_crash_loop.py
+	scripts/fuzz 60
+
+## Ten minutes of churn against a release tabd, sampled every 10 s (docs/RELIABILITY.md):
+## writes test-output/soak/soak.json and soak.png; fails if RSS or open files keep growing.
+## ARGS="--duration 120" for a shorter run.
+soak: test-deps release
+	@scripts/install-python-env 'matplotlib:matplotlib'
+	$(PYTHON) bench/soak $(ARGS)
 
 ## Unit, scenario and stress tests of the Swift targets.
 test-swift:
@@ -84,3 +101,12 @@ test-web:
 
 clean:
 	rm -rf .build $(TSAN_DIR)
+
+## Coverage-guided fuzzing (libFuzzer, -sanitize=fuzzer,address; scripts/fuzz): each target for
+## SECONDS seconds, one at a time; crash inputs in test-output/fuzz/. `make test-fuzz`: ~10 s each (CI).
+SECONDS ?= 60
+fuzz:
+	scripts/fuzz $(SECONDS)
+
+test-fuzz:
+	scripts/fuzz 10

@@ -80,3 +80,11 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Fuzzing (scripts/fuzz, `make fuzz`): the libFuzzer binary, declared only for
+// `TABD_FUZZ=1 swift build -c release -Xswiftc -sanitize=fuzzer,address --scratch-path .build-fuzz`;
+// ordinary builds never see it.
+if Context.environment["TABD_FUZZ"] == "1" {
+    package.targets.append(.executableTarget(name: "tabdfuzz", dependencies: ["Auth", "Conformance", "Coordinator", "StateStore", "CSQLite", "CCrypto"],
+                                             swiftSettings: strict))
+}

@@ -80,9 +80,15 @@ struct SnapshotRecord {
               let nextPage = json["nextPage"]?.intValue, let nextClient = json["nextClient"]?.intValue,
               let owners = json["owners"]?.objectValue, let snapshot = json["snapshot"]
         else { throw WireError("not a room snapshot") }
+        let restored = try Snapshot(json: snapshot)
+        // What a coordinator restored from it would trap on is refused here: the room is then
+        // loaded from its stream's first message instead.
+        guard !restored.tabs.isEmpty, restored.tabs.contains(where: { $0.id == restored.selected }),
+              (1...Limits.maxCount).contains(nextPage), (1...Limits.maxCount).contains(nextClient)
+        else { throw WireError("not a usable room snapshot") }
         streamCreated = Int64(created)
         streamSeq = UInt64(seq)
-        state = StoredState(epoch: epoch, snapshot: try Snapshot(json: snapshot), nextPage: nextPage, nextClient: nextClient, history: [])
-        self.owners = Dictionary(uniqueKeysWithValues: owners.compactMap { k, v in v.stringValue.map { (k, $0) } })
+        state = StoredState(epoch: epoch, snapshot: restored, nextPage: nextPage, nextClient: nextClient, history: [])
+        self.owners = Dictionary(owners.compactMap { k, v in v.stringValue.map { (k, $0) } }, uniquingKeysWith: { _, last in last })
     }
 }

@@ -277,6 +277,10 @@ public final class StateStore: Sendable {
                                      [.text(room)]).first,
               let nextPage = row[1].int, let nextClient = row[2].int, let blob = row[3].blob
         else { throw corrupt("no snapshot") }
+        // Ids are handed out from these: past the range, the next id would overflow or repeat.
+        guard (1...Limits.maxCount).contains(nextPage), (1...Limits.maxCount).contains(nextClient) else {
+            throw corrupt("page or client counter out of range")
+        }
         var state: StoredState
         do {
             state = StoredState(epoch: epoch, snapshot: try Snapshot(json: try JSONParser.parse(blob)),

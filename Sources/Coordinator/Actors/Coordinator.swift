@@ -89,7 +89,7 @@ public actor Coordinator {
         (bar, tabs) = Self.actors(for: stored.snapshot)
         seq = stored.snapshot.seq
         publishedSeq = stored.snapshot.seq
-        ids = IDCounters(nextPage: stored.nextPage, nextClient: stored.nextClient)
+        ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
         roster = Roster(clients: stored.snapshot.clients)
         history = EventHistory(window: configuration.resumeWindow)
         for batch in stored.history { history.append(batch) }
@@ -317,7 +317,7 @@ public actor Coordinator {
         unpublished = []
         (bar, tabs) = Self.actors(for: stored.snapshot)
         seq = stored.snapshot.seq
-        ids = IDCounters(nextPage: stored.nextPage, nextClient: stored.nextClient)
+        ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
         roster = Roster(clients: stored.snapshot.clients)
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)

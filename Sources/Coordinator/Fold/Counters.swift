@@ -17,19 +17,33 @@ public struct IDCounters: Sendable, Equatable {
 
     public init(nextPage: Int, nextClient: Int) { self.nextPage = nextPage; self.nextClient = nextClient }
 
+    /// Counters for continuing from `snapshot`: the stored ones, moved past every page
+    /// and client id the snapshot holds (a damaged store's counters could name ids in use).
+    public init(covering snapshot: Snapshot, nextPage: Int, nextClient: Int) {
+        self.init(nextPage: nextPage, nextClient: nextClient)
+        for tab in snapshot.tabs { for page in tab.stack { self.nextPage = max(self.nextPage, Self.after(page.id)) } }
+        for client in snapshot.clients { self.nextClient = max(self.nextClient, Self.after(client.id)) }
+    }
+
     public var newPageID: PageID { "p\(nextPage)" }
     public var newClientID: ClientID { "c\(nextClient)" }
 
     /// Moves past the ids `event` hands out.
     public mutating func apply(_ event: Event) {
         switch event {
-        case let .pushed(_, page, _): nextPage = max(nextPage, Self.number(page) + 1)
-        case let .tabAdded(tab, _): nextPage = max(nextPage, Self.number(tab.stack[0].id) + 1)
-        case let .clientJoined(client): nextClient = max(nextClient, Self.number(client.id) + 1)
+        case let .pushed(_, page, _): nextPage = max(nextPage, Self.after(page))
+        case let .tabAdded(tab, _): nextPage = max(nextPage, Self.after(tab.stack[0].id))
+        case let .clientJoined(client): nextClient = max(nextClient, Self.after(client.id))
         default: break
         }
     }
 
     /// The number of `p12` or `c7`; 0 for ids of another shape.
     static func number(_ id: String) -> Int { Int(id.dropFirst()) ?? 0 }
+
+    /// The number after `id`'s (a stored id may hold any number: no overflow).
+    static func after(_ id: String) -> Int {
+        let n = number(id)
+        return n == .max ? n : n + 1
+    }
 }

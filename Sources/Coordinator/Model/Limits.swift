@@ -27,6 +27,10 @@ public enum Limits {
     public static let maxClientNameLength = 64
     /// How many clients a snapshot lists (`clientCount` counts them all).
     public static let maxClientsInSnapshot = 100
+    /// The largest seq, counter or count a snapshot may hold (2^53 - 1, exact in every
+    /// JSON reader): far beyond any real history, and far enough from `Int.max` that
+    /// adding to it never overflows.
+    public static let maxCount = 9_007_199_254_740_991
 
     static func validateTabID(_ id: String) throws(CommandError) {
         let n = id.unicodeScalars.count

@@ -29,7 +29,15 @@ extension JSONValue {
     }
     func double(_ key: String) throws(WireError) -> Double {
         guard let d = try field(key).doubleValue else { throw WireError("'\(key)' is not a number") }
+        // A literal too large for a Double reads as infinity, which JSON cannot write back.
+        guard d.isFinite else { throw WireError("'\(key)' is not a finite number") }
         return d
+    }
+    /// An integer in `0...Limits.maxCount` (a seq, a counter or a count).
+    func count(_ key: String) throws(WireError) -> Int {
+        let i = try int(key)
+        guard i >= 0, i <= Limits.maxCount else { throw WireError("'\(key)' is out of range") }
+        return i
     }
     func array(_ key: String) throws(WireError) -> [JSONValue] {
         guard let a = try field(key).arrayValue else { throw WireError("'\(key)' is not an array") }
@@ -48,7 +56,7 @@ extension Page {
     }
     public init(json: JSONValue) throws(WireError) {
         guard let appeared = try json.field("appeared").boolValue else { throw WireError("'appeared' is not a boolean") }
-        self.init(id: try json.string("id"), route: try json.string("route"), appeared: appeared, appearCount: try json.int("appearCount"))
+        self.init(id: try json.string("id"), route: try json.string("route"), appeared: appeared, appearCount: try json.count("appearCount"))
     }
 }
 
@@ -90,13 +98,27 @@ extension Snapshot {
         ])
     }
 
+    /// Refuses what no coordinator could have written, which a restored coordinator
+    /// would trap on: a tab or client listed twice, a count out of range.
     public init(json: JSONValue) throws(WireError) {
         var tabs: [TabState] = []
-        for t in try json.array("tabs") { tabs.append(try TabState(json: t)) }
+        var tabIDs = Set<TabID>()
+        for t in try json.array("tabs") {
+            let tab = try TabState(json: t)
+            guard tabIDs.insert(tab.id).inserted else { throw WireError("tab '\(tab.id.prefix(40))' is listed twice") }
+            tabs.append(tab)
+        }
         var clients: [ClientInfo] = []
-        for c in try json.array("clients") { clients.append(try ClientInfo(json: c)) }
-        self.init(seq: try json.int("seq"), selected: try json.string("selected"), scrollToTop: try json.int("scrollToTop"),
-                  tabs: tabs, clients: clients, clientCount: try json.int("clientCount"))
+        var clientIDs = Set<ClientID>()
+        for c in try json.array("clients") {
+            let client = try ClientInfo(json: c)
+            guard clientIDs.insert(client.id).inserted else { throw WireError("client '\(client.id.prefix(40))' is listed twice") }
+            clients.append(client)
+        }
+        let clientCount = try json.count("clientCount")
+        guard clientCount >= clients.count else { throw WireError("'clientCount' is below the clients listed") }
+        self.init(seq: try json.count("seq"), selected: try json.string("selected"), scrollToTop: try json.count("scrollToTop"),
+                  tabs: tabs, clients: clients, clientCount: clientCount)
     }
 }
 

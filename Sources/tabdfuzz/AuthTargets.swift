@@ -1,0 +1,206 @@
+import Auth
+import CCrypto
+import Coordinator
+import Foundation
+
+/// The fixed test key of the JWT seeds and targets (never a real secret).
+let testKeyBytes = Array("tabd-fuzz-test-key-not-a-secret-0123456789".utf8)
+let testToken = Token(key: try! SigningKey(bytes: testKeyBytes, source: "fuzz"))
+/// Seconds since 1970 the targets verify at (the seeds expire after it, some start after it).
+let fuzzNow: Double = 1_700_000_000
+
+/// HMAC-SHA256 by libcrypto's one-shot call: the harness's own, to check Auth's.
+func hmac(_ message: [UInt8]) -> [UInt8] {
+    var out = [UInt8](repeating: 0, count: 64)
+    var length: UInt32 = 0
+    let done = testKeyBytes.withUnsafeBytes { k in
+        message.withUnsafeBytes { m in
+            HMAC(EVP_sha256(), k.baseAddress, Int32(testKeyBytes.count),
+                 m.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? UnsafePointer(bitPattern: 1), message.count, &out, &length)
+        }
+    }
+    precondition(done != nil && length == 32)
+    return Array(out.prefix(32))
+}
+
+/// RFC 7515 base64url without padding, written out (not Auth's).
+func base64url(_ bytes: [UInt8]) -> [UInt8] {
+    let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    var out: [UInt8] = []
+    var i = 0
+    while i < bytes.count {
+        let n = min(3, bytes.count - i)
+        var v = UInt32(bytes[i]) << 16
+        if n > 1 { v |= UInt32(bytes[i + 1]) << 8 }
+        if n > 2 { v |= UInt32(bytes[i + 2]) }
+        for k in 0...n { out.append(alphabet[Int(v >> UInt32(18 - 6 * k) & 63)]) }
+        i += 3
+    }
+    return out
+}
+
+/// `Token.verify` on any text, and on tokens signed here with the test key from fuzzed
+/// header and claims. A token that verifies must carry the test key's HMAC of its signed
+/// part; a verified grant must agree with the claims; a changed signature never verifies.
+enum JWTTarget {
+    static func run(_ bytes: [UInt8]) {
+        guard let mode = bytes.first else { return }
+        let rest = Array(bytes.dropFirst())
+        if mode & 1 == 0 {
+            verifyAny(String(decoding: rest, as: UTF8.self))
+        } else {
+            // header JSON, a 0x00 byte, claims JSON: signed here with the test key.
+            let parts = pieces(rest, separator: 0, limit: 2)
+            let header = parts[0], claims = parts.count > 1 ? parts[1] : []
+            let signingInput = base64url(header) + [UInt8(ascii: ".")] + base64url(claims)
+            let token = signingInput + [UInt8(ascii: ".")] + base64url(hmac(signingInput))
+            let text = String(decoding: token, as: UTF8.self)
+            let result = verifyAny(text)
+            checkClaims(result, header: header, claims: claims, length: token.count)
+            // The same token with its signature changed in one place never verifies.
+            var forged = token
+            let at = forged.count - 1 - Int(mode >> 1) % 43
+            forged[at] = forged[at] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
+            if case .success = verifyAny(String(decoding: forged, as: UTF8.self)) { require(false, "a token with a changed signature verified") }
+        }
+    }
+
+    @discardableResult
+    static func verifyAny(_ text: String) -> Result<Grant, AuthError> {
+        let result = Result { () throws(AuthError) in try testToken.verify(text, now: fuzzNow) }
+        if case let .success(grant) = result {
+            let utf8 = Array(text.utf8)
+            guard let dot = utf8.lastIndex(of: UInt8(ascii: ".")) else { require(false, "verified without a '.'"); return result }
+            require(base64url(hmac(Array(utf8[..<dot]))) == Array(utf8[(dot + 1)...]), "verified a token the test key did not sign")
+            require(grant.expires.map { $0 > fuzzNow } == true, "verified an expired token")
+            if case let .room(id)? = grant.scope { require(Limits.isRoomID(id), "scope of a bad room id") }
+        }
+        if case let .failure(error) = result { _ = error.description }
+        return result
+    }
+
+    static func checkClaims(_ result: Result<Grant, AuthError>, header: [UInt8], claims: [UInt8], length: Int) {
+        let h = try? JSONParser.parse(header)
+        let c = try? JSONParser.parse(claims)
+        let headerOK = h?.objectValue != nil && h?["alg"] == .string("HS256") && h?["crit"] == nil
+        switch result {
+        case let .success(grant):
+            require(headerOK && length <= Token.maxLength, "verified with header \(String(decoding: header, as: UTF8.self))")
+            guard let c, c.objectValue != nil else { require(false, "verified without a claims object"); return }
+            require(c["role"]?.stringValue == grant.role.rawValue, "role differs from the claim")
+            require(c["exp"]?.doubleValue == grant.expires, "expiry differs from the claim")
+            if let nbf = c["nbf"]?.doubleValue { require(nbf <= fuzzNow, "verified before nbf") }
+            require(c["room"]?.stringValue == grant.scope?.description, "room differs from the claim")
+            let name = c["name"].flatMap { $0.isNull ? nil : $0.stringValue }
+            require(name == grant.name, "name differs from the claim")
+        case let .failure(error):
+            if error == .badSignature { require(false, "our own signature refused (header \(String(decoding: header, as: UTF8.self)))") }
+            if headerOK, length <= Token.maxLength, case .algorithm = error { require(false, "HS256 refused as an algorithm") }
+        }
+    }
+}
+
+/// A request's parameters as tabd reads them: the query split at `&` and `=` (the split
+/// libwebsockets and `ServiceLoop.query` make, modelled here: the real one needs a socket),
+/// then what the daemon asks of them through library code: the credential
+/// (`Authenticator.credential`, `authenticate`), the room (`Limits.isRoomID`, `RoomScope`).
+/// Input: an `Authorization` header, a 0x00 byte, the query.
+enum QueryTarget {
+    static let operatorToken = "fuzz-operator-token"
+    static let auth = Authenticator(operatorToken: operatorToken, signingKey: try! SigningKey(bytes: testKeyBytes, source: "fuzz"))
+
+    static func run(_ bytes: [UInt8]) {
+        let parts = pieces(bytes, separator: 0, limit: 2)
+        let header: String? = parts.count > 1 ? String(decoding: parts[0], as: UTF8.self) : nil
+        let query = parse(parts.count > 1 ? parts[1] : parts[0])
+        let credential = Authenticator.credential(authorization: header, query: query)
+        if let header, let c = credential, c != query["token"] {
+            require(!c.hasPrefix(" ") && !c.hasSuffix(" "), "credential keeps spaces: '\(c)'")
+            require(header.lowercased().contains(c.lowercased()) || c.isEmpty, "credential not from the header")
+        }
+        switch auth.authenticate(credential, now: fuzzNow) {
+        case let .success(grant):
+            if credential == operatorToken { require(grant == .operatorToken, "operator token gives \(grant)") }
+            else { _ = JWTTarget.verifyAny(credential ?? "") }
+        case let .failure(error):
+            require(credential != operatorToken, "operator token refused: \(error)")
+            if credential?.isEmpty ?? true { require(error == .missing, "no credential gives \(error)") }
+        }
+        let room = query["room"] ?? Limits.defaultRoom
+        RoomIDTarget.check(room)
+        if let after = query["after"] { RoomIDTarget.check(after) }
+        if let limit = query["limit"], let n = Int(limit) { _ = (1...1000).contains(n) }
+        if let resume = query["resume"] { _ = Int(resume) }
+    }
+
+    /// `a=b&c&d=` → ["a": "b", "c": "", "d": ""], percent-decoded, the last of a name winning.
+    static func parse(_ bytes: [UInt8]) -> [String: String] {
+        var result: [String: String] = [:]
+        for fragment in pieces(bytes, separator: UInt8(ascii: "&"), limit: 256) where !fragment.isEmpty {
+            let text = String(decoding: percentDecoded(fragment), as: UTF8.self)
+            if let equals = text.firstIndex(of: "=") {
+                result[String(text[..<equals])] = String(text[text.index(after: equals)...])
+            } else {
+                result[text] = ""
+            }
+        }
+        return result
+    }
+
+    static func percentDecoded(_ bytes: [UInt8]) -> [UInt8] {
+        func hex(_ b: UInt8) -> UInt8? {
+            switch b {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let a = hex(bytes[i + 1]), let b = hex(bytes[i + 2]) {
+                out.append(a << 4 | b); i += 3
+            } else {
+                out.append(bytes[i] == UInt8(ascii: "+") ? 0x20 : bytes[i]); i += 1
+            }
+        }
+        return out
+    }
+}
+
+/// Room ids (`Limits.isRoomID`, `RoomScope(claim:)`): the check agrees with the grammar
+/// `[A-Za-z0-9_-]{1,64}` over bytes, a room scope exists exactly for room ids and `*`,
+/// and a token naming the room verifies with that scope exactly when it is one.
+enum RoomIDTarget {
+    static func run(_ bytes: [UInt8]) {
+        check(String(decoding: bytes, as: UTF8.self))
+    }
+
+    static func check(_ id: String) {
+        let utf8 = Array(id.utf8)
+        let grammar = (1...64).contains(utf8.count) && utf8.allSatisfy { b in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(b)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b) || b == UInt8(ascii: "_") || b == UInt8(ascii: "-")
+        }
+        let isRoom = Limits.isRoomID(id)
+        require(isRoom == grammar, "isRoomID('\(id)') is \(isRoom)")
+        let scope = RoomScope(claim: id)
+        if id == "*" { require(scope == .every, "'*' is not every room") }
+        else { require(scope == (isRoom ? .room(id) : nil), "RoomScope(claim: '\(id)') is \(String(describing: scope))") }
+        if isRoom {
+            require(scope?.covers(id) == true && scope?.covers(id + "x") == false, "scope coverage")
+            // The id through a JSON string and a token's claim.
+            require((try? JSONParser.parse(JSONValue.string(id).compactBytes)) == .string(id), "room id through JSON")
+        }
+        guard utf8.count <= 80 else { return }
+        let claims = JSONValue.object([("room", .string(id)), ("role", .string("view")), ("exp", .int(Int(fuzzNow) + 60))])
+        let header = Array(#"{"alg":"HS256","typ":"JWT"}"#.utf8)
+        let signingInput = base64url(header) + [UInt8(ascii: ".")] + base64url(claims.compactBytes)
+        let signed = String(decoding: signingInput + [UInt8(ascii: ".")] + base64url(hmac(signingInput)), as: UTF8.self)
+        switch Result(catching: { () throws(AuthError) in try testToken.verify(signed, now: fuzzNow) }) {
+        case let .success(grant): require((isRoom || id == "*") && grant.scope == scope, "a token for room '\(id)' verified as \(String(describing: grant.scope))")
+        case let .failure(error): require(!isRoom && id != "*", "a token for room '\(id)' refused: \(error)")
+        }
+    }
+}

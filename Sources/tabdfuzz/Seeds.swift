@@ -1,0 +1,149 @@
+import Auth
+import Coordinator
+import Foundation
+import StateStore
+import Synchronization
+
+/// Writes the seed corpus of every target under `dir/<target>/` (scripts/fuzz --make-seeds):
+/// real frames, tabs files, snapshots and batches of a real coordinator, tokens signed with
+/// the test key, state files written by StateStore itself.
+enum Seeds {
+    static func make(into dir: String) {
+        func write(_ target: String, _ name: String, _ bytes: [UInt8]) {
+            let folder = (dir as NSString).appendingPathComponent(target)
+            try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            _ = FileManager.default.createFile(atPath: (folder as NSString).appendingPathComponent(name), contents: Data(bytes))
+        }
+        func text(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+        // Commands: every type, as a client writes them, and some refused ones.
+        let envelopes: [CommandEnvelope] = [
+            .init(ref: "1", command: .select(tab: "favorites")), .init(ref: "2", command: .tap(tab: "home")),
+            .init(ref: "3", command: .push(tab: nil, route: "detail/42")), .init(ref: "4", command: .push(tab: "profile", route: "settings")),
+            .init(ref: nil, command: .pop(tab: nil)), .init(ref: "5", command: .popToRoot(tab: "profile")),
+            .init(ref: "6", command: .scroll(tab: nil, offset: 120.5)),
+            .init(ref: "7", command: .set(tab: "home", key: "draft", value: .object([("text", .string("héllo")), ("n", .int(3)), ("a", .array([.bool(true), .null]))]))),
+            .init(ref: "8", command: .addTab(TabInfo(id: "inbox", title: "Inbox", icon: "tray.full", color: "#ff9500", badge: "3"), index: 1)),
+            .init(ref: "9", command: .updateTab(TabUpdate(id: "inbox", title: "Mail", badge: .some(nil)))),
+            .init(ref: "10", command: .moveTab(tab: "inbox", index: 0)), .init(ref: "11", command: .removeTab(tab: "inbox")),
+            .init(ref: "12", command: .sync), .init(ref: nil, command: .ping),
+        ]
+        let frames = envelopes.map { $0.json.compactString }
+        for (i, f) in frames.enumerated() { write("command", "frame-\(i)", text(f)) }
+        write("command", "session", text(frames.joined(separator: "\n")))
+        write("command", "refused", text([
+            ##"{"type":"addTab","tab":{"id":"BAD ID","title":"","icon":"x","color":"red"}}"##,
+            ##"{"type":"set","key":"k","value":{"a":1,"a":2}}"##,
+            ##"{"type":"push","route":7,"ref":"r"}"##, ##"{"type":"warp"}"##, ##"[1,2]"##, ##"{"type":"scroll","offset":1e999}"##,
+            ##"{"type":"moveTab","tab":"home","index":99999999999999999999}"##,
+            ##"{"type":"ping","ref":"0123456789012345678901234567890123456789012345678901234567890123456789"}"##,
+            ##"{"type":"updateTab","tab":{"id":"home","badge":"123456789"}}"##,
+        ].joined(separator: "\n")))
+
+        // JSON: frames, values, edge cases.
+        for (i, f) in frames.prefix(6).enumerated() { write("json", "frame-\(i)", text(f)) }
+        for (i, s) in [
+            ##"{"a":[1,-0.5e+10,2E-3,true,false,null],"b":{"c":"\u00e9\ud83d\ude00\n\t\"\\\/"},"a":0}"##,
+            "  [ [], {}, \"\", 0, -0, 1.0 ]  ", ##""\u0000\u001f""##, "123456789012345678901234567890", ##"{"k":"é😀"}"##,
+            String(repeating: "[", count: 130) + String(repeating: "]", count: 130), ##"{"x":1,}"##, ##"[01]"##, ##""\ud800""##,
+        ].enumerated() { write("json", "value-\(i)", text(s)) }
+
+        // Tabs files.
+        write("tabs", "array", text(##"[{"id":"home","title":"Home","icon":"house","color":"#ff3b30"},{"id":"inbox","title":"Inbox","icon":"tray.full","color":"#007AFF","badge":"12"}]"##))
+        write("tabs", "object", text(##"{"tabs":[{"id":"a-1","title":"Ä","icon":"star.fill","color":"#34C759","badge":null}]}"##))
+        write("tabs", "duplicate", text(##"[{"id":"x","title":"X","icon":"x","color":"#000000"},{"id":"x","title":"Y","icon":"y","color":"#FFFFFF"}]"##))
+        write("tabs", "bad", text(##"{"tabs":[{"id":"x","title":"","icon":"X","color":"#12345"}]}"##))
+
+        // Snapshots and batches of a real coordinator.
+        let (snapshot, batches, stored) = session()
+        let snapLine = snapshot.json(capped: false).compactString
+        write("snapshot", "snapshot", text(snapLine))
+        write("snapshot", "origin", text(stored.json(capped: false).compactString))
+        write("snapshot", "with-batches", text(([stored.json(capped: false).compactString] + batches.map { ServerFrame.events($0).bytes }.map { String(decoding: $0, as: UTF8.self) }).joined(separator: "\n")))
+        write("snapshot", "counters", text(##"{"seq":3,"selected":"a","scrollToTop":0,"tabs":[{"id":"a","title":"A","icon":"a","color":"#000000","badge":null,"stack":[{"id":"p1","route":"root","appeared":true,"appearCount":1}],"scroll":0,"values":{}}],"clientCount":0,"clients":[],"next_page":2,"next_client":1}"##))
+
+        // State files written by StateStore, and the built form of the same content.
+        for (name, rooms) in [("one-room", ["main"]), ("two-rooms", ["main", "Room_2"])] {
+            write("statefile", "\(name).db", stateFile(rooms: rooms, in: dir))
+        }
+        write("statefile", "built", text(([snapLine] + batches.suffix(3).map { String(decoding: ServerFrame.events($0).bytes, as: UTF8.self) }).joined(separator: "\n")))
+
+        // Tokens signed with the test key: mode byte '0' + token, or '1' + header 0x00 claims.
+        let exp = fuzzNow + 3600
+        let grants: [(String, Grant)] = [
+            ("view-room", Grant(role: .view, scope: .room("main"), expires: exp)),
+            ("control-named", Grant(role: .control, scope: .room("Room_2"), name: "Ann", expires: exp)),
+            ("admin-every", Grant(role: .admin, scope: .every, expires: exp)),
+            ("no-room", Grant(role: .control, scope: nil, expires: exp)),
+            ("expired", Grant(role: .admin, scope: .every, expires: fuzzNow - 1)),
+        ]
+        for (name, grant) in grants { write("jwt", name, text("0" + testToken.sign(grant, issuedAt: Int(fuzzNow) - 10))) }
+        let valid = testToken.sign(grants[0].1, issuedAt: Int(fuzzNow))
+        write("jwt", "bad-signature", text("0" + valid.dropLast(2) + "AA"))
+        write("jwt", "alg-none", text("0" + String(decoding: base64url(text(##"{"alg":"none"}"##)), as: UTF8.self) + "." + valid.split(separator: ".")[1] + "."))
+        write("jwt", "garbage", text("0a.b.c"))
+        for (name, header, claims) in [
+            ("claims-nbf", ##"{"alg":"HS256","typ":"JWT"}"##, ##"{"room":"main","role":"view","exp":1700003600,"nbf":1699999999,"name":null}"##),
+            ("claims-future", ##"{"alg":"HS256"}"##, ##"{"room":"*","role":"admin","exp":1.7e9,"nbf":1700000001}"##),
+            ("claims-bad", ##"{"alg":"HS256","crit":["x"]}"##, ##"{"role":"root","exp":"soon","room":"bad room"}"##),
+            ("claims-alg", ##"{"alg":"HS512"}"##, ##"{"role":"view","exp":1800000000}"##),
+        ] { write("jwt", name, text("1" + header) + [0] + text(claims)) }
+
+        // Queries: Authorization header, 0x00, query string.
+        let token = testToken.sign(grants[1].1, issuedAt: Int(fuzzNow))
+        write("query", "token-param", [0] + text("room=Room_2&token=\(token)&name=Ann&resume=12&epoch=00000000000000ff"))
+        write("query", "bearer", text("Bearer  \(token) ") + [0] + text("room=Room_2"))
+        write("query", "operator", text("bearer fuzz-operator-token") + [0] + text("limit=100&after=main"))
+        write("query", "encoded", [0] + text("room=ma%69n&token=fuzz%2Doperator%2Dtoken&x&=y&name=A+B"))
+        write("query", "bad-room", [0] + text("room=no%20spaces&limit=0"))
+
+        // Room ids.
+        for (i, s) in ["main", "Room_2", "a-b_C-9", String(repeating: "x", count: 64), String(repeating: "y", count: 65), "*", "", "é", "a b", "..", "main\0"].enumerated() {
+            write("roomid", "id-\(i)", text(s))
+        }
+    }
+
+    /// A coordinator's session: its origin, every batch, and the snapshot at the end.
+    static func session() -> (Snapshot, [EventBatch], Snapshot) {
+        let result = Mutex<(Snapshot, [EventBatch], Snapshot)?>(nil)
+        blocking {
+            let c = try! Coordinator()
+            let origin = await c.snapshot()
+            let seen = Mutex<[EventBatch]>([])
+            await c.addObserver { batch in seen.withLock { $0.append(batch) } }
+            let me = try! await c.connect(.init(name: "Ann")).client.id
+            for command in sessionCommands { _ = try? await c.execute(command, by: me) }
+            let last = await c.snapshot()
+            let all = seen.withLock { $0 }
+            result.withLock { $0 = (last, all, origin) }
+        }
+        return result.withLock { $0! }
+    }
+
+    static let sessionCommands: [Command] = [
+        .push(tab: nil, route: "detail/1"), .set(tab: nil, key: "q", value: .string("x")), .scroll(tab: nil, offset: 30),
+        .select(tab: "favorites"), .tap(tab: "favorites"), .tap(tab: "favorites"),
+        .addTab(TabInfo(id: "inbox", title: "Inbox", icon: "tray", color: "#FF9500", badge: "2"), index: 3),
+        .updateTab(TabUpdate(id: "inbox", badge: .some(nil))), .moveTab(tab: "inbox", index: 0), .select(tab: "inbox"),
+        .push(tab: "inbox", route: "m/1"), .pop(tab: nil), .removeTab(tab: "profile"),
+    ]
+
+    /// A state file written by StateStore for rooms with the session above.
+    static func stateFile(rooms: [String], in dir: String) -> [UInt8] {
+        let path = (scratchDirectory as NSString).appendingPathComponent("seed-\(rooms.count).db")
+        for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+        blocking {
+            let store = try! StateStore(options: .init(path: path, resumeWindow: 100, snapshotEvery: 8))
+            for id in rooms {
+                let room = try! await store.createRoom(id, tabs: TabInfo.defaults)
+                let c = Coordinator(restoring: room.loaded, durability: room)
+                try! await c.start()
+                let me = try! await c.connect(.init(name: "Ann")).client.id
+                for command in sessionCommands { _ = try? await c.execute(command, by: me) }
+                await room.unload()
+            }
+            store.close()
+        }
+        return Array(FileManager.default.contents(atPath: path)!)
+    }
+}
