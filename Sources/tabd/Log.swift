@@ -10,16 +10,24 @@ final class Log: Sendable {
         static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
     }
 
+    /// `text`: `TIME LEVEL message`; `json`: `{"time":…,"level":…,"message":…}` per line.
+    enum Format: String, Sendable { case text, json }
+
     let level: Level
+    let format: Format
     private let lock = Locked(())
 
-    init(level: Level) { self.level = level }
+    init(level: Level, format: Format = .text) { self.level = level; self.format = format }
 
     func enabled(_ l: Level) -> Bool { l <= level }
 
     func log(_ l: Level, _ message: @autoclosure () -> String) {
         guard enabled(l) else { return }
-        let line = "\(Date().formatted(.iso8601)) \(l.rawValue.uppercased()) \(message())\n"
+        let time = Date().formatted(.iso8601)
+        let line = switch format {
+        case .text: "\(time) \(l.rawValue.uppercased()) \(message())\n"
+        case .json: JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)), ("message", .string(message()))]).compactString + "\n"
+        }
         lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
     }
 

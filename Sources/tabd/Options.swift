@@ -11,6 +11,7 @@ struct Options: Sendable {
     var tabsFile: String?
     var maxClients = 10_000
     var logLevel = Log.Level.info
+    var logFormat = Log.Format.text
     var resumeWindow = 10_000
     var queueLimit = 10_000
     var rateLimit = 100
@@ -85,6 +86,8 @@ struct Options: Sendable {
       --token-file FILE      the same, read from FILE
       --ping-interval SECS   ping a silent peer after SECS, drop it after 2×SECS (default 30)
       --log-level LEVEL      error, warn, info or debug (default info)
+      --log-format FORMAT    text, or json: one object per line with time, level and
+                             message, for log collectors (default text)
       -h, --help             show this help
       --version              show the version
 
@@ -167,6 +170,10 @@ struct Options: Sendable {
                     let v = try value(arg)
                     guard let level = Log.Level(rawValue: v) else { throw UsageError("--log-level must be error, warn, info or debug, got '\(v)'") }
                     o.logLevel = level
+                case "--log-format":
+                    let v = try value(arg)
+                    guard let format = Log.Format(rawValue: v) else { throw UsageError("--log-format must be text or json, got '\(v)'") }
+                    o.logFormat = format
                 default: throw UsageError("unknown option '\(arg)'")
                 }
                 i += 1

@@ -24,7 +24,7 @@ case let .exit(text, code):
     exit(code)
 }
 
-let log = Log(level: options.logLevel)
+let log = Log(level: options.logLevel, format: options.logFormat)
 let termination = TerminationSignals()
 // A file-size limit (ulimit -f) must fail a write with an error, not kill the daemon.
 signal(SIGXFSZ, SIG_IGN)

@@ -14,7 +14,7 @@ def test_help_lists_every_option_and_exits_0():
     assert p.returncode == 0
     for option in ["--host", "--port", "--web-root", "--tabs", "--state", "--resume-window", "--queue-limit",
                    "--rate-limit", "--max-clients", "--allow-origin", "--token", "--token-file", "--auth-secret-file", "--rooms",
-                   "--max-rooms", "--room-idle", "--log-level", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token"]:
+                   "--max-rooms", "--room-idle", "--log-level", "--log-format", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token"]:
         assert option in p.stdout, option
 
 
@@ -95,3 +95,23 @@ def test_libwebsockets_logs_through_tabds_logger():
     line_format = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (ERROR|WARN|INFO|DEBUG) \S")
     assert all(line_format.match(l) for l in lines), [l for l in lines if not line_format.match(l)][:5]
     assert any(" DEBUG libwebsockets: " in l for l in lines)
+
+
+def test_log_format_json_writes_one_object_per_line():
+    import json
+    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", "--log-format", "json", "--log-level", "debug"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().startswith("tabd listening on ")
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    records = [json.loads(l) for l in err.splitlines() if l]  # every line is one JSON object
+    assert records and all(set(r) == {"time", "level", "message"} for r in records)
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", r["time"]) for r in records)
+    assert {r["level"] for r in records} <= {"error", "warn", "info", "debug"}
+    assert any(r["message"].startswith("state in memory") for r in records)
+    assert any(r["message"].startswith("libwebsockets: ") for r in records)
+    assert any(r["message"].startswith("received signal 15") for r in records)
+    p = run("--log-format", "xml")
+    assert p.returncode == 2 and "--log-format must be text or json, got 'xml'" in p.stderr
