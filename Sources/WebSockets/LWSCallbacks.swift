@@ -219,12 +219,9 @@ extension ServiceLoop {
 
     private func closed(_ user: UnsafeMutableRawPointer?) {
         guard let user, let session = session(user) else { return }
-        // lws may end a connection it failed without sending the close it prepared (a peer's
-        // close whose reason is not UTF-8): the socket is still open here, so it goes now.
-        if let (code, reason) = closingByLWS(session), !session.seenClosingByLWS {
-            recordClose(session, code: code, reason: reason)
-            reason.withUnsafeBytes { _ = tabd_fail_connection(session.wsi, code, $0.baseAddress, $0.count) }
-        }
+        // A connection lws failed and closed before a sweep saw it (the peer answered its
+        // close at once): the handler still hears lws' code.
+        if let (code, reason) = closingByLWS(session) { recordClose(session, code: code, reason: reason) }
         user.storeBytes(of: nil, as: UnsafeMutableRawPointer?.self)
         sessions[session.id] = nil
         let decided = table.withLock { $0.remove(session.id) }
