@@ -253,8 +253,8 @@ extension ServiceLoop {
     }
 
     /// A connection lws is closing though neither side asked to: lws failed it for a
-    /// protocol error (reserved bits or opcodes, a bad control frame, an unmasked frame,
-    /// invalid UTF-8) and prepared its close frame. nil for any other.
+    /// protocol error (reserved bits or opcodes, a fragmented control frame, a stray
+    /// continuation, invalid UTF-8) and prepared its close frame. nil for any other.
     func closingByLWS(_ session: Session) -> (code: UInt16, reason: [UInt8])? {
         guard session.localClose == nil, session.peerClose == nil else { return nil }
         var bytes: UnsafePointer<UInt8>?
