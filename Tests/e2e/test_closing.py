@@ -72,14 +72,19 @@ def seconds_until_dropped(s, limit=10.0):
     raise AssertionError(f"the TCP connection stayed open {limit} s")
 
 
+def answered_ping(s, ref):
+    """Sends a ping on a raw connection and reads until its pong."""
+    rawws.send_text(s, json.dumps({"type": "ping", "ref": ref}).encode())
+    while True:
+        opcode, data = rawws.recv_frame(s)
+        if opcode == 1 and json.loads(data).get("ref") == ref:
+            return
+
+
 def another_client_still_served(daemon):
     """A fresh client is welcomed and answered: the server serves on."""
     s = welcomed(daemon)
-    rawws.send_text(s, json.dumps({"type": "ping", "ref": "alive"}).encode())
-    while True:
-        opcode, data = rawws.recv_frame(s)
-        if opcode == 1 and json.loads(data).get("ref") == "alive":
-            break
+    answered_ping(s, "alive")
     s.close()
 
 
@@ -168,12 +173,8 @@ def test_a_protocol_error_is_closed_with_1002_and_the_connection_dropped_promptl
     # Not waiting for the peer's answer: the peer here never answers.
     assert seconds_until_dropped(s) < PROMPT, name
     s.close()
-    # The watcher saw the failed client leave, and is still served.
-    rawws.send_text(watcher, json.dumps({"type": "ping", "ref": "w"}).encode())
-    while True:
-        opcode, data = rawws.recv_frame(watcher)
-        if opcode == 1 and json.loads(data).get("ref") == "w":
-            break
+    # The watcher is still served.
+    answered_ping(watcher, "w")
     watcher.close()
 
 

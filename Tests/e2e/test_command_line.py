@@ -82,15 +82,21 @@ def test_a_number_out_of_range_says_the_range_allowed():
     assert p.returncode == 2 and "--queue-limit must be a whole number 1 or more, got 'many'" in p.stderr
 
 
-def test_libwebsockets_logs_through_tabds_logger():
-    # Every stderr line, libwebsockets' own included, has tabd's timestamp and level.
-    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", "--log-level", "debug"],
+def stderr_of_a_run(*args):
+    """What tabd writes to stderr from its start to a SIGTERM once it listens."""
+    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().startswith("tabd listening on ")
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
+    return err
+
+
+def test_libwebsockets_logs_through_tabds_logger():
+    # Every stderr line, libwebsockets' own included, has tabd's timestamp and level.
+    err = stderr_of_a_run("--log-level", "debug")
     lines = [l for l in err.splitlines() if l]
     line_format = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (ERROR|WARN|INFO|DEBUG) \S")
     assert all(line_format.match(l) for l in lines), [l for l in lines if not line_format.match(l)][:5]
@@ -99,13 +105,7 @@ def test_libwebsockets_logs_through_tabds_logger():
 
 def test_log_format_json_writes_one_object_per_line():
     import json
-    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", "--log-format", "json", "--log-level", "debug"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().startswith("tabd listening on ")
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
+    err = stderr_of_a_run("--log-format", "json", "--log-level", "debug")
     records = [json.loads(l) for l in err.splitlines() if l]  # every line is one JSON object
     assert records and all(set(r) == {"time", "level", "message"} for r in records)
     assert all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", r["time"]) for r in records)
