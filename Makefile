@@ -8,12 +8,14 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run cluster test test-swift test-tsan test-e2e test-browser test-web test-long soak bench clean fuzz test-fuzz
+.PHONY: help deps test-deps build release run cluster install install-build uninstall test test-swift test-tsan test-e2e test-browser test-web test-long soak bench clean fuzz test-fuzz
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
 	@echo "make test   install what is missing and run every test (unit, stress, TSan, end to end, browser)"
 	@echo "make cluster  three NATS JetStream servers and three tabd nodes on loopback (docs/CLUSTER.md)"
+	@echo "make install PREFIX=/usr/local  build (release) and install tabd, tabctl, the web page, docs and the systemd unit; DESTDIR is honoured"
+	@echo "make uninstall PREFIX=/usr/local  remove what make install put there"
 	@echo "make test-long  the crash loop for 50 rounds and a minute of fuzzing per target"
 	@echo "make fuzz SECONDS=N  each fuzz target for N seconds"
 	@echo "make soak   ten minutes of churn, memory and open files sampled (docs/RELIABILITY.md)"
@@ -41,6 +43,44 @@ run: release
 ## the first); prints the URLs; Ctrl-C stops everything. ARGS go to every node.
 cluster: release
 	TABD_BIN=$(CURDIR)/.build/release/tabd scripts/cluster --port $(PORT) --host $(HOST) $(if $(ARGS),-- $(ARGS))
+
+## Install under PREFIX (DESTDIR is put in front of every path, for packagers):
+##   PREFIX/bin/tabd, PREFIX/bin/tabctl         the executables (release build)
+##   PREFIX/share/tabd/web/                     the page; an installed tabd finds it by itself
+##   PREFIX/share/tabd/contrib/                 the systemd unit (its paths set to PREFIX) and how to use it
+##                                              (not enabled: copying it is the operator's choice)
+##   PREFIX/share/doc/tabd/                     README.md, LICENSE, docs/
+## BIN_DIR=DIR installs the executables already in DIR instead of building them;
+## INSTALL_PRODUCTS chooses which.
+PREFIX           ?= /usr/local
+DESTDIR          ?=
+BIN_DIR          ?=
+INSTALL_PRODUCTS ?= tabd tabctl
+INSTALL          ?= install
+# The page's files; web/package.json only tells node (Tests/web) that they are ES modules.
+WEB_FILES   = $(filter-out web/package.json,$(wildcard web/*))
+DOC_FILES   = README.md LICENSE
+# docs/ as it is (the pages, and the pictures they show), so the links keep working.
+DOCS_DIRS   = docs $(patsubst %/,%,$(sort $(dir $(wildcard docs/*/*))))
+
+install-build: deps
+	for p in $(INSTALL_PRODUCTS); do $(SWIFT) build -c release $(SWIFTFLAGS) --product $$p || exit 1; done
+
+install: $(if $(BIN_DIR),,install-build)
+	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/tabd/web $(DESTDIR)$(PREFIX)/share/tabd/contrib \
+	  $(foreach d,$(DOCS_DIRS),$(DESTDIR)$(PREFIX)/share/doc/tabd/$(d))
+	for p in $(INSTALL_PRODUCTS); do $(INSTALL) -m 755 $(or $(BIN_DIR),.build/release)/$$p $(DESTDIR)$(PREFIX)/bin/ || exit 1; done
+	$(INSTALL) -m 644 $(WEB_FILES) $(DESTDIR)$(PREFIX)/share/tabd/web/
+	sed 's|/usr/local/|$(PREFIX)/|g' contrib/tabd.service > $(DESTDIR)$(PREFIX)/share/tabd/contrib/tabd.service
+	chmod 644 $(DESTDIR)$(PREFIX)/share/tabd/contrib/tabd.service
+	$(INSTALL) -m 644 contrib/README.md $(DESTDIR)$(PREFIX)/share/tabd/contrib/
+	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(PREFIX)/share/doc/tabd/
+	for d in $(DOCS_DIRS); do $(INSTALL) -m 644 $$(find $$d -maxdepth 1 -type f) $(DESTDIR)$(PREFIX)/share/doc/tabd/$$d/ || exit 1; done
+	@echo "installed under $(DESTDIR)$(PREFIX); start it with $(PREFIX)/bin/tabd, or as a service: $(PREFIX)/share/tabd/contrib/README.md"
+
+uninstall:
+	rm -f $(foreach p,$(INSTALL_PRODUCTS),$(DESTDIR)$(PREFIX)/bin/$(p))
+	rm -rf $(DESTDIR)$(PREFIX)/share/tabd $(DESTDIR)$(PREFIX)/share/doc/tabd
 
 test: test-deps test-swift test-web test-tsan test-e2e test-browser test-fuzz
 	@echo "make test: all suites passed"
@@ -80,8 +120,9 @@ bench:
 ## The fairness test (test_fairness.py) holds the release build to its latency bound.
 test-e2e: test-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
+	$(SWIFT) build $(SWIFTFLAGS) --product tabctl
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
-	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
+	TABD_BIN=$(CURDIR)/.build/debug/tabd TABCTL_BIN=$(CURDIR)/.build/debug/tabctl TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider
 
 ## Browser tests: headless Chromium drives web/ against a real tabd (screenshots: test-output/screenshots/).

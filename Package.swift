@@ -11,7 +11,9 @@ let package = Package(
         .library(name: "Coordinator", targets: ["Coordinator"]),
         .library(name: "WebSockets", targets: ["WebSockets"]),
         .library(name: "WebSocketsClient", targets: ["WebSocketsClient"]),
+        .library(name: "TabdClient", targets: ["TabdClient"]),
         .executable(name: "tabd", targets: ["tabd"]),
+        .executable(name: "tabctl", targets: ["tabctl"]),
         .executable(name: "tabbench", targets: ["tabbench"]),
     ],
     targets: [
@@ -64,11 +66,18 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
         .executableTarget(name: "tabd", dependencies: ["Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        // The Swift client library: one room's state kept by the server's own fold, typed
+        // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
+        .target(name: "TabdClient", dependencies: ["Coordinator", "WebSocketsClient", "Locking"], swiftSettings: strict),
+        // The command line over TabdClient: watch, state, commands, rooms.
+        .executableTarget(name: "tabctl", dependencies: ["TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
-        .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad"], swiftSettings: strict),
+        .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad", "TabdClient"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
+        // TabdClient against real tabd processes (needs the tabd product built).
+        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
         .testTarget(name: "ClusterTests", dependencies: ["Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TabdClient
 import TabdLoad
 import WebSocketsClient
 

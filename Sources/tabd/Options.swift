@@ -50,12 +50,14 @@ struct Options: Sendable {
     OPTIONS:
       --host HOST            address to listen on (default 127.0.0.1)
       --port PORT            port to listen on; 0 picks a free one (default 8080)
-      --web-root PATH        the web client's files (default: the checkout's web/)
+      --web-root PATH        the web client's files (default: PREFIX/share/tabd/web of
+                             an installed tabd, else the checkout's web/)
       --tabs FILE            the tabs of a new room, a JSON array of
                              {id,title,icon,color,badge?} (default: home, favorites, profile)
       --state PATH           where state is stored (SQLite); ':memory:' keeps nothing
                              (default: .tabd/state.sqlite in the checkout, else in
-                             the current directory; only .tabd/ is created)
+                             the current directory, as for an installed tabd; only
+                             .tabd/ is created)
       --rooms auto|api       auto: joining (or an API command to) an unknown room
                              creates it; api: only PUT /api/rooms/ID does (default auto)
       --max-rooms N          rooms that may exist, stored or loaded; creating more is
@@ -92,6 +94,12 @@ struct Options: Sendable {
       --version              show the version
 
     ENVIRONMENT:
+      Every option that takes a value can be set as TABD_ and its name in upper case,
+      dashes as underscores: TABD_HOST, TABD_PORT=9000, TABD_STATE, TABD_WEB_ROOT,
+      TABD_LOG_FORMAT=json, TABD_TOKEN_FILE, TABD_AUTH_SECRET_FILE, TABD_CLUSTER, ...
+      A repeatable option takes a comma-separated list: TABD_ALLOW_ORIGIN=URL,URL.
+      The command line wins: a variable is ignored when its option is given.
+      Two variables hold the credential itself instead:
       TABD_TOKEN             the admin token, when neither --token nor --token-file is given
       TABD_AUTH_SECRET       the signing key, when --auth-secret-file is not given
 
@@ -104,92 +112,148 @@ struct Options: Sendable {
 
     enum ParseResult { case run(Options), exit(String, code: Int32) }
 
+    /// The command line, then the environment: every option that takes a value may also be
+    /// given as `TABD_` and its name in upper case with `_` for `-` (`--web-root`:
+    /// `TABD_WEB_ROOT`); a repeatable option's variable holds a comma-separated list. The
+    /// command line wins: a variable is not read when its option, or one that excludes it,
+    /// is given. `TABD_TOKEN` and `TABD_AUTH_SECRET` are not `--token` and a key file but
+    /// the credentials themselves (``authenticator(warn:)``); other `TABD_` names are not
+    /// tabd's and are left alone.
     static func parse(_ args: [String], environment: [String: String] = [:]) -> ParseResult {
         var o = Options()
         o.environmentToken = environment["TABD_TOKEN"]
         o.environmentSecret = environment["TABD_AUTH_SECRET"]
-        var i = 0
-        func value(_ name: String) throws -> String {
-            i += 1
-            guard i < args.count else { throw UsageError("\(name) needs a value") }
-            return args[i]
+        // Each option set so far, with how it was given (`--state`, `TABD_STATE`), for errors.
+        var given: [String: String] = [:]
+        do throws(UsageError) {
+            var i = 0
+            while i < args.count {
+                let arg = args[i]
+                switch arg {
+                case "-h", "--help": return .exit(help, code: 0)
+                case "--version": return .exit("tabd \(version)", code: 0)
+                default:
+                    let known = try o.set(arg, as: arg) { () throws(UsageError) -> String in
+                        i += 1
+                        guard i < args.count else { throw UsageError("\(arg) needs a value") }
+                        return args[i]
+                    }
+                    guard known else { throw UsageError("unknown option '\(arg)'") }
+                    given[arg] = arg
+                }
+                i += 1
+            }
+            let onCommandLine = given
+            for (variable, text) in environment.sorted(by: { $0.key < $1.key }) {
+                guard let option = Self.option(ofVariable: variable),
+                      !([option] + Self.excluded(by: option)).contains(where: { onCommandLine[$0] != nil }) else { continue }
+                let values = Self.repeatable.contains(option)
+                    ? text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                    : [text]
+                for value in values {
+                    guard try o.set(option, as: variable, value: { value }) else { break }
+                    given[option] = variable
+                }
+            }
+            if let a = given["--token"], let b = given["--token-file"] { throw UsageError("give \(a) or \(b), not both") }
+            if let a = given["--state"], let b = given["--cluster"] {
+                throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
+            }
+        } catch {
+            return .exit("tabd: \(error.message)\nRun 'tabd --help' for the options.", code: 2)
         }
-        func int(_ name: String, min: Int, max: Int = Int.max) throws -> Int {
-            let v = try value(name)
+        return .run(o)
+    }
+
+    /// Options that may be given more than once; their variables hold comma-separated lists.
+    private static let repeatable: Set<String> = ["--allow-origin"]
+
+    /// The options one of which excludes the other, both ways.
+    private static func excluded(by option: String) -> [String] {
+        switch option {
+        case "--token": ["--token-file"]
+        case "--token-file": ["--token"]
+        case "--state": ["--cluster"]
+        case "--cluster": ["--state"]
+        default: []
+        }
+    }
+
+    /// `--web-root` for `TABD_WEB_ROOT`; nil for a name outside the rule (not `TABD_`, not
+    /// upper case, or `TABD_TOKEN` and `TABD_AUTH_SECRET`, which hold credentials).
+    static func option(ofVariable name: String) -> String? {
+        guard name.hasPrefix("TABD_"), name.count > 5, name != "TABD_TOKEN", name != "TABD_AUTH_SECRET",
+              name.allSatisfy({ $0.isASCII && ($0.isUppercase || $0.isNumber || $0 == "_") }) else { return nil }
+        return "--" + name.dropFirst(5).lowercased().replacingOccurrences(of: "_", with: "-")
+    }
+
+    /// Sets `option` (`--port`) from `value()` if it is an option that takes a value, and
+    /// says whether it was; `name` is how it was given (`--port`, `TABD_PORT`), for errors.
+    /// `value()` is called only for an option that takes a value.
+    private mutating func set(_ option: String, as name: String, value: () throws(UsageError) -> String) throws(UsageError) -> Bool {
+        func int(min: Int, max: Int = Int.max) throws(UsageError) -> Int {
+            let v = try value()
             guard let n = Int(v), n >= min, n <= max else {
                 let range = max == Int.max ? "\(min) or more" : "from \(min) to \(max)"
                 throw UsageError("\(name) must be a whole number \(range), got '\(v)'")
             }
             return n
         }
-        do {
-            while i < args.count {
-                let arg = args[i]
-                switch arg {
-                case "-h", "--help": return .exit(help, code: 0)
-                case "--version": return .exit("tabd \(version)", code: 0)
-                case "--host": o.host = try value(arg)
-                case "--port": o.port = try int(arg, min: 0, max: 65535)
-                case "--web-root": o.webRoot = try value(arg)
-                case "--tabs": o.tabsFile = try value(arg)
-                case "--state":
-                    let v = try value(arg)
-                    guard !v.isEmpty else { throw UsageError("--state must not be empty") }
-                    o.state = v
-                case "--max-clients": o.maxClients = try int(arg, min: 1)
-                case "--rooms":
-                    let v = try value(arg)
-                    guard let mode = RoomRegistry.Creation(rawValue: v) else { throw UsageError("--rooms must be auto or api, got '\(v)'") }
-                    o.rooms = mode
-                case "--max-rooms": o.maxRooms = try int(arg, min: 1)
-                case "--cluster":
-                    let v = try value(arg)
-                    let urls = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-                    guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
-                        throw UsageError("--cluster takes nats://HOST:PORT URLs separated by commas, got '\(v.prefix(200))'")
-                    }
-                    o.cluster = urls
-                case "--node-name":
-                    let v = try value(arg)
-                    guard Limits.isRoomID(v) else { throw UsageError("--node-name must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
-                    o.nodeName = v
-                case "--room-idle": o.roomIdle = try int(arg, min: 0, max: 86_400 * 365)
-                case "--resume-window": o.resumeWindow = try int(arg, min: 0)
-                case "--queue-limit": o.queueLimit = try int(arg, min: 1)
-                case "--rate-limit": o.rateLimit = try int(arg, min: 0)
-                case "--rate-limit-bytes": o.rateLimitBytes = try int(arg, min: 0)
-                case "--allow-origin": o.allowOrigins.append(try value(arg))
-                case "--token":
-                    let t = try value(arg)
-                    guard !t.isEmpty else { throw UsageError("--token must not be empty") }
-                    o.token = t
-                case "--token-file": o.tokenFile = try value(arg)
-                case "--auth-secret-file": o.authSecretFile = try value(arg)
-                case "--ping-interval": o.pingInterval = try int(arg, min: 1, max: 3600)
-                case "--log-level":
-                    let v = try value(arg)
-                    guard let level = Log.Level(rawValue: v) else { throw UsageError("--log-level must be error, warn, info or debug, got '\(v)'") }
-                    o.logLevel = level
-                case "--log-format":
-                    let v = try value(arg)
-                    guard let format = Log.Format(rawValue: v) else { throw UsageError("--log-format must be text or json, got '\(v)'") }
-                    o.logFormat = format
-                default: throw UsageError("unknown option '\(arg)'")
-                }
-                i += 1
+        switch option {
+        case "--host": host = try value()
+        case "--port": port = try int(min: 0, max: 65535)
+        case "--web-root": webRoot = try value()
+        case "--tabs": tabsFile = try value()
+        case "--state":
+            let v = try value()
+            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
+            state = v
+        case "--max-clients": maxClients = try int(min: 1)
+        case "--rooms":
+            let v = try value()
+            guard let mode = RoomRegistry.Creation(rawValue: v) else { throw UsageError("\(name) must be auto or api, got '\(v)'") }
+            rooms = mode
+        case "--max-rooms": maxRooms = try int(min: 1)
+        case "--cluster":
+            let v = try value()
+            let urls = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
+                throw UsageError("\(name) takes nats://HOST:PORT URLs separated by commas, got '\(v.prefix(200))'")
             }
-            if o.token != nil, o.tokenFile != nil { throw UsageError("give --token or --token-file, not both") }
-            if !o.cluster.isEmpty, o.state != nil { throw UsageError("--state and --cluster exclude each other: a cluster keeps its rooms in the engine") }
-        } catch let e as UsageError {
-            return .exit("tabd: \(e.message)\nRun 'tabd --help' for the options.", code: 2)
-        } catch {
-            return .exit("tabd: \(error)", code: 2)
+            cluster = urls
+        case "--node-name":
+            let v = try value()
+            guard Limits.isRoomID(v) else { throw UsageError("\(name) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
+            nodeName = v
+        case "--room-idle": roomIdle = try int(min: 0, max: 86_400 * 365)
+        case "--resume-window": resumeWindow = try int(min: 0)
+        case "--queue-limit": queueLimit = try int(min: 1)
+        case "--rate-limit": rateLimit = try int(min: 0)
+        case "--rate-limit-bytes": rateLimitBytes = try int(min: 0)
+        case "--allow-origin": allowOrigins.append(try value())
+        case "--token":
+            let t = try value()
+            guard !t.isEmpty else { throw UsageError("\(name) must not be empty") }
+            token = t
+        case "--token-file": tokenFile = try value()
+        case "--auth-secret-file": authSecretFile = try value()
+        case "--ping-interval": pingInterval = try int(min: 1, max: 3600)
+        case "--log-level":
+            let v = try value()
+            guard let level = Log.Level(rawValue: v) else { throw UsageError("\(name) must be error, warn, info or debug, got '\(v)'") }
+            logLevel = level
+        case "--log-format":
+            let v = try value()
+            guard let format = Log.Format(rawValue: v) else { throw UsageError("\(name) must be text or json, got '\(v)'") }
+            logFormat = format
+        default: return false
         }
-        return .run(o)
+        return true
     }
 
-    /// The web root to serve: the option, else `web/` in the current directory or in the
-    /// checkout that holds this executable (`.build/<config>/tabd`). Nil if none exists.
+    /// The web root to serve: the option, else the files installed with this executable
+    /// (``installedWebRoot``), else `web/` in the current directory or in the checkout that
+    /// holds this executable (`.build/<config>/tabd`). An error names every path tried.
     func resolvedWebRoot() -> Result<String, UsageError> {
         let fm = FileManager.default
         func isDir(_ p: String) -> Bool {
@@ -199,9 +263,10 @@ struct Options: Sendable {
         if let webRoot {
             return isDir(webRoot) ? .success(webRoot) : .failure(UsageError("web root '\(webRoot)' is not a directory"))
         }
-        var candidates = [fm.currentDirectoryPath + "/web"]
-        if let exe = try? fm.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            var dir = URL(fileURLWithPath: exe).deletingLastPathComponent()
+        var candidates = Self.installedWebRoot.map { [$0] } ?? []
+        candidates.append(fm.currentDirectoryPath + "/web")
+        if let exe = Self.executable {
+            var dir = exe.deletingLastPathComponent()
             for _ in 0..<4 {
                 dir = dir.deletingLastPathComponent()
                 candidates.append(dir.path + "/web")
@@ -209,6 +274,17 @@ struct Options: Sendable {
         }
         for c in candidates where isDir(c) && fm.fileExists(atPath: c + "/index.html") { return .success(c) }
         return .failure(UsageError("no web root: none of \(candidates.joined(separator: ", ")) exists; pass --web-root PATH"))
+    }
+
+    /// This executable, links resolved.
+    private static var executable: URL? {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")).map { URL(fileURLWithPath: $0) }
+    }
+
+    /// Where `make install` puts the web files of this executable: PREFIX/share/tabd/web
+    /// for PREFIX/bin/tabd.
+    static var installedWebRoot: String? {
+        executable.map { $0.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("share/tabd/web").path }
     }
 }
 
@@ -249,12 +325,13 @@ extension Options {
     }
 
     /// The state file: the option, else `.tabd/state.sqlite` beside the web root's
-    /// checkout (the folder that holds `web/`), else in the current directory. Nil
-    /// means in memory.
+    /// checkout (the folder that holds `web/`), else in the current directory (an
+    /// installed tabd, or a web root given). Nil means in memory.
     func resolvedStatePath(webRoot: String) -> String? {
         if let state { return state == ":memory:" ? nil : state }
         let root = URL(fileURLWithPath: webRoot).standardizedFileURL
-        if self.webRoot == nil, root.lastPathComponent == "web" {
+        let installed = Self.installedWebRoot.map { URL(fileURLWithPath: $0).standardizedFileURL }
+        if self.webRoot == nil, root.lastPathComponent == "web", root != installed {
             return root.deletingLastPathComponent().path + "/.tabd/state.sqlite"
         }
         return FileManager.default.currentDirectoryPath + "/.tabd/state.sqlite"

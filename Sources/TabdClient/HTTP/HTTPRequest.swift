@@ -1,26 +1,33 @@
 import Foundation
 
 /// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
-/// for tabd's HTTP API and `/metrics` in a benchmark, where the server's cost per request is
-/// what matters, not the client's.
-struct HTTPRequest {
-    struct Response {
-        var status: Int
-        var body: String
+/// for tabd's HTTP API and `/metrics` (``TabdAPI`` runs it off the caller's thread; the
+/// benchmark calls it directly).
+public struct HTTPRequest: Sendable {
+    public struct Response: Sendable {
+        public var status: Int
+        public var body: String
     }
 
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+        public init(description: String) { self.description = description }
     }
 
-    var method: String
-    var host: String
-    var port: Int
-    var path: String
-    var body: [UInt8] = []
+    public var method: String
+    public var host: String
+    public var port: Int
+    public var path: String
+    public var body: [UInt8]
+    /// Extra header lines, e.g. `("Authorization", "Bearer …")`.
+    public var headers: [(String, String)]
+
+    public init(method: String, host: String, port: Int, path: String, body: [UInt8] = [], headers: [(String, String)] = []) {
+        self.method = method; self.host = host; self.port = port; self.path = path; self.body = body; self.headers = headers
+    }
 
     /// Sends the request and reads the whole answer (its `Content-Length`, or up to the close).
-    func send(timeoutSeconds: Int = 30) throws(Failure) -> Response {
+    public func send(timeoutSeconds: Int = 30) throws(Failure) -> Response {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -40,6 +47,7 @@ struct HTTPRequest {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
         head += "Content-Length: \(body.count)\r\n"
         if !body.isEmpty { head += "Content-Type: application/json\r\n" }
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
         let request = Array((head + "\r\n").utf8) + body
         var sent = 0
         while sent < request.count {

@@ -1,0 +1,4 @@
+// The values a client reads (Snapshot, TabState, Event, EventBatch, JSONValue, ErrorCode,
+// TabInfo, TabUpdate, ...) are the Coordinator module's own, folded by the same functions
+// the server uses: whoever imports TabdClient sees them.
+@_exported import Coordinator

@@ -1,0 +1,189 @@
+/// What `tabctl` was asked to do, read from its arguments and the environment.
+struct Invocation {
+    var url = "http://127.0.0.1:8080"
+    var room: String?
+    var token: String?
+    var name: String?
+    var json = false
+    var help = false
+    /// The subcommand and its positional arguments.
+    var command: Subcommand?
+    var positional: [String] = []
+    /// Options of the subcommand (`--tab`, `--title`, `--count`, ...), by name.
+    var options: [String: String] = [:]
+    var flags: Set<String> = []
+}
+
+struct UsageError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Every subcommand: its name, what it takes, and its help.
+struct Subcommand {
+    let name: String
+    let usage: String
+    let summary: String
+    /// Positional arguments: at least `minArgs`, at most `maxArgs`.
+    let minArgs: Int
+    let maxArgs: Int
+    /// Options taking a value, and flags, beyond the global ones.
+    var options: [String] = []
+    var flags: [String] = []
+    var details = ""
+
+    static let all: [Subcommand] = [
+        .init(name: "watch", usage: "watch [--count N]", summary: "follow the room live: one line per event",
+              minArgs: 0, maxArgs: 0, options: ["--count"],
+              details: """
+              Prints every event of the room from now on, one line each: seq, kind and its
+              fields, and who caused it. On a terminal tab ids are shown in their tab's
+              colour. With --json each line is the event's JSON object with the batch's
+              "by" and "ref" added. Reconnects (and resumes, missing nothing) when the
+              connection drops; those notices go to stderr.
+                --count N      stop after N events
+              """),
+        .init(name: "state", usage: "state", summary: "print the room's state", minArgs: 0, maxArgs: 0,
+              details: """
+              Prints the room's tabs (the selected one marked), each tab's stack, scroll
+              offset and values, the scroll-to-top counter and the clients. With --json:
+              {"room","epoch","snapshot"}, the snapshot as the protocol sends it.
+              """),
+        .init(name: "tap", usage: "tap TAB", summary: "tap a tab's item (select; pop to root; scroll to top)",
+              minArgs: 1, maxArgs: 1,
+              details: "Like a native tab bar: selects TAB; on the selected tab pops it to its first page; at\nthe first page scrolls it to the top."),
+        .init(name: "select", usage: "select TAB", summary: "select a tab", minArgs: 1, maxArgs: 1),
+        .init(name: "push", usage: "push ROUTE [--tab TAB]", summary: "push a page onto a tab's stack", minArgs: 1, maxArgs: 1,
+              options: ["--tab"], details: "  --tab TAB      the tab (default: the selected one)"),
+        .init(name: "pop", usage: "pop [--tab TAB]", summary: "pop a tab's top page", minArgs: 0, maxArgs: 0, options: ["--tab"],
+              details: "  --tab TAB      the tab (default: the selected one)"),
+        .init(name: "pop-to-root", usage: "pop-to-root [--tab TAB]", summary: "pop a tab to its first page", minArgs: 0, maxArgs: 0,
+              options: ["--tab"], details: "  --tab TAB      the tab (default: the selected one)"),
+        .init(name: "scroll", usage: "scroll OFFSET [--tab TAB]", summary: "record a tab's scroll offset", minArgs: 1, maxArgs: 1,
+              options: ["--tab"], details: "  --tab TAB      the tab (default: the selected one)"),
+        .init(name: "set", usage: "set KEY VALUE [--tab TAB]", summary: "store a value on a tab (null removes it)",
+              minArgs: 2, maxArgs: 2, options: ["--tab"],
+              details: """
+              VALUE is JSON (42, true, null, "text", [1,2], {"a":1}); anything that is not
+              JSON is taken as a string, so `set title Hello` stores "Hello".
+                --tab TAB      the tab (default: the selected one)
+              """),
+        .init(name: "add-tab", usage: "add-tab ID --title T --icon I --color C [--badge B] [--index N]",
+              summary: "add a tab", minArgs: 1, maxArgs: 1, options: ["--title", "--icon", "--color", "--badge", "--index"],
+              details: "  --icon is an SF Symbol name (house, heart, person, ...), --color a #RRGGBB colour;\n  --index places it (default: last)."),
+        .init(name: "update-tab", usage: "update-tab ID [--title T] [--icon I] [--color C] [--badge B | --no-badge]",
+              summary: "change a tab's title, icon, colour or badge", minArgs: 1, maxArgs: 1,
+              options: ["--title", "--icon", "--color", "--badge"], flags: ["--no-badge"]),
+        .init(name: "move-tab", usage: "move-tab ID INDEX", summary: "move a tab to a position", minArgs: 2, maxArgs: 2),
+        .init(name: "remove-tab", usage: "remove-tab ID", summary: "remove a tab", minArgs: 1, maxArgs: 1),
+        .init(name: "ping", usage: "ping", summary: "a round trip to tabd", minArgs: 0, maxArgs: 0),
+        .init(name: "rooms", usage: "rooms [list | show ID | create ID | delete ID]",
+              summary: "list, show, create or delete rooms (HTTP API)", minArgs: 0, maxArgs: 2,
+              details: """
+              Uses tabd's HTTP API. With credentials on, it needs an admin token: of every
+              room ('*') to list and create, of the room to show or delete it.
+                list           every room: id, clients, seq, loaded (the default)
+                show ID        the room's epoch and state, like `state`
+                create ID      create it with tabd's default tabs
+                delete ID      delete it: its clients are closed with 4404
+              """),
+    ]
+
+    static func named(_ name: String) -> Subcommand? { all.first { $0.name == name } }
+
+    var help: String {
+        var text = "USAGE: tabctl [global options] \(usage)\n\n\(summary.prefix(1).uppercased() + summary.dropFirst()).\n"
+        if !details.isEmpty { text += "\n\(details)\n" }
+        return text + "\n" + Invocation.globalOptions
+    }
+}
+
+extension Invocation {
+    static let globalOptions = """
+    GLOBAL OPTIONS:
+      --url URL        tabd's address: http://HOST:PORT or ws://HOST:PORT
+                       (default $TABD_URL, else http://127.0.0.1:8080)
+      --room ID        the room (default $TABD_ROOM, else tabd's 'main')
+      --token TOKEN    a token, when tabd requires one (default $TABD_TOKEN)
+      --name NAME      the name other clients see (default tabctl)
+      --json           machine-readable output: one JSON object per line
+      -h, --help       help (tabctl COMMAND --help: help on one command)
+    """
+
+    static var help: String {
+        let width = Subcommand.all.map(\.usage.count).max()! + 2
+        let list = Subcommand.all.map { c in
+            "  " + c.usage + String(repeating: " ", count: max(2, width - c.usage.count)) + c.summary
+        }.joined(separator: "\n")
+        return """
+        tabctl: watch and drive a tabd room from the command line.
+
+        USAGE: tabctl [global options] COMMAND [arguments]
+
+        COMMANDS:
+        \(list)
+
+        \(globalOptions)
+
+        EXIT STATUS: 0 done; 1 tabd refused the command (its error code is printed);
+        2 usage error; 3 tabd could not be reached or closed the connection.
+        """
+    }
+
+    static let globals: Set<String> = ["--url", "--room", "--token", "--name"]
+
+    /// Reads the arguments; options may come before or after the command.
+    static func parse(_ args: [String], environment: [String: String]) throws(UsageError) -> Invocation {
+        var inv = Invocation()
+        if let url = environment["TABD_URL"], !url.isEmpty { inv.url = url }
+        if let room = environment["TABD_ROOM"], !room.isEmpty { inv.room = room }
+        if let token = environment["TABD_TOKEN"], !token.isEmpty { inv.token = token }
+        var i = 0
+        var words: [String] = []
+        func value(_ name: String) throws(UsageError) -> String {
+            i += 1
+            guard i < args.count else { throw UsageError("\(name) needs a value") }
+            return args[i]
+        }
+        while i < args.count {
+            let arg = args[i]
+            switch arg {
+            case "-h", "--help": inv.help = true
+            case "--json": inv.json = true
+            case "--url": inv.url = try value(arg)
+            case "--room": inv.room = try value(arg)
+            case "--token": inv.token = try value(arg)
+            case "--name": inv.name = try value(arg)
+            case "--": words += args[(i + 1)...]; i = args.count
+            default:
+                if arg.hasPrefix("--") {
+                    guard let command = words.first.flatMap(Subcommand.named) else {
+                        throw UsageError("unknown option \(arg)" + (words.isEmpty ? " (options of a command come after it)" : ""))
+                    }
+                    if command.flags.contains(arg) {
+                        inv.flags.insert(arg)
+                    } else if command.options.contains(arg) {
+                        inv.options[arg] = try value(arg)
+                    } else {
+                        throw UsageError("'\(command.name)' has no option \(arg); see tabctl \(command.name) --help")
+                    }
+                } else {
+                    words.append(arg)
+                }
+            }
+            i += 1
+        }
+        guard let name = words.first else {
+            if inv.help { return inv }
+            throw UsageError("no command; see tabctl --help")
+        }
+        guard let command = Subcommand.named(name) else { throw UsageError("unknown command '\(name)'; see tabctl --help") }
+        inv.command = command
+        inv.positional = Array(words.dropFirst())
+        if inv.help { return inv }
+        guard inv.positional.count >= command.minArgs, inv.positional.count <= command.maxArgs else {
+            throw UsageError("usage: tabctl \(command.usage)")
+        }
+        return inv
+    }
+}

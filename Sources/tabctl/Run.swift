@@ -1,0 +1,237 @@
+import Foundation
+import TabdClient
+
+/// Runs one subcommand; returns the exit status (see `tabctl --help`).
+struct Run {
+    let invocation: Invocation
+    let output: Output
+
+    enum Exit {
+        static let ok: Int32 = 0
+        static let refused: Int32 = 1
+        static let usage: Int32 = 2
+        static let connection: Int32 = 3
+    }
+
+    func main() async -> Int32 {
+        do throws(TabdClientError) {
+            switch invocation.command!.name {
+            case "rooms": return try await rooms()
+            case "watch": return try await watch()
+            default: return try await command()
+            }
+        } catch {
+            return fail(error)
+        }
+    }
+
+    private func connect() async throws(TabdClientError) -> TabdClient {
+        try await TabdClient.connect(url: invocation.url, room: invocation.room, token: invocation.token,
+                                     name: invocation.name ?? "tabctl", options: .init(reconnects: invocation.command?.name == "watch"))
+    }
+
+    // MARK: One command
+
+    private func command() async throws(TabdClientError) -> Int32 {
+        let name = invocation.command!.name
+        let command: Command?
+        do { command = try buildCommand() } catch {
+            printError("\(error)")
+            return Exit.usage
+        }
+        let client = try await connect()
+        do throws(TabdClientError) {
+            switch name {
+            case "state":
+                print(output.state(await client.state, session: await client.session))
+            case "ping":
+                let rtt = try await client.ping()
+                let ms = milliseconds(rtt)
+                print(output.json ? JSONValue.object([("type", .string("pong")), ("ms", .double(ms))]).compactString
+                                  : "pong in \(ms) ms")
+            default:
+                let seq = try await client.perform(command!)
+                print(output.json ? JSONValue.object([("type", .string("ack")), ("seq", .int(seq))]).compactString : "ok, seq \(seq)")
+            }
+        } catch {
+            await client.close()
+            throw error
+        }
+        await client.close()
+        return Exit.ok
+    }
+
+    /// The command of the invocation (nil for `state` and `ping`).
+    private func buildCommand() throws(UsageError) -> Command? {
+        let args = invocation.positional
+        let tab = invocation.options["--tab"]
+        func number(_ text: String, _ what: String) throws(UsageError) -> Double {
+            guard let d = Double(text), d.isFinite else { throw UsageError("\(what) must be a number, got '\(text)'") }
+            return d
+        }
+        func integer(_ text: String, _ what: String) throws(UsageError) -> Int {
+            guard let i = Int(text) else { throw UsageError("\(what) must be a whole number, got '\(text)'") }
+            return i
+        }
+        switch invocation.command!.name {
+        case "tap": return .tap(tab: args[0])
+        case "select": return .select(tab: args[0])
+        case "push": return .push(tab: tab, route: args[0])
+        case "pop": return .pop(tab: tab)
+        case "pop-to-root": return .popToRoot(tab: tab)
+        case "scroll": return .scroll(tab: tab, offset: try number(args[0], "OFFSET"))
+        case "set":
+            let value = (try? JSONParser.parse(Array(args[1].utf8))) ?? .string(args[1])
+            return .set(tab: tab, key: args[0], value: value)
+        case "add-tab":
+            let o = invocation.options
+            guard let title = o["--title"], let icon = o["--icon"], let color = o["--color"] else {
+                throw UsageError("add-tab needs --title, --icon and --color")
+            }
+            return .addTab(TabInfo(id: args[0], title: title, icon: icon, color: color, badge: o["--badge"]),
+                           index: try o["--index"].map { (s) throws(UsageError) in try integer(s, "--index") })
+        case "update-tab":
+            let o = invocation.options
+            var badge: String?? = o["--badge"].map { .some($0) }
+            if invocation.flags.contains("--no-badge") {
+                guard badge == nil else { throw UsageError("--badge and --no-badge exclude each other") }
+                badge = .some(nil)
+            }
+            return .updateTab(TabUpdate(id: args[0], title: o["--title"], icon: o["--icon"], color: o["--color"], badge: badge))
+        case "move-tab": return .moveTab(tab: args[0], index: try integer(args[1], "INDEX"))
+        case "remove-tab": return .removeTab(tab: args[0])
+        default: return nil
+        }
+    }
+
+    // MARK: watch
+
+    private func watch() async throws(TabdClientError) -> Int32 {
+        var remaining: Int?
+        if let count = invocation.options["--count"] {
+            guard let n = Int(count), n > 0 else {
+                printError("--count must be a whole number 1 or more, got '\(count)'")
+                return Exit.usage
+            }
+            remaining = n
+        }
+        let client = try await connect()
+        let updates = await client.updates()
+        let session = await client.session
+        note("connected to room \(session.room) as \(session.client) (\(session.role))")
+        var tabs: [TabState] = []
+        for await update in updates {
+            switch update {
+            case let .snapshot(s):
+                tabs = s.tabs
+            case let .events(batch):
+                for e in batch.events {
+                    print(output.line(e, of: batch, tabs: tabs))
+                    if case let .tabAdded(t, _) = e.event { tabs.append(t) }
+                    if case let .tabUpdated(t) = e.event, let i = tabs.firstIndex(where: { $0.id == t.id }) { tabs[i] = t }
+                    if let r = remaining {
+                        remaining = r - 1
+                        if r == 1 {
+                            fflush(nil) // all streams: a pipe reader sees each event at once
+                            await client.close()
+                            return Exit.ok
+                        }
+                    }
+                }
+                fflush(nil) // all streams: a pipe reader sees each event at once
+            case let .connected(session, resumed):
+                note(resumed ? "resumed as \(session.client), missing nothing" : "reconnected as \(session.client); the events in between were no longer kept, the state is tabd's")
+            case let .disconnected(close):
+                note("disconnected: \(close)")
+            case let .reconnecting(attempt, delay):
+                note("reconnecting (attempt \(attempt)) in \(milliseconds(delay)) ms")
+            case let .closed(error):
+                await client.close()
+                throw error
+            }
+        }
+        await client.close()
+        return Exit.ok
+    }
+
+    // MARK: rooms
+
+    private func rooms() async throws(TabdClientError) -> Int32 {
+        let api = try TabdAPI(url: invocation.url, token: invocation.token)
+        let args = invocation.positional
+        switch args.first ?? "list" {
+        case "list":
+            guard args.count <= 1 else { return usage("rooms list takes no argument") }
+            let rooms = try await api.allRooms()
+            if output.json {
+                for r in rooms {
+                    print(JSONValue.object([("id", .string(r.id)), ("clients", .int(r.clients)), ("seq", .int(r.seq)),
+                                            ("loaded", .bool(r.loaded))]).compactString)
+                }
+            } else {
+                let width = max(4, rooms.map(\.id.count).max() ?? 0)
+                print("ROOM".padding(width) + "  CLIENTS      SEQ  LOADED")
+                for r in rooms {
+                    print(r.id.padding(width) + "  " + String(r.clients).leftPadding(7) + "  " + String(r.seq).leftPadding(7)
+                          + "  " + (r.loaded ? "yes" : "no"))
+                }
+            }
+        case "show":
+            guard args.count == 2 else { return usage("usage: tabctl rooms show ID") }
+            let (epoch, snapshot) = try await api.room(args[1])
+            print(output.json
+                  ? JSONValue.object([("room", .string(args[1])), ("epoch", .string(epoch)), ("snapshot", snapshot.json(capped: false))]).compactString
+                  : output.describe(snapshot, room: args[1], epoch: epoch))
+        case "create":
+            guard args.count == 2 else { return usage("usage: tabctl rooms create ID") }
+            let (epoch, seq) = try await api.createRoom(args[1])
+            print(output.json
+                  ? JSONValue.object([("room", .string(args[1])), ("epoch", .string(epoch)), ("seq", .int(seq))]).compactString
+                  : "created room \(args[1]), epoch \(epoch), seq \(seq)")
+        case "delete":
+            guard args.count == 2 else { return usage("usage: tabctl rooms delete ID") }
+            try await api.deleteRoom(args[1])
+            if output.json { print(#"{"deleted":true}"#) } else { print("deleted room \(args[1])") }
+        case let other:
+            return usage("unknown rooms command '\(other)'; see tabctl rooms --help")
+        }
+        return Exit.ok
+    }
+
+    // MARK: Reporting
+
+    private func milliseconds(_ d: Duration) -> Double {
+        ((Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15) * 10).rounded() / 10
+    }
+
+    private func usage(_ message: String) -> Int32 {
+        printError(message)
+        return Exit.usage
+    }
+
+    /// Reports `error` (on stdout as JSON with --json, so scripts read one stream) and
+    /// gives its exit status.
+    private func fail(_ error: TabdClientError) -> Int32 {
+        let status: Int32
+        let code: String
+        switch error {
+        case let .refused(e): (status, code) = (Exit.refused, e.code.rawValue)
+        case let .api(_, c, _): (status, code) = (Exit.refused, c)
+        case .invalidURL: (status, code) = (Exit.usage, "invalid_url")
+        case .connectFailed, .connectionLost, .closed, .timedOut, .protocolViolation: (status, code) = (Exit.connection, "connection")
+        }
+        if output.json {
+            print(JSONValue.object([("type", .string("error")), ("code", .string(code)), ("message", .string(error.description))]).compactString)
+        }
+        printError(error.description)
+        return status
+    }
+
+    private func printError(_ message: String) {
+        FileHandle.standardError.write(Data("tabctl: \(message)\n".utf8))
+    }
+
+    private func note(_ message: String) {
+        FileHandle.standardError.write(Data("tabctl: \(message)\n".utf8))
+    }
+}

@@ -1,0 +1,21 @@
+import Foundation
+import TabdClient
+
+// tabctl: watch and drive a tabd room from the command line (`tabctl --help`).
+
+let environment = ProcessInfo.processInfo.environment
+let invocation: Invocation
+do {
+    invocation = try Invocation.parse(Array(CommandLine.arguments.dropFirst()), environment: environment)
+} catch {
+    FileHandle.standardError.write(Data("tabctl: \(error)\n".utf8))
+    exit(2)
+}
+if invocation.help {
+    print(invocation.command?.help ?? Invocation.help)
+    exit(0)
+}
+let output = Output(json: invocation.json,
+                    colour: !invocation.json && isatty(STDOUT_FILENO) == 1 && environment["NO_COLOR"] == nil && environment["TERM"] != "dumb")
+let code = await Run(invocation: invocation, output: output).main()
+exit(code)
