@@ -33,6 +33,7 @@ build: deps
 
 release: deps
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
+	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabctl
 
 ## Start tabd in the foreground; it prints the URL to open. ARGS="--log-level debug" adds options.
 run: release
@@ -106,7 +107,7 @@ test-swift:
 
 ## The concurrency suites again under ThreadSanitizer (own scratch path, so the normal build stays).
 ## Any report fails the run.
-TSAN_FILTER ?= CoordinatorTests|StateStoreTests|WebSocketsTests|StressTests|ClusterTests
+TSAN_FILTER ?= CoordinatorTests|StateStoreTests|WebSocketsTests|StressTests|ClusterTests|TabdClientTests
 test-tsan:
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path $(TSAN_DIR)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/Tests/tsan-suppressions.txt" TABD_STRESS_SEEDS=1,2 TABD_STRESS_COMMANDS=100 \

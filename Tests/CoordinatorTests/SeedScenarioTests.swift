@@ -1,7 +1,7 @@
 import Testing
 @testable import Coordinator
 
-/// The four write-ups in shared/seeds, end to end against one coordinator.
+/// The four native tab bar behaviours tabd carries (README: tabs stay alive yet appear when selected; tab items; firstAppear once per page; tap pops, then scrolls to the top), end to end against one coordinator.
 @Suite struct SeedScenarioTests {
     /// Seed 000: switching tabs fires appear (the ZStack/opacity bar does not, tabd does),
     /// while the other tab keeps its stack, scroll and values.
