@@ -109,9 +109,15 @@ public actor TabdClient {
     private var attempt = 0
     /// The first connection's welcome (or its failure), awaited by `connect`.
     private var welcomeWaiter: CheckedContinuation<Result<Void, TabdClientError>, Never>?
-    /// `close()` waiting for the connection's end.
-    private var closeWaiter: CheckedContinuation<Void, Never>?
-    private var transportShutDown = false
+    /// Set by `close()`: a drop now ends the client instead of reconnecting.
+    private var closing = false
+    /// Every `close()` waiting for the end (a second call waits for the first).
+    private var closeWaiters: [CheckedContinuation<Void, Never>] = []
+    private var shutdown: Task<Void, Never>?
+    /// Answers that came while a resync was due (their command's batch did not fold):
+    /// handed out once the snapshot is in, so a command never returns before `state`
+    /// holds its events.
+    private var parked: [(CheckedContinuation<Result<Reply, TabdClientError>, Never>, Result<Reply, TabdClientError>)] = []
 
     private struct Link {
         let connection: any TabdConnection
@@ -261,37 +267,42 @@ public actor TabdClient {
 
     /// Closes the connection (close code 1000) and the client: later commands throw
     /// ``TabdClientError/closed(code:reason:)``, subscriptions end. Waits (at most 2 s)
-    /// for tabd to acknowledge the close, then releases the network thread.
+    /// for tabd to acknowledge the close, then for the network thread to stop. Safe to
+    /// call more than once, from several tasks: each returns once the client is closed.
     public func close() async {
         if case .closed = connection {
             await shutDownTransport()
             return
         }
-        if let link {
+        if !closing, let link {
+            closing = true
             link.connection.close(code: 1000, reason: "")
-            let g = link.generation
             Task { [weak self] in
                 try? await Task.sleep(for: .seconds(2))
-                await self?.closeTimedOut(g)
+                await self?.closeTimedOut()
             }
-            await withCheckedContinuation { closeWaiter = $0 }
         }
-        finish(.closed(code: 1000, reason: "closed by this client"))
+        closing = true
+        if link != nil { await withCheckedContinuation { closeWaiters.append($0) } }
+        finish(Self.closedByClient)
         await shutDownTransport()
     }
 
-    private func closeTimedOut(_ g: Int) {
-        guard link?.generation == g, let waiter = closeWaiter else { return }
-        closeWaiter = nil
-        link = nil
-        generation += 1 // whatever the old connection still reports is ignored
-        waiter.resume()
+    static let closedByClient = TabdClientError.closed(code: 1000, reason: "closed by this client")
+
+    /// tabd did not answer the close in time: end without it.
+    private func closeTimedOut() {
+        guard closing else { return }
+        finish(Self.closedByClient)
     }
 
+    /// Stops the transport once; every caller returns when it has stopped.
     private func shutDownTransport() async {
-        guard !transportShutDown else { return }
-        transportShutDown = true
-        await transport.shutdown()
+        if shutdown == nil {
+            let transport = transport
+            shutdown = Task { await transport.shutdown() }
+        }
+        await shutdown?.value
     }
 
     /// Closes for good: fails whatever waits, ends every subscription.
@@ -301,13 +312,23 @@ public actor TabdClient {
         link?.connection.close(code: 1000, reason: "")
         link = nil
         generation += 1
+        handOutParked()
         for p in inFlight + waiting { p.reply?.resume(returning: .failure(error)) }
         inFlight = []
         waiting = []
         publish(.closed(error))
         for s in subscribers.values { s.finish() }
         subscribers = [:]
-        if !transportShutDown { Task { await self.shutDownTransport() } }
+        let waiters = closeWaiters
+        closeWaiters = []
+        for w in waiters { w.resume() }
+        Task { await self.shutDownTransport() }
+    }
+
+    private func handOutParked() {
+        let answers = parked
+        parked = []
+        for (reply, result) in answers { reply.resume(returning: result) }
     }
 }
 
@@ -345,14 +366,7 @@ extension TabdClient {
         switch event {
         case .opened: break // the welcome says more
         case let .message(bytes): receive(bytes)
-        case let .closed(close):
-            if let waiter = closeWaiter {
-                closeWaiter = nil
-                self.link = nil
-                waiter.resume()
-                return
-            }
-            lost(close, timedOut: false)
+        case let .closed(close): lost(close, timedOut: false)
         }
     }
 
@@ -361,6 +375,8 @@ extension TabdClient {
     private func lost(_ close: TransportClose, timedOut: Bool) {
         link = nil
         generation += 1
+        if closing { return finish(Self.closedByClient) }
+        handOutParked()
         for p in inFlight { p.reply?.resume(returning: .failure(.connectionLost)) }
         inFlight = []
         if let waiter = welcomeWaiter {
@@ -486,19 +502,25 @@ extension TabdClient {
         guard !inFlight.isEmpty else { return violation("an answer to no command (ref \(ref ?? "null"))") }
         let pending = inFlight.removeFirst()
         // Refusals before parsing (rate_limited, bad_json) carry no ref; the rest echo it.
-        if let ref, ref != pending.ref { return violation("answer for ref \(ref) where \(pending.ref) was due") }
+        if let ref, ref != pending.ref {
+            pending.reply?.resume(returning: .failure(.connectionLost))
+            return violation("answer for ref \(ref) where \(pending.ref) was due")
+        }
         guard let reply = pending.reply else {
             // The client's own sync after a batch that did not fold.
             if case let .success(.snapshot(snapshot)) = result {
                 state = snapshot
-                link?.resyncing = false
                 publish(.snapshot(snapshot))
-            } else {
-                link?.resyncing = false // refused (rate_limited): the next batch that does not fold asks again
-            }
+            } // else refused (rate_limited): the next batch that does not fold asks again
+            link?.resyncing = false
+            handOutParked()
             return
         }
-        reply.resume(returning: result)
+        if link?.resyncing == true {
+            parked.append((reply, result))
+        } else {
+            reply.resume(returning: result)
+        }
     }
 
     /// tabd broke the protocol: this connection cannot be trusted. Drop it; the reconnect

@@ -13,10 +13,11 @@ public enum TabdClientError: Error, Sendable, Equatable, CustomStringConvertible
     /// taken effect (the events that follow the reconnect tell).
     case connectionLost
     /// The client is closed for good: by ``TabdClient/close()``, or by tabd with a code
-    /// that a reconnect cannot fix (4404 room deleted, 4001 token expired, a refused
-    /// reconnect).
+    /// that a reconnect cannot fix (4404 room deleted, 4001 token expired). (A reconnect
+    /// that tabd refuses closes the client with ``connectFailed(status:reason:)``.)
     case closed(code: Int?, reason: String)
-    /// tabd sent a frame this client cannot read, or one that breaks the protocol.
+    /// An HTTP API answer this client cannot read. (A WebSocket frame it cannot read drops
+    /// the connection with 1002, and the client reconnects from a snapshot.)
     case protocolViolation(String)
     /// No welcome came within the connect timeout.
     case timedOut

@@ -120,25 +120,30 @@ struct Run {
         let session = await client.session
         note("connected to room \(session.room) as \(session.client) (\(session.role))")
         var tabs: [TabState] = []
+        var first = true
         for await update in updates {
             switch update {
             case let .snapshot(s):
                 tabs = s.tabs
+                if !first { note("the state was replaced by tabd's at seq \(s.seq): the events before it were not kept for this client") }
+                first = false
             case let .events(batch):
                 for e in batch.events {
-                    print(output.line(e, of: batch, tabs: tabs))
+                    // The reader went away (`tabctl watch | head -1`): done.
+                    guard emit(output.line(e, of: batch, tabs: tabs)) else {
+                        await client.close()
+                        return Exit.ok
+                    }
                     if case let .tabAdded(t, _) = e.event { tabs.append(t) }
                     if case let .tabUpdated(t) = e.event, let i = tabs.firstIndex(where: { $0.id == t.id }) { tabs[i] = t }
                     if let r = remaining {
                         remaining = r - 1
                         if r == 1 {
-                            fflush(nil) // all streams: a pipe reader sees each event at once
                             await client.close()
                             return Exit.ok
                         }
                     }
                 }
-                fflush(nil) // all streams: a pipe reader sees each event at once
             case let .connected(session, resumed):
                 note(resumed ? "resumed as \(session.client), missing nothing" : "reconnected as \(session.client); the events in between were no longer kept, the state is tabd's")
             case let .disconnected(close):
@@ -199,6 +204,19 @@ struct Run {
     }
 
     // MARK: Reporting
+
+    /// Writes one line to stdout at once, unbuffered (a pipe's reader sees each event as it
+    /// comes); false when stdout is gone (a closed pipe: SIGPIPE is ignored in this process).
+    private func emit(_ line: String) -> Bool {
+        var bytes = Array((line + "\n").utf8)[...]
+        while !bytes.isEmpty {
+            let n = bytes.withUnsafeBytes { write(STDOUT_FILENO, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            bytes = bytes.dropFirst(n)
+        }
+        return true
+    }
 
     private func milliseconds(_ d: Duration) -> Double {
         ((Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15) * 10).rounded() / 10

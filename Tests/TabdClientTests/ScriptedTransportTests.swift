@@ -41,6 +41,7 @@ final class ScriptedTransport: TabdTransport {
         }
 
         var closeCode: UInt16? { closedWith.withLock { $0 } }
+        var sentCount: Int { sent.withLock { $0.count } }
 
         /// The server's side: one frame.
         func reply(_ text: String) {
@@ -126,9 +127,10 @@ enum Frames {
 
 @Suite(.serialized)
 struct ScriptedTransportTests {
-    func connect(_ transport: ScriptedTransport, welcome: String = Frames.welcome(seq: 5)) async throws -> (TabdClient, ScriptedTransport.Connection) {
+    func connect(_ transport: ScriptedTransport, welcome: String = Frames.welcome(seq: 5),
+                 backoff: Duration = .milliseconds(1)) async throws -> (TabdClient, ScriptedTransport.Connection) {
         async let client = TabdClient.connect(url: "http://example.test:8080/", room: "main", token: "t.o+k", name: "a b",
-                                              options: .init(initialBackoff: .milliseconds(1), maxBackoff: .milliseconds(5), transport: transport))
+                                              options: .init(initialBackoff: backoff, maxBackoff: backoff, transport: transport))
         let connection = try await transport.nextConnection()
         connection.reply(welcome)
         return (try await client, connection)
@@ -160,6 +162,7 @@ struct ScriptedTransportTests {
         try await waitFor(updates, "seq 10") { if case let .events(b) = $0 { b.lastSeq == 10 } else { false } }
         let state = await client.state
         #expect(state.seq == 10 && state.scrollToTop == 5)
+        #expect(server.sentCount == 1, "one sync, however many batches did not fold while it was due")
         await client.close()
     }
 
@@ -188,7 +191,9 @@ struct ScriptedTransportTests {
 
     @Test func aCommandInFlightAtADropFailsAndOneIssuedWhileDownWaitsForTheNextWelcome() async throws {
         let transport = ScriptedTransport()
-        let (client, first) = try await connect(transport)
+        // A reconnect waits 300 ms: the command below reaches the client long before the
+        // new connection exists, let alone its welcome.
+        let (client, first) = try await connect(transport, backoff: .milliseconds(300))
         let updates = await client.updates()
         async let lost = outcome { () async throws(TabdClientError) -> Int in try await client.tap("home") }
         _ = try await first.nextFrame()
@@ -222,5 +227,37 @@ struct ScriptedTransportTests {
         #expect(await client.session.epoch == "e2")
         #expect(await client.state.seq == 2)
         await client.close()
+    }
+
+    @Test func aCommandWhoseBatchDoesNotFoldReturnsOnlyOnceTheSnapshotIsIn() async throws {
+        let transport = ScriptedTransport()
+        let (client, server) = try await connect(transport)
+        async let tapped = client.tap("home")
+        let tap = try await server.nextFrame()
+        let ref = tap["ref"]!.stringValue!
+        // Its batch skips a seq (5 → 8): the client cannot fold it and asks for a snapshot.
+        server.reply(ServerFrame.events(EventBatch(by: "c1", ref: ref, events: [SequencedEvent(seq: 8, event: .scrollToTop(tab: "home", count: 1))]))
+            .json.compactString)
+        let sync = try await server.nextFrame()
+        #expect(sync["type"]?.stringValue == "sync")
+        server.reply(ServerFrame.ack(ref: ref, seq: 8).json.compactString)
+        server.reply(Frames.snapshotAnswer(ref: sync["ref"]!.stringValue!, seq: 8, count: 1))
+        #expect(try await tapped == 8)
+        #expect(await client.state.seq == 8, "when the command returns, state holds its events")
+        await client.close()
+    }
+
+    @Test func closeDuringAReconnectReturnsAndSoDoTwoClosesAtOnce() async throws {
+        let transport = ScriptedTransport()
+        let (client, first) = try await connect(transport)
+        first.drop()
+        let second = try await transport.nextConnection() // opened, never welcomed
+        async let a: Void = client.close()
+        async let b: Void = client.close()
+        _ = await (a, b)
+        #expect(second.closeCode == 1000)
+        #expect(await client.connection == .closed(.closed(code: 1000, reason: "closed by this client")))
+        let after = await outcome { () async throws(TabdClientError) -> Int in try await client.tap("home") }
+        #expect(after == .closed(code: 1000, reason: "closed by this client"))
     }
 }

@@ -143,8 +143,8 @@ struct TabdClientTests {
         let after = try await client.tap("favorites")
         #expect(after > seq)
         // Both clients went through both restarts and fold to tabd's own snapshot.
-        try await waitForSeq(watcher, after)
         let fresh = try await client.sync()
+        try await waitForSeq(watcher, fresh.seq)
         #expect(withoutPresence(await client.state) == withoutPresence(fresh))
         #expect(withoutPresence(await watcher.state) == withoutPresence(fresh))
         #expect(await client.state == fresh, "presence too: clientLeft of the old connections, clientJoined of the new")

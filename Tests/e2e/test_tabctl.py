@@ -330,3 +330,17 @@ def test_watch_follows_tabd_across_a_restart_missing_nothing(tmp_path):
     kinds = [e["kind"] for e in lines]
     assert kinds[:6] == ["clientJoined", "selected", "disappear", "firstAppear", "appear", "clientLeft"], kinds
     assert "clientLeft" in kinds[6:] or "clientJoined" in kinds[6:], kinds
+
+
+def test_watch_ends_when_its_reader_goes_away(daemon):
+    """`tabctl watch | head -1`: once the pipe's reader is gone, the next event ends it."""
+    w = Watch("--url", daemon.http)
+    try:
+        w.wait_for_notice("connected to room main")
+        on(daemon, "tap", "home")          # at least one line
+        assert w.proc.stdout.readline()
+        w.proc.stdout.close()              # the reader goes away
+        on(daemon, "tap", "home")          # more events to write
+        assert w.proc.wait(timeout=WAIT) == 0
+    finally:
+        w.kill()

@@ -35,16 +35,23 @@ public struct HTTPRequest: Sendable {
             throw Failure(description: "cannot resolve \(host)")
         }
         defer { freeaddrinfo(list) }
-        let fd = socket(info.pointee.ai_family, info.pointee.ai_socktype, info.pointee.ai_protocol)
-        guard fd >= 0 else { throw Failure(description: "socket: errno \(errno)") }
-        defer { close(fd) }
-        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        guard connect(fd, info.pointee.ai_addr, info.pointee.ai_addrlen) == 0 else {
-            throw Failure(description: "connect to \(host):\(port): errno \(errno)")
+        // Each address in turn (`localhost` may resolve to ::1 first, tabd listen on 127.0.0.1).
+        var fd: Int32 = -1
+        var lastErrno: Int32 = 0
+        var next: UnsafeMutablePointer<addrinfo>? = info
+        while let a = next, fd < 0 {
+            next = a.pointee.ai_next
+            let s = socket(a.pointee.ai_family, a.pointee.ai_socktype, a.pointee.ai_protocol)
+            guard s >= 0 else { lastErrno = errno; continue }
+            var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+            setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            if connect(s, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { fd = s } else { lastErrno = errno; close(s) }
         }
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host):\(port)\r\nConnection: close\r\n"
+        guard fd >= 0 else { throw Failure(description: "connect to \(host):\(port): \(String(cString: strerror(lastErrno)))") }
+        defer { close(fd) }
+        let hostHeader = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(hostHeader)\r\nConnection: close\r\n"
         head += "Content-Length: \(body.count)\r\n"
         if !body.isEmpty { head += "Content-Type: application/json\r\n" }
         for (name, value) in headers { head += "\(name): \(value)\r\n" }

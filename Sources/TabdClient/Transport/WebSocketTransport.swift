@@ -19,19 +19,25 @@ public final class WebSocketTransport: TabdTransport {
 
     public func open(_ url: String) -> any TabdConnection {
         let (events, continuation) = AsyncStream.makeStream(of: TransportEvent.self)
-        guard let target = WebSocketURL(url) else {
-            continuation.yield(.closed(TransportClose(code: nil, reason: "not a ws:// URL: \(url)", wasOpen: false)))
+        func refuse(_ reason: String) -> any TabdConnection {
+            continuation.yield(.closed(TransportClose(code: nil, reason: reason, wasOpen: false)))
             continuation.finish()
             return Connection(id: nil, client: client, events: events)
         }
+        // After shutdown the client opens nothing and would report no `closed`.
+        guard !isShutDown.withLock({ $0 }) else { return refuse("the transport is shut down") }
+        guard let target = WebSocketURL(url) else { return refuse("not a ws:// URL: \(url)") }
         let id = client.connect(target, subprotocols: "tabd.v1")
         router.attach(id, continuation)
         return Connection(id: id, client: client, events: events)
     }
 
     public func shutdown() async {
+        isShutDown.withLock { $0 = true }
         await client.shutdown()
     }
+
+    private let isShutDown = Locked(false)
 
     private struct Connection: TabdConnection {
         let id: ConnectionID?
@@ -50,8 +56,10 @@ public final class WebSocketTransport: TabdTransport {
     /// Hands each connection's callbacks (on the service thread) to its stream. A callback
     /// may come before `attach` (the service thread can open the connection before
     /// `connect` has returned here): it waits in `early` until then. Events are yielded
-    /// under the lock, so the early ones and the ones racing `attach` keep their order
-    /// (yielding to an `AsyncStream` only enqueues; it never runs a consumer here).
+    /// under the lock, so the early ones and the ones racing `attach` keep their order.
+    /// That is the one exception to `Locked`'s "never call out": yielding to an
+    /// `AsyncStream` only enqueues, and these streams have no `onTermination` handler,
+    /// so nothing of anyone else's runs under the lock.
     private final class Router: WebSocketClientHandler {
         private struct Routes {
             var streams: [ConnectionID: AsyncStream<TransportEvent>.Continuation] = [:]
