@@ -64,13 +64,17 @@ DOC_FILES   = README.md LICENSE
 # docs/ as it is (the pages, and the pictures they show), so the links keep working.
 DOCS_DIRS   = docs $(patsubst %/,%,$(sort $(dir $(wildcard docs/*/*))))
 
+# The installed executables carry the Swift runtime and Foundation in them
+# (--static-swift-stdlib), so they run without the toolchain; their own scratch path keeps
+# `make run`'s build as it is.
+INSTALL_SCRATCH ?= .build-install
 install-build: deps
-	for p in $(INSTALL_PRODUCTS); do $(SWIFT) build -c release $(SWIFTFLAGS) --product $$p || exit 1; done
+	for p in $(INSTALL_PRODUCTS); do $(SWIFT) build -c release --static-swift-stdlib $(SWIFTFLAGS) --scratch-path $(INSTALL_SCRATCH) --product $$p || exit 1; done
 
 install: $(if $(BIN_DIR),,install-build)
 	$(INSTALL) -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/tabd/web $(DESTDIR)$(PREFIX)/share/tabd/contrib \
 	  $(foreach d,$(DOCS_DIRS),$(DESTDIR)$(PREFIX)/share/doc/tabd/$(d))
-	for p in $(INSTALL_PRODUCTS); do $(INSTALL) -m 755 $(or $(BIN_DIR),.build/release)/$$p $(DESTDIR)$(PREFIX)/bin/ || exit 1; done
+	for p in $(INSTALL_PRODUCTS); do $(INSTALL) -m 755 $(or $(BIN_DIR),$(INSTALL_SCRATCH)/release)/$$p $(DESTDIR)$(PREFIX)/bin/ || exit 1; done
 	$(INSTALL) -m 644 $(WEB_FILES) $(DESTDIR)$(PREFIX)/share/tabd/web/
 	sed 's|/usr/local/|$(PREFIX)/|g' contrib/tabd.service > $(DESTDIR)$(PREFIX)/share/tabd/contrib/tabd.service
 	chmod 644 $(DESTDIR)$(PREFIX)/share/tabd/contrib/tabd.service
@@ -142,7 +146,7 @@ test-web:
 	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(NODE) --test $(wildcard Tests/web/*.test.mjs)
 
 clean:
-	rm -rf .build $(TSAN_DIR)
+	rm -rf .build $(TSAN_DIR) $(INSTALL_SCRATCH)
 
 ## Coverage-guided fuzzing (libFuzzer, -sanitize=fuzzer,address; scripts/fuzz): each target for
 ## SECONDS seconds, one at a time; crash inputs in test-output/fuzz/. `make test-fuzz`: ~10 s each (CI).
