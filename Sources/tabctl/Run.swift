@@ -119,23 +119,22 @@ struct Run {
         let updates = await client.updates()
         let session = await client.session
         note("connected to room \(session.room) as \(session.client) (\(session.role))")
-        var tabs: [TabState] = []
         var first = true
         for await update in updates {
             switch update {
             case let .snapshot(s):
-                tabs = s.tabs
                 if !first { note("the state was replaced by tabd's at seq \(s.seq): the events before it were not kept for this client") }
                 first = false
             case let .events(batch):
+                // The client's state already holds the batch: its tabs give the colours
+                // (a tab removed in the batch is printed uncoloured).
+                let tabs = await client.state.tabs
                 for e in batch.events {
                     // The reader went away (`tabctl watch | head -1`): done.
                     guard emit(output.line(e, of: batch, tabs: tabs)) else {
                         await client.close()
                         return Exit.ok
                     }
-                    if case let .tabAdded(t, _) = e.event { tabs.append(t) }
-                    if case let .tabUpdated(t) = e.event, let i = tabs.firstIndex(where: { $0.id == t.id }) { tabs[i] = t }
                     if let r = remaining {
                         remaining = r - 1
                         if r == 1 {

@@ -117,8 +117,12 @@ class Client:
         msg = {"type": type_, **fields}
         if ref is not None:
             msg["ref"] = ref
-        await self.ws.send(json.dumps(msg))
+        await self.send_message(msg)
         return ref
+
+    async def send_message(self, msg):
+        """Every command frame `send` makes goes out here (a subclass may look at it)."""
+        await self.ws.send(json.dumps(msg))
 
     async def command(self, type_, **fields):
         """Sends a command and reads up to its reply; returns (events frame or None, reply)."""

@@ -110,15 +110,9 @@ class Checked(Client):
         self.checker.server(frame)
         return frame
 
-    async def send(self, type_, **fields):
-        self._n += 1
-        ref = fields.pop("ref", f"r{self._n}")
-        msg = {"type": type_, **fields}
-        if ref is not None:
-            msg["ref"] = ref
+    async def send_message(self, msg):
         self.checker.command(msg)
-        await self.ws.send(json.dumps(msg))
-        return ref
+        await super().send_message(msg)
 
     async def refused(self, frame, code, schema_valid):
         """Sends a frame tabd refuses (a dict, or raw text) and returns the error. A dict must
