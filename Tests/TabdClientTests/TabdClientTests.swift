@@ -109,6 +109,7 @@ struct TabdClientTests {
         let watcher = try await TabdClient.connect(url: first.url, name: "watcher",
                                                    options: .init(initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500)))
         let updates = await client.updates()
+        let watcherUpdates = await watcher.updates()
         try await client.push("a", on: "home")
         try await client.tap("favorites")
         let ids = (await client.session).client
@@ -142,8 +143,19 @@ struct TabdClientTests {
         try await waitFor(updates, "a second resumed welcome") { $0.isResumedWelcome }
         let after = try await client.tap("favorites")
         #expect(after > seq)
-        // Both clients went through both restarts and fold to tabd's own snapshot.
-        let fresh = try await client.sync()
+        // The watcher's backoff is its own: it may come back after the client (even skip
+        // the second tabd), and its join moves the seq. It is on the third tabd once the
+        // third's roster lists its connection (a starting tabd drops the old ones).
+        // Until then each look is followed by the watcher's next update.
+        let fresh = try await within(20, "the watcher on the third tabd") {
+            var iterator = watcherUpdates.makeAsyncIterator()
+            while true {
+                let snapshot = try await client.sync()
+                let id = (await watcher.session).client
+                if await watcher.connection == .connected, snapshot.clients.contains(where: { $0.id == id }) { return snapshot }
+                guard await iterator.next() != nil else { throw TimedOut(description: "the watcher's updates ended") }
+            }
+        }
         try await waitForSeq(watcher, fresh.seq)
         #expect(withoutPresence(await client.state) == withoutPresence(fresh))
         #expect(withoutPresence(await watcher.state) == withoutPresence(fresh))
