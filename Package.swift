@@ -35,6 +35,9 @@ let package = Package(
             pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
+        // SIGINT and SIGTERM for the daemon: a handler that only writes to a pipe, read by a
+        // thread (C, because a signal handler must be async-signal-safe).
+        .target(name: "CSignals"),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
         .target(name: "Auth", dependencies: ["Coordinator", "CCrypto"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
@@ -65,7 +68,7 @@ let package = Package(
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon.
-        .executableTarget(name: "tabd", dependencies: ["Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        .executableTarget(name: "tabd", dependencies: ["Auth", "CSignals", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
         .target(name: "TabdClient", dependencies: ["Coordinator", "WebSocketsClient", "Locking"], swiftSettings: strict),

@@ -1,25 +1,34 @@
+import CSignals
 import Locking
 import Coordinator
 import Dispatch
 import Foundation
 
-/// SIGINT and SIGTERM, caught from the moment this is created: their default action is
-/// switched off at once, so a signal that arrives while tabd starts is not lost and does
-/// not kill it. The handlers run on a global queue, never on the main actor.
-final class TerminationSignals {
+/// SIGINT and SIGTERM, caught from the moment this is created: a signal that arrives while tabd starts is kept for ``Mailbox/wait()``, not
+/// lost and not fatal. The handler (CSignals) only writes the signal's number to a pipe; a
+/// thread of its own reads it and delivers it here.
+///
+/// Not a Dispatch signal source: on Linux it registers asynchronously, on Dispatch's
+/// manager thread, so a signal in between found no handler; and Dispatch parks the main
+/// thread with every signal unblocked, so no mask can keep signals off it.
+final class TerminationSignals: Sendable {
     /// The first signal received; ``Mailbox/wait()`` returns it.
     let mailbox = Mailbox()
-    /// Kept alive for the life of the process.
-    private var sources: [any DispatchSourceSignal] = []
 
     init() {
-        for sig in [SIGINT, SIGTERM] {
-            signal(sig, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { [mailbox] in mailbox.deliver(sig) }
-            source.resume()
-            sources.append(source)
+        let caught = [SIGINT, SIGTERM]
+        guard tabd_signals_catch(caught, Int32(caught.count)) == 0 else {
+            fatalError("cannot catch SIGINT and SIGTERM: \(String(cString: strerror(errno)))")
         }
+        let thread = Thread { [mailbox] in
+            while true {
+                let sig = tabd_signals_next()
+                guard sig > 0 else { return }
+                mailbox.deliver(sig)
+            }
+        }
+        thread.name = "tabd-signals"
+        thread.start()
     }
 
     final class Mailbox: Sendable {

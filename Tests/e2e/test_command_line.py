@@ -115,3 +115,36 @@ def test_log_format_json_writes_one_object_per_line():
     assert any(r["message"].startswith("received signal 15") for r in records)
     p = run("--log-format", "xml")
     assert p.returncode == 2 and "--log-format must be text or json, got 'xml'" in p.stderr
+
+
+def test_a_stop_signal_at_any_moment_of_the_start_is_never_lost():
+    """SIGTERM or SIGINT sent while tabd starts, at 40 moments spread over its start, four
+    tabds at a time. Before tabd has set its handler the signal ends it as by default;
+    from then on tabd must stop cleanly, having said so. No run may ignore the signal: a
+    Dispatch signal source, registered later on another thread, used to lose it."""
+    import random
+    import signal
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(n):
+        rng = random.Random(n)
+        proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0, 0.04))  # the moment the signal is sent, not a wait for anything
+        sig = signal.SIGTERM if n % 2 else signal.SIGINT
+        proc.send_signal(sig)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return f"run {n}: {sig.name} ignored: {proc.communicate()[1][-300:]!r}"
+        if proc.returncode == -sig:
+            return None  # before the handler was set
+        if proc.returncode != 0 or f"received signal {int(sig)}, stopping" not in err or "stopped" not in err:
+            return f"run {n}: {sig.name} gave exit {proc.returncode}: {err[-300:]!r}"
+        return None
+
+    with ThreadPoolExecutor(4) as pool:
+        failures = [f for f in pool.map(one, range(40)) if f]
+    assert not failures, failures
