@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -21,31 +22,43 @@ WAIT = 10.0  # seconds any single expected frame may take before a test fails
 
 
 class Daemon:
-    """A tabd process started with `args`; `url` is set once it printed its listening line."""
+    """A tabd process started with `args`; `http`, `ws` and `host` are set once it printed
+    its listening line. It listens on a free port with a history of its own (`--port 0`,
+    `--state :memory:` unless the args name a state or a cluster); `bare` adds nothing, for
+    tests of the options themselves. `cwd` and `env` are the process's own (the tests' by
+    default)."""
 
-    def __init__(self, *args, binary=None):
-        if "--state" not in args and "--cluster" not in args:
-            args = ("--state", ":memory:", *args)  # each test its own history
-        self.args = args
-        self.proc = subprocess.Popen([binary or TABD, "--port", "0", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        line = self.proc.stdout.readline()
+    def __init__(self, *args, binary=None, cwd=ROOT, env=None, bare=False):
+        if not bare:
+            if "--state" not in args and "--cluster" not in args:
+                args = ("--state", ":memory:", *args)  # each test its own history
+            args = ("--port", "0", *args)
+        self.stderr = None
+        self.proc = subprocess.Popen([binary or TABD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, errors="replace", cwd=cwd, env=env)
+        ready, _, _ = select.select([self.proc.stdout], [], [], WAIT)
+        line = self.proc.stdout.readline() if ready else ""
         m = re.match(r"tabd listening on http://([^/]+)/$", line.strip())
         if not m:
             self.proc.kill()
-            raise RuntimeError(f"tabd did not start: {line!r} {self.proc.stderr.read()}")
+            raise RuntimeError(f"tabd did not start: {line!r} {self.proc.communicate(timeout=WAIT)[1]}")
         self.host = m.group(1)
         self.http = f"http://{self.host}"
         self.ws = f"ws://{self.host}/ws"
 
-    def get(self, path, headers=None):
-        """(status, body) of an HTTP GET."""
+    def fetch(self, path, headers=None):
+        """(status, body bytes) of an HTTP GET."""
         req = urllib.request.Request(self.http + path, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=WAIT) as r:
-                return r.status, r.read().decode()
+                return r.status, r.read()
         except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
+            return e.code, e.read()
+
+    def get(self, path, headers=None):
+        """(status, body text) of an HTTP GET."""
+        status, body = self.fetch(path, headers)
+        return status, body.decode()
 
     def rss_kib(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -55,13 +68,16 @@ class Daemon:
         return 0
 
     def stop(self, sig=signal.SIGTERM):
+        """Sends `sig` (once), waits for the exit and returns its code; `stderr` is then
+        everything tabd wrote there."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+        if self.stderr is None:
             try:
-                self.proc.wait(timeout=WAIT)
+                _, self.stderr = self.proc.communicate(timeout=WAIT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                _, self.stderr = self.proc.communicate()
         return self.proc.returncode
 
 
@@ -76,8 +92,8 @@ def daemon():
 def make_daemon():
     started = []
 
-    def make(*args, binary=None):
-        d = Daemon(*args, binary=binary)
+    def make(*args, **options):
+        d = Daemon(*args, **options)
         started.append(d)
         return d
     yield make

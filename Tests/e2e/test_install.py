@@ -3,17 +3,14 @@ the systemd unit (contrib/tabd.service) started with exactly its environment."""
 import json
 import os
 import re
-import select
 import shlex
 import shutil
-import signal
 import subprocess
-import urllib.request
 
 import pytest
 import websockets
 
-from conftest import ROOT, TABD, WAIT
+from conftest import ROOT, TABD
 
 UNIT = os.path.join(ROOT, "contrib", "tabd.service")
 # The page's files as installed: web/ less package.json, which only tells node they are ES modules.
@@ -27,53 +24,13 @@ def environment(**variables):
     return env
 
 
-class Tabd:
-    """`binary` started from `cwd` with `env` and `args` (no --port or --state added)."""
-
-    def __init__(self, binary, cwd, env, *args):
-        self.proc = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, cwd=cwd, env=env)
-        ready, _, _ = select.select([self.proc.stdout], [], [], WAIT)
-        line = self.proc.stdout.readline() if ready else ""
-        m = re.match(r"tabd listening on http://([^/]+)/$", line.strip())
-        if not m:
-            self.proc.kill()
-            raise RuntimeError(f"tabd did not start: {line!r} {self.proc.communicate(timeout=WAIT)[1]}")
-        self.host = m.group(1)
-        self.http = f"http://{self.host}"
-        self.ws = f"ws://{self.host}/ws"
-
-    def get(self, path, headers=None):
-        """(status, body bytes) of an HTTP GET."""
-        try:
-            with urllib.request.urlopen(urllib.request.Request(self.http + path, headers=headers or {}), timeout=WAIT) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def stop(self):
-        """SIGTERM; returns (exit code, everything tabd wrote to stderr)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            _, err = self.proc.communicate(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            _, err = self.proc.communicate()
-        return self.proc.returncode, err
-
-
 @pytest.fixture
-def start():
-    started = []
-
+def start(make_daemon):
+    """A tabd started bare (no --port or --state added) from `cwd` with `env` (this
+    process's environment less every TABD_ variable, unless given)."""
     def make(*args, binary=TABD, cwd=ROOT, env=None):
-        t = Tabd(binary, cwd, environment() if env is None else env, *args)
-        started.append(t)
-        return t
-    yield make
-    for t in started:
-        t.stop()
+        return make_daemon(*args, binary=binary, cwd=cwd, env=environment() if env is None else env, bare=True)
+    return make
 
 
 def refused(binary, cwd, env, *args):
@@ -123,9 +80,10 @@ def test_an_installed_tabd_serves_the_installed_page_and_keeps_its_state_where_i
     installed.write_bytes(installed.read_bytes() + b"<!-- the installed copy -->\n")
     work.mkdir()
     t = start(binary=binary, cwd=work)   # no --web-root, no --state
-    status, body = t.get("/")
+    status, body = t.fetch("/")
     assert status == 200 and body == installed.read_bytes(), "served the installed index.html, not the checkout's"
-    code, err = t.stop()
+    code = t.stop()
+    err = t.stderr
     assert code == 0
     assert f"serving {prefix}/share/tabd/web," in err
     # Not in the checkout's .tabd/ nor beside the installed page: in the directory it started in.
@@ -155,13 +113,13 @@ def test_make_install_puts_everything_under_prefix_and_uninstall_removes_it(star
 
     t = start("--port", "0", "--state", ":memory:", binary=str(prefix / "bin" / "tabd"), cwd=prefix)
     for path, f in [("/", "index.html"), ("/app.js", "app.js"), ("/model.js", "model.js")]:
-        status, body = t.get(path)
+        status, body = t.fetch(path)
         assert status == 200 and body == (prefix / "share" / "tabd" / "web" / f).read_bytes(), path
     # The installed tabctl drives the installed tabd.
     tap = subprocess.run([str(prefix / "bin" / "tabctl"), "--url", t.http, "--json", "tap", "profile"],
                          capture_output=True, text=True, timeout=30, cwd=prefix)
     assert tap.returncode == 0 and json.loads(tap.stdout)["type"] == "ack", tap.stdout + tap.stderr
-    assert t.stop()[0] == 0
+    assert t.stop() == 0
 
     make("uninstall", PREFIX=prefix)
     assert not (prefix / "bin" / "tabd").exists() and not (prefix / "bin" / "tabctl").exists()
@@ -185,7 +143,8 @@ def test_make_install_honours_destdir(tmp_path):
 def test_port_and_log_format_from_the_environment(start, tmp_path):
     t = start(cwd=tmp_path, env=environment(TABD_PORT="0", TABD_LOG_FORMAT="json", TABD_STATE=":memory:"))
     assert not t.host.endswith(":8080"), "TABD_PORT=0 picked a free port"
-    code, err = t.stop()
+    code = t.stop()
+    err = t.stderr
     records = [json.loads(line) for line in err.splitlines() if line]   # every line is one JSON object
     assert code == 0 and any(r["message"].startswith("state in memory") for r in records)
 
@@ -195,7 +154,8 @@ def test_the_command_line_beats_the_environment(start, tmp_path):
                       TABD_CLUSTER="nats://127.0.0.1:1")
     # --state on the command line also sets TABD_CLUSTER aside: the two exclude each other.
     t = start("--port", "0", "--log-format", "text", "--state", ":memory:", cwd=tmp_path, env=env)
-    code, err = t.stop()
+    code = t.stop()
+    err = t.stderr
     assert code == 0
     lines = [line for line in err.splitlines() if line]
     assert lines and all(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ [A-Z]+ ", line) for line in lines), lines[:3]
@@ -271,7 +231,8 @@ def test_the_unit_names_only_variables_tabd_reads_and_starts_with_exactly_them(s
     live.update(TABD_STATE=str(tmp_path / "state.sqlite"), TABD_PORT="0")   # a place of the test's own, a free port
     t = start(cwd="/", env=environment(**live))
     assert t.host.startswith(live["TABD_HOST"] + ":")
-    code, err = t.stop()
+    code = t.stop()
+    err = t.stderr
     records = [json.loads(line) for line in err.splitlines() if line]
     assert code == 0, err   # SIGTERM, the unit's KillSignal, stops tabd with 0
     assert any(r["message"].startswith(f"state in {tmp_path}/state.sqlite") for r in records)
