@@ -135,8 +135,7 @@ def test_a_stop_signal_at_any_moment_of_the_start_is_never_lost():
         sig = signal.SIGTERM if n % 2 else signal.SIGINT
         proc.send_signal(sig)
         try:
-            # Generous: on a loaded machine a start alone once took 30 s. A lost signal
-            # never ends, so this bound costs time only when the test fails.
+            # Generous: a lost signal never ends, so the bound costs time only on failure.
             _, err = proc.communicate(timeout=90)
         except subprocess.TimeoutExpired:
             proc.kill()
