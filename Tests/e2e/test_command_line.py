@@ -139,11 +139,11 @@ def test_a_stop_signal_at_any_moment_of_the_start_is_never_lost():
             _, err = proc.communicate(timeout=90)
         except subprocess.TimeoutExpired:
             proc.kill()
-            return f"run {n}: {sig.name} ignored; tabd wrote: {proc.communicate()[1]!r}"
+            return f"run {n}: {sig.name} ignored; tabd wrote:\n{proc.communicate()[1]}"
         if proc.returncode == -sig:
             return None  # before the handler was set
         if proc.returncode != 0 or f"received signal {int(sig)}, stopping" not in err or "stopped" not in err:
-            return f"run {n}: {sig.name} gave exit {proc.returncode}; tabd wrote: {err!r}"
+            return f"run {n}: {sig.name} gave exit {proc.returncode}; tabd wrote:\n{err}"
         return None
 
     # tabd inherits what this process ignores until it sets its own handler, and a shell
@@ -158,4 +158,4 @@ def test_a_stop_signal_at_any_moment_of_the_start_is_never_lost():
     finally:
         for s in ignored:
             signal.signal(s, signal.SIG_IGN)
-    assert not failures, failures
+    assert not failures, "\n\n".join(failures)
