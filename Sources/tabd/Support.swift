@@ -4,9 +4,10 @@ import Coordinator
 import Dispatch
 import Foundation
 
-/// SIGINT and SIGTERM, caught from the moment this is created: a signal that arrives while tabd starts is kept for ``Mailbox/wait()``, not
-/// lost and not fatal. The handler (CSignals) only writes the signal's number to a pipe; a
-/// thread of its own reads it and delivers it here.
+/// SIGINT and SIGTERM, caught from the moment this is created: a signal that arrives
+/// while tabd starts is kept for ``Mailbox/wait()``, not lost and not fatal. The handler
+/// (CSignals) only writes the signal's number to a pipe; a thread of its own reads it and
+/// delivers it here.
 ///
 /// Not a Dispatch signal source: on Linux it registers asynchronously, on Dispatch's
 /// manager thread, so a signal in between found no handler; and Dispatch parks the main
