@@ -33,14 +33,17 @@ struct Subcommand {
     var details = ""
 
     static let all: [Subcommand] = [
-        .init(name: "watch", usage: "watch [--count N]", summary: "follow the room live: one line per event",
-              minArgs: 0, maxArgs: 0, options: ["--count"],
+        .init(name: "watch", usage: "watch [--state] [--count N]", summary: "follow the room live: one line per event",
+              minArgs: 0, maxArgs: 0, options: ["--count"], flags: ["--state"],
               details: """
               Prints every event of the room from now on, one line each: seq, kind and its
               fields, and who caused it. On a terminal tab ids are shown in their tab's
               colour. With --json each line is the event's JSON object with the batch's
               "by" and "ref" added. Reconnects (and resumes, missing nothing) when the
               connection drops; those notices go to stderr.
+                --state        first print the room's state (as `state` does), then the
+                               events that follow it, with no gap; again whenever tabd
+                               replaces the state
                 --count N      stop after N events
               """),
         .init(name: "state", usage: "state", summary: "print the room's state", minArgs: 0, maxArgs: 0,

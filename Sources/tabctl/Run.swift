@@ -119,12 +119,18 @@ struct Run {
         let updates = await client.updates()
         let session = await client.session
         note("connected to room \(session.room) as \(session.client) (\(session.role))")
+        let withState = invocation.flags.contains("--state")
         var first = true
         for await update in updates {
             switch update {
             case let .snapshot(s):
                 if !first { note("the state was replaced by tabd's at seq \(s.seq): the events before it were not kept for this client") }
                 first = false
+                // The updates start with the state the events that follow are applied to.
+                if withState, !emit(output.state(s, session: await client.session)) {
+                    await client.close()
+                    return Exit.ok
+                }
             case let .events(batch):
                 // The client's state already holds the batch: its tabs give the colours
                 // (a tab removed in the batch is printed uncoloured).

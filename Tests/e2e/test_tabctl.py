@@ -282,6 +282,36 @@ def test_watch_json_prints_one_line_per_event_with_by_and_ref(daemon):
     assert lines[5]["client"] == lines[0]["client"]["id"], "clientLeft names the id only"
 
 
+def test_watch_state_prints_the_state_then_exactly_the_events_after_it(daemon):
+    on(daemon, "push", "detail")                        # a state that is not the template's
+    w = Watch("--url", daemon.http, "--json", "--state", "--count", "2")
+    try:
+        w.wait_for_notice("connected to room main")
+        on(daemon, "tap", "profile")
+        first, *events = [json.loads(l) for l in w.finish().splitlines()]
+    finally:
+        w.kill()
+    assert w.proc.returncode == 0
+    assert set(first) == {"room", "epoch", "snapshot"} and first["room"] == "main"
+    snapshot = first["snapshot"]
+    home = next(t for t in snapshot["tabs"] if t["id"] == "home")
+    assert [p["route"] for p in home["stack"]] == ["root", "detail"]
+    assert len(snapshot["clients"]) == 1, "the state already holds the watcher's own join"
+    # The events continue the state: the next seq, no gap, none before it.
+    assert [e["seq"] for e in events] == [snapshot["seq"] + 1, snapshot["seq"] + 2]
+    assert [e["kind"] for e in events] == ["clientJoined", "selected"]
+    # In text, the state block comes first, then the event lines.
+    w = Watch("--url", daemon.http, "--state", "--count", "1")
+    try:
+        w.wait_for_notice("connected to room main")
+        on(daemon, "tap", "home")
+        lines = w.finish().splitlines()
+    finally:
+        w.kill()
+    assert re.fullmatch(r"room main  seq (\d+)  epoch \S+  scroll-to-top count 0", lines[0]), lines
+    assert lines[-2].startswith("clients (1): ") and "clientJoined" in lines[-1], lines
+
+
 def test_watch_text_is_readable_and_coloured_on_a_terminal(daemon):
     plain = Watch("--url", daemon.http, "--count", "3")
     coloured = None
