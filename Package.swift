@@ -17,11 +17,12 @@ let package = Package(
         .executable(name: "tabbench", targets: ["tabbench"]),
     ],
     targets: [
-        // C at the edge: Debian's libwebsockets, seen only by the WebSockets module.
+        // C at the edge: Debian's libwebsockets and the libuv loop it runs on (its evlib-uv
+        // plugin), seen only by the three WebSocket modules.
         .systemLibrary(
             name: "CWebSockets",
             pkgConfig: "libwebsockets",
-            providers: [.apt(["libwebsockets-dev"])]
+            providers: [.apt(["libwebsockets-dev", "libwebsockets-evlib-uv", "libuv1-dev"])]
         ),
         // Debian's SQLite, seen only by the StateStore module.
         .systemLibrary(

@@ -2,9 +2,16 @@
 #define TABD_CWEBSOCKETS_SHIM_H
 
 #include <libwebsockets.h>
+#include <uv.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /// LWS_PRE does not import into Swift: the headroom lws needs before every payload.
 static inline size_t tabd_lws_pre(void) { return LWS_PRE; }
@@ -90,5 +97,66 @@ static inline void tabd_lws_abort_socket(struct lws *wsi) {
 	if (fd >= 0)
 		shutdown(fd, SHUT_RDWR);
 }
+
+// MARK: Raw sockets, the server's own listener, and its tick
+
+/// Hands an accepted, non-blocking socket to lws as a raw socket of `protocol` (lws reads
+/// and writes it; tabd parses HTTP and WebSocket itself). On failure lws has closed `fd`.
+static inline struct lws *tabd_adopt_socket(struct lws_vhost *vh, int fd, const char *protocol) {
+	lws_sock_file_fd_type d;
+	d.sockfd = fd;
+	return lws_adopt_descriptor_vhost(vh, LWS_ADOPT_SOCKET, d, protocol, NULL);
+}
+
+/// Hands tabd's listening socket to lws as a raw descriptor: lws only reports it readable
+/// (LWS_CALLBACK_RAW_RX_FILE) and tabd accepts, so tabd decides when to stop accepting.
+static inline struct lws *tabd_adopt_listener(struct lws_vhost *vh, int fd, const char *protocol) {
+	lws_sock_file_fd_type d;
+	d.filefd = fd;
+	return lws_adopt_descriptor_vhost(vh, LWS_ADOPT_RAW_FILE_DESC, d, protocol, NULL);
+}
+
+/// accept4(), non-blocking and close-on-exec, with Nagle off (frames are small and
+/// latency matters). Returns the fd, or -1 with errno set.
+static inline int tabd_accept(int listener) {
+	int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0) {
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	}
+	return fd;
+}
+
+static inline int tabd_errno(void) { return errno; }
+
+/// Ends the sending side: the peer reads what was sent, then the end of the stream.
+static inline void tabd_shutdown_write(struct lws *wsi) {
+	int fd = lws_get_socket_fd(wsi);
+	if (fd >= 0)
+		shutdown(fd, SHUT_WR);
+}
+
+/// A periodic callback on the service thread, on lws' own timer list (one entry, whatever
+/// the number of connections). `sul` must stay the first member.
+struct tabd_tick {
+	lws_sorted_usec_list_t sul;
+	void (*fire)(void *user);
+	void *user;
+};
+
+static void tabd_tick_fired(lws_sorted_usec_list_t *sul) {
+	struct tabd_tick *tick = (struct tabd_tick *)sul;
+	tick->fire(tick->user);
+}
+
+/// Calls `tick->fire(tick->user)` once, `us` microseconds from now.
+static inline void tabd_tick_schedule(struct lws_context *context, struct tabd_tick *tick, int64_t us) {
+	lws_sul_schedule(context, 0, &tick->sul, tabd_tick_fired, us);
+}
+
+static inline void tabd_tick_cancel(struct tabd_tick *tick) { lws_sul_cancel(&tick->sul); }
+
+/// The lws option that selects libuv (a 64-bit mask the Swift importer leaves as a macro).
+static inline uint64_t tabd_option_libuv(void) { return LWS_SERVER_OPTION_LIBUV; }
 
 #endif

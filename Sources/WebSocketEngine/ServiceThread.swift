@@ -7,7 +7,7 @@ import Synchronization
 /// it runs `lws_service` until told to stop, lets its owner destroy the context on it, and
 /// wakes whoever waits for the end.
 ///
-/// Threads: ``run(context:until:finish:)`` is the service thread, the only one that calls
+/// Threads: ``run(pass:until:afterEachPass:finish:)`` is the service thread, the only one that calls
 /// lws with this context (callbacks arrive on it). Other threads may only call
 /// `lws_cancel_service`, which their owner guards so that the context is alive meanwhile.
 package final class ServiceThread: Sendable {
@@ -25,7 +25,7 @@ package final class ServiceThread: Sendable {
     /// Whether the caller runs on the service thread.
     package var isCurrent: Bool { thread.load(ordering: .acquiring) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
 
-    /// Starts the thread; it runs `body` (which calls ``run(context:until:finish:)``).
+    /// Starts the thread; it runs `body` (which calls ``run(pass:until:afterEachPass:finish:)``).
     package func start(_ body: @escaping @Sendable () -> Void) {
         let t = Thread(block: body)
         t.name = name
@@ -33,17 +33,16 @@ package final class ServiceThread: Sendable {
         t.start()
     }
 
-    /// On the new thread: services `context` until `shouldStop` says so or lws fails
-    /// (calling `afterEachPass` after each pass over the sockets, and once more after
-    /// `finish`), then
-    /// calls `finish` (which destroys the context and reports what is left) and wakes every
-    /// ``finishedRunning()`` waiter.
-    package func run(context: OpaquePointer, until shouldStop: () -> Bool, afterEachPass: () -> Void = {}, finish: () -> Void) {
+    /// On the new thread: runs `pass` (one pass of the event loop over the ready sockets)
+    /// until `shouldStop` says so or a pass fails, calling `afterEachPass` after each pass
+    /// (and once more after `finish`), then calls `finish` (which destroys the context and
+    /// reports what is left) and wakes every ``finishedRunning()`` waiter.
+    package func run(pass: () -> Bool, until shouldStop: () -> Bool, afterEachPass: () -> Void = {}, finish: () -> Void) {
         thread.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)
         while !shouldStop() {
-            let failed = lws_service(context, 0) < 0
+            let ok = pass()
             afterEachPass()
-            if failed { break }
+            if !ok { break }
         }
         finish()
         afterEachPass() // what the last connections' ends produced

@@ -28,7 +28,9 @@ public struct Configuration: Sendable {
     /// Frames that may wait for one connection (broadcasts not yet written plus direct sends);
     /// a connection further behind is closed with 1008 `too slow`.
     public var queueLimit: Int = 10_000
-    /// Seconds a new connection has to complete its request line and headers (slowloris).
+    /// Seconds a request has for its head, from the connection's start or the previous
+    /// answer, and as long again for its body (slowloris, stalled bodies: 408). An idle
+    /// keep-alive connection is closed after as long.
     public var requestTimeoutSeconds: Int = 5
     /// Seconds without traffic from a peer before the server pings it.
     public var pingIntervalSeconds: Int = 30
@@ -36,14 +38,17 @@ public struct Configuration: Sendable {
     public var hangupSeconds: Int = 60
     /// How much libwebsockets logs.
     public var logLevel: LogLevel = .warn
-    /// Where libwebsockets' own log lines go (each with its level); stderr in lws' format
-    /// when nil.
+    /// Where libwebsockets' own log lines, and the server's few own (accept() failing), go,
+    /// each with its level; stderr when nil.
     public var logSink: (@Sendable (LogLevel, String) -> Void)? = nil
-    /// Adds libwebsockets' strict security headers (a CSP that forbids inline script and style).
+    /// Adds strict security headers to files (a CSP that forbids inline script and style,
+    /// no framing, no referrer), the set libwebsockets calls best practice.
     public var strictSecurityHeaders: Bool = false
     /// When set, creating the server fails unless this many connections fit under the
     /// open-file limit (the soft limit is raised toward the hard one if needed).
     public var maxConnections: Int? = nil
+    /// The event loop the server runs on.
+    public var eventLoop: WebSocketEventLoop = .libuv
 
     public init(
         host: String = "127.0.0.1",
@@ -61,7 +66,8 @@ public struct Configuration: Sendable {
         logLevel: LogLevel = .warn,
         logSink: (@Sendable (LogLevel, String) -> Void)? = nil,
         strictSecurityHeaders: Bool = false,
-        maxConnections: Int? = nil
+        maxConnections: Int? = nil,
+        eventLoop: WebSocketEventLoop = .libuv
     ) {
         self.host = host
         self.port = port
@@ -79,6 +85,7 @@ public struct Configuration: Sendable {
         self.logSink = logSink
         self.strictSecurityHeaders = strictSecurityHeaders
         self.maxConnections = maxConnections
+        self.eventLoop = eventLoop
     }
 
     /// Throws `WebSocketServerError.invalidConfiguration` for values out of range.
@@ -106,6 +113,7 @@ public struct Configuration: Sendable {
                 && subprotocol.unicodeScalars.allSatisfy { $0.isASCII && $0 != "," && $0 != " " },
             "subprotocol must be a short ASCII token")
         try check(maxMessageBytes > 0, "maxMessageBytes must be positive")
+        try check((1...3600).contains(requestTimeoutSeconds), "requestTimeoutSeconds must be in 1...3600")
         try check(queueLimit > 0, "queueLimit must be positive")
         try check((1...65_535).contains(pingIntervalSeconds), "pingIntervalSeconds must be in 1...65535")
         try check(

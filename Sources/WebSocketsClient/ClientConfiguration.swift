@@ -10,17 +10,21 @@ public struct ClientConfiguration: Sendable {
     public var connectTimeoutSeconds: Int = 20
     /// The name the service thread gets (shows in `top -H`, `perf`).
     public var threadName: String = "ws-client"
+    /// The event loop the connections run on.
+    public var eventLoop: WebSocketEventLoop = .libuv
 
     public init(
         maxConnections: Int = 1024,
         logLevel: WebSocketLogLevel? = nil,
         connectTimeoutSeconds: Int = 20,
-        threadName: String = "ws-client"
+        threadName: String = "ws-client",
+        eventLoop: WebSocketEventLoop = .libuv
     ) {
         self.maxConnections = maxConnections
         self.logLevel = logLevel
         self.connectTimeoutSeconds = connectTimeoutSeconds
         self.threadName = threadName
+        self.eventLoop = eventLoop
     }
 }
 

@@ -27,6 +27,7 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Set once in `init`, immutable afterwards (nil only while `init` runs).
     private(set) var context: OpaquePointer!
+    private let loop: EventLoop
     private var allocations: [UnsafeMutableRawPointer] = []
     private var destroyed = false
 
@@ -46,6 +47,7 @@ final class ClientLoop: @unchecked Sendable {
         self.configuration = configuration
         self.handler = handler
         thread = ServiceThread(name: configuration.threadName, stackSize: 1 << 20)
+        do { loop = try EventLoop(configuration.eventLoop) } catch { throw .libwebsocketsFailed(error.message) }
         let fdLimit: Int
         do { fdLimit = try LWS.fileDescriptorLimit(for: configuration.maxConnections) } catch {
             throw .fileDescriptorLimitTooLow(limit: error.limit, required: error.required)
@@ -64,16 +66,21 @@ final class ClientLoop: @unchecked Sendable {
         var info = lws_context_creation_info()
         info.port = CONTEXT_PORT_NO_LISTEN
         info.protocols = UnsafePointer(protocols)
-        info.fd_limit_per_thread = UInt32(clamping: fdLimit)
+        // No fd_limit_per_thread below the open-file limit: lws would then find every socket by
+        // a scan of its whole table instead of an index.
+        _ = fdLimit
         info.timeout_secs = UInt32(configuration.connectTimeoutSeconds)
         info.connect_timeout_secs = UInt32(configuration.connectTimeoutSeconds)
         // info.extensions stays nil: no permessage-deflate.
         // Every stored property is set, so a throw from here on still runs deinit.
         allocations = [UnsafeMutableRawPointer(protocols), UnsafeMutableRawPointer(name)]
         info.user = Unmanaged.passUnretained(self).toOpaque()
+        loop.configure(&info)
         guard let ctx = lws_create_context(&info) else {
             destroyed = true
-            throw .libwebsocketsFailed("lws_create_context failed")
+            throw .libwebsocketsFailed(configuration.eventLoop == .libuv
+                ? "lws_create_context failed (is libwebsockets' libuv plugin, libwebsockets-evlib-uv, installed?)"
+                : "lws_create_context failed")
         }
         context = ctx
     }
@@ -88,7 +95,7 @@ final class ClientLoop: @unchecked Sendable {
         if !destroyed {
             destroyed = true
             table.withLock { $0.markContextGone() }
-            lws_context_destroy(context)
+            loop.destroy(context)
         }
         for pointer in allocations { free(pointer) }
         allocations = []
@@ -125,7 +132,7 @@ final class ClientLoop: @unchecked Sendable {
     // MARK: Service thread
 
     private func run() {
-        thread.run(context: context, until: { table.withLock { $0.stopping } }) {
+        thread.run(pass: { loop.runOnce(context) }, until: { table.withLock { $0.stopping } }) {
             destroyContext()  // open connections are reported through `closed`
             for session in sessions.values where !session.reported {
                 session.reported = true
@@ -237,6 +244,8 @@ final class ClientLoop: @unchecked Sendable {
     }
 
     private func writeable(_ session: ClientSession, _ wsi: OpaquePointer) -> Int32 {
+        // This side's close is out: it waits for the server's answer.
+        if session.closeSent { return 0 }
         while true {
             switch table.withLock({ $0.takeOutput(session.id) }) {
             case .unknown:
@@ -247,10 +256,18 @@ final class ClientLoop: @unchecked Sendable {
                 session.localClose = request
                 if request.abort {
                     tabd_lws_abort_socket(wsi)
-                } else {
-                    LWS.setCloseReason(wsi, request.code, request.reason)
+                    return -1
                 }
-                return -1
+                // The close frame is written here, not left to lws: lws 4.1 on libuv does not
+                // send the close it prepares when a callback returns -1. lws then reads the
+                // server's answer as the end of the closing handshake; a server that never
+                // answers is dropped after 5 s.
+                let frame = ControlFrame.masked(ControlFrame.close(request.code.rawValue, reason: request.reason),
+                                                key: UInt32.random(in: 0...UInt32.max))
+                if frame.withUnsafeBytes({ tabd_lws_write_raw(wsi, $0.baseAddress, $0.count) }) < 0 { return -1 }
+                session.closeSent = true
+                tabd_lws_kill_after(wsi, 5)
+                return 0
             case let .message(message, more):
                 if scratch.count < pre + message.count {
                     scratch.deallocate()
@@ -309,6 +326,8 @@ final class ClientSession {
     var reported = false
     var message: [UInt8] = []
     var localClose: ClientTable.CloseRequest?
+    /// This side's close frame is written.
+    var closeSent = false
     var peerClose: (code: UInt16?, reason: String)?
     /// C strings handed to `lws_client_connect_via_info`, kept until the handshake is done.
     private var strings: [UnsafeMutablePointer<CChar>] = []

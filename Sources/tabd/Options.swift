@@ -28,6 +28,8 @@ struct Options: Sendable {
     var environmentToken: String?
     var environmentSecret: String?
     var pingInterval = 30
+    var requestTimeout = 5
+    var eventLoop = WebSocketEventLoop.libuv
     var state: String?
     var rooms = RoomRegistry.Creation.auto
     var maxRooms = 100_000
@@ -87,6 +89,12 @@ struct Options: Sendable {
                              visible in ps: prefer --token-file or TABD_TOKEN
       --token-file FILE      the same, read from FILE
       --ping-interval SECS   ping a silent peer after SECS, drop it after 2×SECS (default 30)
+      --request-timeout SECS an HTTP request's head must arrive within SECS of the
+                             connection's start (or of the previous answer), its body
+                             within SECS more, else 408; an idle connection is closed
+                             after SECS (default 5)
+      --event-loop LOOP      libuv, or poll (libwebsockets' own loop, whose every pass
+                             costs every open socket: for comparison) (default libuv)
       --log-level LEVEL      error, warn, info or debug (default info)
       --log-format FORMAT    text, or json: one object per line with time, level and
                              message, for log collectors (default text)
@@ -238,6 +246,11 @@ struct Options: Sendable {
         case "--token-file": tokenFile = try value()
         case "--auth-secret-file": authSecretFile = try value()
         case "--ping-interval": pingInterval = try int(min: 1, max: 3600)
+        case "--request-timeout": requestTimeout = try int(min: 1, max: 3600)
+        case "--event-loop":
+            let v = try value()
+            guard let loop = WebSocketEventLoop(rawValue: v) else { throw UsageError("\(name) must be libuv or poll, got '\(v)'") }
+            eventLoop = loop
         case "--log-level":
             let v = try value()
             guard let level = Log.Level(rawValue: v) else { throw UsageError("\(name) must be error, warn, info or debug, got '\(v)'") }

@@ -87,7 +87,7 @@ do {
     case .warn, .info: .warn
     case .debug: .debug
     }
-    server = try WebSocketServer(configuration: Configuration(
+    var configuration = Configuration(
         host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/metrics"],
         dynamicPrefixes: [RoomsAPI.prefix],
         queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
@@ -104,8 +104,11 @@ do {
             case .drop: break
             }
         },
-        maxConnections: options.maxClients
-    ), handler: gateway)
+        maxConnections: options.maxClients,
+        eventLoop: options.eventLoop
+    )
+    configuration.requestTimeoutSeconds = options.requestTimeout
+    server = try WebSocketServer(configuration: configuration, handler: gateway)
 } catch {
     fail("cannot start: \(error)")
 }
@@ -122,13 +125,21 @@ server.start()
 // The first line on stdout, written unbuffered: scripts wait for it.
 let listening = "tabd listening on http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(server.port)/\n"
 FileHandle.standardOutput.write(Data(listening.utf8))
+log.info("network: \(options.eventLoop.description) event loop; HTTP/1.1 and WebSocket read by tabd over libwebsockets' raw sockets")
 log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms); "
     + (authenticator.isOn ? "credentials required (\(authenticator.describe))" : "no credentials required"))
 
 let received = await termination.mailbox.wait()
 log.info("received signal \(received), stopping: closing every client with 1001")
 gateway.stopping.store(true, ordering: .relaxed)
-await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(5))
+// A stop takes at most 5 s, whatever the load: clients get 3 s to take their 1001 (then the
+// rest are dropped), rooms the time left to settle; past that, tabd exits as it is (every
+// acknowledged command is in the state file already).
+DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(4_700)) {
+    log.warn("stopping took longer than 5 s: exiting without waiting for the rest")
+    _exit(0)
+}
+await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: .seconds(3))
 await registry.stopAll()
 store?.close()
 cluster?.close()

@@ -2,7 +2,7 @@ import Testing
 @testable import WebSockets
 
 /// A small deterministic generator, so that a failing seed replays.
-private struct SplitMix64: RandomNumberGenerator {
+struct SplitMix64: RandomNumberGenerator {
     var state: UInt64
     mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15

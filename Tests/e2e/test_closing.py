@@ -12,8 +12,8 @@ import pytest
 
 import rawws
 
-# A failed connection is dropped "promptly": well under libwebsockets' own 5 s wait for
-# the peer's close, with room for a busy machine.
+# A failed connection is dropped "promptly": at once after its close frame (RFC 6455
+# 7.1.7), well under the 5 s a closing peer gets to answer, with room for a busy machine.
 PROMPT = 2.5
 
 
@@ -141,12 +141,11 @@ def frames_until_eof(s, limit=PROMPT):
 
 
 def test_a_close_reason_that_is_not_utf8_is_refused_not_echoed(daemon):
-    # libwebsockets checks the reason before tabd sees the close, and drops the connection
-    # without a close frame of its own; a 1007 (or 1002) close is as good. Never an echo.
+    # Answered with a close of tabd's own (1007), never an echo, then dropped.
     s = welcomed(daemon)
     s.sendall(frame(8, close_payload(1000, b"\xff\xfe bad")))
     closes = [payload for opcode, payload in frames_until_eof(s) if opcode == 8]
-    assert all(struct.unpack("!H", c[:2])[0] in (1002, 1007) for c in closes), closes
+    assert [struct.unpack("!H", c[:2])[0] for c in closes] == [1007], closes
     s.close()
     another_client_still_served(daemon)
 
@@ -160,6 +159,9 @@ PROTOCOL_ERRORS = {
     "reserved control opcode 0xF": frame(0xF),
     "fragmented ping": frame(9, b"x", fin=False),
     "continuation without a start": frame(0, b"x"),
+    "a new message inside a fragmented one": frame(1, b"a", fin=False) + frame(1, b"b"),
+    # RFC 6455 5.1: a server must close a connection whose client sends an unmasked frame.
+    "unmasked text frame": frame(1, b'{"type":"ping"}', masked=False),
 }
 
 
@@ -178,12 +180,14 @@ def test_a_protocol_error_is_closed_with_1002_and_the_connection_dropped_promptl
     watcher.close()
 
 
-def test_a_control_frame_over_125_bytes_is_dropped_at_once(daemon):
-    # libwebsockets drops it without a close frame: nothing of the ping is answered.
+def test_a_control_frame_over_125_bytes_is_closed_with_1002_and_dropped_at_once(daemon):
+    # Nothing of the ping is answered: no pong, one close (1002), then the end of the stream.
     s = welcomed(daemon)
     s.sendall(frame(9, b"x" * 126))
     frames = frames_until_eof(s)
-    assert all(opcode == 1 for opcode, _ in frames), frames  # no pong, no other close
+    closes = [payload for opcode, payload in frames if opcode == 8]
+    assert all(opcode in (1, 8) for opcode, _ in frames), frames
+    assert len(closes) == 1 and struct.unpack("!H", closes[0][:2])[0] == 1002, frames
     s.close()
     another_client_still_served(daemon)
 

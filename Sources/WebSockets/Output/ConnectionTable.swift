@@ -75,6 +75,12 @@ struct ConnectionTable: Sendable {
     var shouldExit: Bool { phase == .stopped || (phase == .stopping && (connections.isEmpty || forced)) }
 
     func state(of id: ConnectionID) -> State? { connections[id]?.state }
+
+    /// Whether the connection is being closed by this server.
+    func isClosing(_ id: ConnectionID) -> Bool {
+        if case .closing = connections[id]?.state { return true }
+        return false
+    }
     func channel(of id: ConnectionID) -> ChannelID? { connections[id]?.channel }
 
     /// Frames waiting for `id` that count toward `queueLimit`.

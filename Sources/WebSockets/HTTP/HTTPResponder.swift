@@ -35,18 +35,18 @@ public final class HTTPResponder: Sendable {
     var pendingCount: Int { exchanges.waitingCount }
 }
 
-/// The requests on dynamic paths that one server has open, from their headers until their
-/// answer is written or their connection is gone.
+/// The requests on dynamic paths that one server has open, from the handler's call until
+/// their answer is written or their connection is gone.
 ///
-/// Threads. `open` and `wsiByID` belong to the service thread. `answers` is shared with the
+/// Threads. `socketByID` belongs to the service thread. `answers` is shared with the
 /// responders: a responder stores its response there and, unless the service thread is calling
 /// the handler for that very request (it then finds the answer when the handler returns),
 /// queues it in `ready` and asks for one wake-up per batch. An exchange leaves `answers`
 /// when its answer is written or its connection closes; a responder whose exchange is gone
 /// does nothing.
 final class HTTPExchanges: @unchecked Sendable {
-    // @unchecked Sendable: `open`, `wsiByID` and `nextID` are touched on the service thread
-    // only (responders use nothing but `answers`, a `Locked`).
+    // @unchecked Sendable: `socketByID` and `nextID` are touched on the service thread only
+    // (responders use nothing but `answers`, a `Locked`).
 
     struct Slot {
         var response: HTTPResponse?
@@ -69,8 +69,7 @@ final class HTTPExchanges: @unchecked Sendable {
     private let answers = Locked(Answers())
 
     // Service thread only.
-    private(set) var open: [OpaquePointer: HTTPExchange] = [:]
-    private var wsiByID: [UInt64: OpaquePointer] = [:]
+    private var socketByID: [UInt64: UInt64] = [:]
     private var nextID: UInt64 = 1
 
     // MARK: Any thread
@@ -94,27 +93,19 @@ final class HTTPExchanges: @unchecked Sendable {
 
     // MARK: Service thread
 
-    func makeID() -> UInt64 {
-        defer { nextID += 1 }
-        return nextID
-    }
-
-    /// Tracks an exchange from its headers on.
-    func add(_ exchange: HTTPExchange) {
-        open[exchange.wsi] = exchange
-        wsiByID[exchange.id] = exchange.wsi
+    /// Opens an exchange for a request on `socket`; the handler is about to be called.
+    func open(socket: UInt64) -> UInt64 {
+        let id = nextID
+        nextID += 1
+        socketByID[id] = socket
+        answers.withLock { $0.waiting[id] = Slot(response: nil, inHandler: true) }
+        return id
     }
 
     /// Forgets an exchange: answered, or its connection is gone. Its responder becomes a no-op.
-    func remove(_ exchange: HTTPExchange) {
-        if open[exchange.wsi] === exchange { open[exchange.wsi] = nil }
-        wsiByID[exchange.id] = nil
-        _ = answers.withLock { $0.waiting.removeValue(forKey: exchange.id) }
-    }
-
-    /// The handler is about to be called for `id`.
-    func beginHandling(_ id: UInt64) {
-        answers.withLock { $0.waiting[id] = Slot(response: nil, inHandler: true) }
+    func remove(_ id: UInt64) {
+        socketByID[id] = nil
+        _ = answers.withLock { $0.waiting.removeValue(forKey: id) }
     }
 
     /// The handler returned; the answer it gave meanwhile, if any.
@@ -130,61 +121,13 @@ final class HTTPExchanges: @unchecked Sendable {
         answers.withLock { $0.waiting[id]?.response }
     }
 
-    /// The connections whose answers arrived since the last call; re-arms the wake-up.
-    func takeReady() -> [OpaquePointer] {
+    /// The exchanges (and their sockets) answered since the last call; re-arms the wake-up.
+    func takeReady() -> [(id: UInt64, socket: UInt64)] {
         let ids = answers.withLock { a -> [UInt64] in
             a.wakePending = false
             defer { a.ready = [] }
             return a.ready
         }
-        return ids.compactMap { wsiByID[$0] }
-    }
-}
-
-/// One request on a dynamic path as the service thread sees it, from its headers until its
-/// answer is written.
-final class HTTPExchange {
-    let id: UInt64
-    let wsi: OpaquePointer
-    let method: HTTPMethod
-    let path: String
-    let query: [String: String]
-    let authorization: String?
-    /// The body's `content-length`.
-    let declaredLength: Int
-    /// The client sent `expect: 100-continue`.
-    let expectsContinue: Bool
-    /// The request said nothing of a body (a `PUT` without `content-length`): it has none,
-    /// but lws may still expect one, so the connection closes after the answer.
-    var closeAfterAnswer = false
-    /// Body bytes read so far (kept or not).
-    var received = 0
-    var body: [UInt8] = []
-    var tooLarge = false
-    /// Every body byte has arrived (or none was expected).
-    var bodyComplete = false
-    /// The handler has been called.
-    var dispatched = false
-    /// Reading from the connection is paused until the answer is written.
-    var rxPaused = false
-
-    init(
-        id: UInt64, wsi: OpaquePointer, method: HTTPMethod, path: String, query: [String: String],
-        authorization: String?, declaredLength: Int, expectsContinue: Bool
-    ) {
-        self.id = id
-        self.wsi = wsi
-        self.method = method
-        self.path = path
-        self.query = query
-        self.authorization = authorization
-        self.declaredLength = declaredLength
-        self.expectsContinue = expectsContinue
-    }
-
-    var request: HTTPRequest {
-        HTTPRequest(
-            method: method, path: path, query: query, authorization: authorization,
-            body: tooLarge ? [] : body, bodyTooLarge: tooLarge)
+        return ids.compactMap { id in socketByID[id].map { (id, $0) } }
     }
 }

@@ -1,0 +1,86 @@
+import CWebSockets
+
+/// Which event loop runs a libwebsockets context.
+public enum WebSocketEventLoop: String, Sendable, CaseIterable {
+    /// libuv (epoll on Linux): a pass costs what its ready sockets cost, whatever the number
+    /// of idle ones. lws loads its libuv plugin (Debian's `libwebsockets-evlib-uv`).
+    case libuv
+    /// libwebsockets' own `poll()` loop: every pass hands the kernel every socket and walks
+    /// them all. For comparison only.
+    case poll
+
+    /// How tabd names it in its log.
+    public var description: String {
+        switch self {
+        case .libuv: return "libuv (epoll)"
+        case .poll: return "poll() (libwebsockets' own loop)"
+        }
+    }
+}
+
+/// The loop a context runs on, driven by the service thread one pass at a time.
+///
+/// libuv runs as a *foreign* loop: tabd creates it, so lws installs no signal handlers of its
+/// own, and tabd drives it (`uv_run(UV_RUN_ONCE)`: one wait for ready sockets, then their
+/// callbacks), so the owner can act between passes. Threads: created on any thread, then
+/// used by the service thread only.
+package final class EventLoop {
+    package let kind: WebSocketEventLoop
+    private var uv: UnsafeMutablePointer<uv_loop_t>?
+    /// The array lws reads the foreign loop from (it must outlive the context).
+    private var foreignLoops: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
+
+    package init(_ kind: WebSocketEventLoop) throws(EventLoopError) {
+        self.kind = kind
+        guard kind == .libuv else { return }
+        let loop = UnsafeMutablePointer<uv_loop_t>.allocate(capacity: 1)
+        let status = uv_loop_init(loop)
+        guard status == 0 else {
+            loop.deallocate()
+            throw EventLoopError(message: "uv_loop_init: \(String(cString: uv_strerror(status)))")
+        }
+        uv = loop
+        let loops = UnsafeMutablePointer<UnsafeMutableRawPointer?>.allocate(capacity: 1)
+        loops.initialize(to: UnsafeMutableRawPointer(loop))
+        foreignLoops = loops
+    }
+
+    deinit {
+        if let uv {
+            _ = uv_loop_close(uv)
+            uv.deallocate()
+        }
+        foreignLoops?.deallocate()
+    }
+
+    /// Sets the context options and the foreign loop for this kind of loop.
+    package func configure(_ info: inout lws_context_creation_info) {
+        guard kind == .libuv else { return }
+        info.options |= tabd_option_libuv()
+        info.foreign_loops = foreignLoops
+    }
+
+    /// Waits for ready sockets (or a wake-up, or lws' next timer) and serves them; false when
+    /// the loop failed.
+    package func runOnce(_ context: OpaquePointer) -> Bool {
+        if let uv {
+            _ = uv_run(uv, UV_RUN_ONCE)
+            return true
+        }
+        return lws_service(context, 0) >= 0
+    }
+
+    /// Destroys the context, then lets the loop finish closing what lws had open on it.
+    package func destroy(_ context: OpaquePointer) {
+        lws_context_destroy(context)
+        guard let uv else { return }
+        // lws closes its uv handles asynchronously: their close callbacks run on the loop.
+        var budget = 10_000
+        while budget > 0 && uv_run(uv, UV_RUN_NOWAIT) != 0 { budget -= 1 }
+    }
+}
+
+/// Why an event loop could not be set up.
+package struct EventLoopError: Error, Sendable {
+    package let message: String
+}

@@ -1,0 +1,87 @@
+import CWebSockets
+
+/// The protocol callback lws calls, on the service thread, for every socket of the vhost
+/// (all of them raw: lws moves bytes, tabd speaks HTTP and WebSocket). A top-level function
+/// because `lws_callback_function` must be a C function pointer.
+func tabdRawCallback(
+    _ wsi: OpaquePointer?,
+    _ reason: lws_callback_reasons,
+    _ user: UnsafeMutableRawPointer?,
+    _ input: UnsafeMutableRawPointer?,
+    _ length: Int
+) -> Int32 {
+    switch reason {
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_RAW_ADOPT, LWS_CALLBACK_RAW_RX, LWS_CALLBACK_RAW_WRITEABLE,
+        LWS_CALLBACK_RAW_CLOSE, LWS_CALLBACK_RAW_RX_FILE:
+        guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return 0 }
+        let loop = Unmanaged<ServiceLoop>.fromOpaque(contextUser).takeUnretainedValue()
+        return loop.handle(wsi, reason, user, UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
+    default:
+        return 0
+    }
+}
+
+extension ServiceLoop {
+    func handle(_ wsi: OpaquePointer, _ reason: lws_callback_reasons, _ user: UnsafeMutableRawPointer?,
+                _ bytes: UnsafeRawBufferPointer) -> Int32 {
+        // The context exists (lws calls back while it is being created, before `lws` is set).
+        guard lws != nil else { return 0 }
+        switch reason {
+        case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+            wake()
+            return 0
+        case LWS_CALLBACK_RAW_RX_FILE:
+            if wsi == listenerWSI { acceptConnections() }
+            return 0
+        case LWS_CALLBACK_RAW_ADOPT:
+            return adopted(wsi, user: user)
+        case LWS_CALLBACK_RAW_RX:
+            guard let connection = connection(user) else { return -1 }
+            return received(connection, bytes)
+        case LWS_CALLBACK_RAW_WRITEABLE:
+            guard let connection = connection(user) else { return 0 }
+            return writeable(connection)
+        case LWS_CALLBACK_RAW_CLOSE:
+            if let connection = connection(user) { closed(connection, user: user) }
+            return 0
+        default:
+            return 0
+        }
+    }
+
+    /// The connection whose unretained pointer sits in the socket's lws user area.
+    private func connection(_ user: UnsafeMutableRawPointer?) -> Connection? {
+        guard let raw = user?.load(as: UnsafeMutableRawPointer?.self) else { return nil }
+        return Unmanaged<Connection>.fromOpaque(raw).takeUnretainedValue()
+    }
+
+    private func received(_ connection: Connection, _ bytes: UnsafeRawBufferPointer) -> Int32 {
+        guard !connection.killed else { return -1 }
+        switch connection.phase {
+        case .http:
+            connection.input.append(bytes)
+            readRequests(connection)
+            if connection.phase == .http && connection.input.count > Self.maxUnreadInput {
+                setReading(connection, paused: true)
+            }
+        case .webSocket:
+            webSocketReceived(connection, bytes)
+        case .flushing, .lingering:
+            break  // dropped: this side has said all it will
+        }
+        return connection.killed ? -1 : 0
+    }
+
+    private func writeable(_ connection: Connection) -> Int32 {
+        guard !connection.killed else { return -1 }
+        switch connection.phase {
+        case .http, .lingering:
+            return 0  // answers are written as they are ready; lws sends what is left
+        case .webSocket:
+            return webSocketWriteable(connection)
+        case .flushing:
+            flushed(connection)
+            return 0
+        }
+    }
+}
