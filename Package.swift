@@ -98,6 +98,7 @@ let package = Package(
 // `TABD_FUZZ=1 swift build -c release -Xswiftc -sanitize=fuzzer,address --scratch-path .build-fuzz`;
 // ordinary builds never see it.
 if Context.environment["TABD_FUZZ"] == "1" {
-    package.targets.append(.executableTarget(name: "tabdfuzz", dependencies: ["Auth", "Conformance", "Coordinator", "StateStore", "CSQLite", "CCrypto"],
+    package.targets.append(.executableTarget(name: "tabdfuzz", dependencies: ["Auth", "Conformance", "Coordinator", "StateStore", "CSQLite", "CCrypto",
+                                                                         "WebSockets", "WebSocketEngine"],
                                              swiftSettings: strict))
 }

@@ -16,6 +16,8 @@ let targets: [String: @Sendable ([UInt8]) -> Void] = [
     "roomid": RoomIDTarget.run,
     "jwt": JWTTarget.run,
     "statefile": StateFileTarget.run,
+    "http": HTTPTarget.run,
+    "frames": FramesTarget.run,
 ]
 
 nonisolated(unsafe) var selected: (@Sendable ([UInt8]) -> Void)?

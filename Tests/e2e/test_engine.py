@@ -441,17 +441,19 @@ def test_a_repeated_msg_id_is_acknowledged_as_a_duplicate(engine):
 # --- scripts/cluster ----------------------------------------------------------------------
 
 FAKE_TABD = r'''#!/usr/bin/env python3
-"""Stands in for tabd: prints the listening line, reports its arguments, stops on SIGTERM."""
+"""Stands in for tabd: reports its arguments, prints the listening line, stops on SIGTERM.
+Its handler is set and its arguments written before it says it listens: the script may stop
+it as soon as every node listens (a SIGTERM before the handler would end it silently)."""
 import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: (print("bye", file=sys.stderr, flush=True), sys.exit(0)))
 args = sys.argv[1:]
 port = args[args.index("--port") + 1]
 host = args[args.index("--host") + 1]
-print(f"tabd listening on http://{host}:{port}/", flush=True)
 print(f"args {' '.join(args)}", file=sys.stderr, flush=True)
+print(f"tabd listening on http://{host}:{port}/", flush=True)
 if "--die" in args:
     time.sleep(0.5)
     sys.exit(3)
-signal.signal(signal.SIGTERM, lambda *a: (print("bye", file=sys.stderr, flush=True), sys.exit(0)))
 while True:
     time.sleep(1)
 '''

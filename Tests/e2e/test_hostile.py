@@ -150,3 +150,58 @@ def test_max_clients_over_the_open_file_limit_stops_tabd_naming_both():
                        capture_output=True, text=True, timeout=30, preexec_fn=low_limit)
     assert p.returncode != 0 and "listening" not in p.stdout
     assert "200" in p.stderr and "1064" in p.stderr, p.stderr
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+async def test_a_client_that_pipelines_thousands_of_requests_and_reads_late_gets_every_answer(daemon):
+    # 20,000 requests for the page in a row (about 80 MB of answers, far more than the
+    # sockets' buffers hold) from a client that reads nothing for a second, then everything:
+    # tabd reads that client's requests only as fast as it takes the answers, so it neither
+    # piles the answers up in memory (libwebsockets would refuse past 1,024 pending writes
+    # and lose them) nor stalls anyone else meanwhile.
+    host, port = daemon.host.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=WAIT)
+    count = 20_000
+    before = rss_kib(daemon.proc.pid)
+    sender = asyncio.get_running_loop().run_in_executor(None, s.sendall, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * count)
+    try:
+        await a_client_is_served(daemon.ws)
+        status, _ = daemon.get("/healthz")
+        assert status == 200
+        grown = rss_kib(daemon.proc.pid) - before
+        assert grown < 32 * 1024, f"tabd grew by {grown} KiB for a client that does not read"
+        page = open(os.path.join(os.path.dirname(TABD), "..", "..", "web", "index.html"), "rb").read() \
+            if os.path.exists(os.path.join(os.path.dirname(TABD), "..", "..", "web", "index.html")) else None
+        # Now read every answer: each a 200 with the page, none missing, none cut.
+        buffer = b""
+        answers = 0
+        deadline = time.monotonic() + 60
+        while answers < count:
+            assert time.monotonic() < deadline, f"{answers} of {count} answers in 60 s"
+            chunk = s.recv(1 << 20)
+            assert chunk, f"closed after {answers} of {count} answers"
+            buffer += chunk
+            while True:
+                end = buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    break
+                head = buffer[:end].decode()
+                assert head.startswith("HTTP/1.1 200"), head
+                length = int(re.search(r"content-length: (\d+)", head).group(1))
+                if len(buffer) < end + 4 + length:
+                    break
+                body = buffer[end + 4:end + 4 + length]
+                if page is not None:
+                    assert body == page
+                buffer = buffer[end + 4 + length:]
+                answers += 1
+        await sender
+    finally:
+        s.close()

@@ -28,8 +28,10 @@ final class Connection {
     var deadline: UInt64 = 0
     /// It is being dropped: lws closes it at its next callback.
     var killed = false
-    /// lws reads nothing from it (too much unread input).
+    /// lws reads nothing from it (too much unread input, or answers it has not taken).
     var readingPaused = false
+    /// Its next requests wait until lws has written the answers it holds for it.
+    var waitingForOutput = false
     /// The head of at least one request arrived whole (an HTTP request or the upgrade).
     var sawRequest = false
 

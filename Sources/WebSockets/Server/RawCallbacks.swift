@@ -75,8 +75,11 @@ extension ServiceLoop {
     private func writeable(_ connection: Connection) -> Int32 {
         guard !connection.killed else { return -1 }
         switch connection.phase {
-        case .http, .lingering:
-            return 0  // answers are written as they are ready; lws sends what is left
+        case .http:
+            httpWriteable(connection)
+            return connection.killed ? -1 : 0
+        case .lingering:
+            return 0
         case .webSocket:
             return webSocketWriteable(connection)
         case .flushing:

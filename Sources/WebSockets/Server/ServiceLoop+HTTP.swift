@@ -17,6 +17,19 @@ extension ServiceLoop {
             switch connection.http.stage {
             case .head:
                 guard !connection.input.isEmpty else { return }
+                // A client that sends requests without reading the answers gets no more read
+                // until lws has written what it holds for it (then `httpWriteable` goes on).
+                if lws_partial_buffered(connection.wsi) != 0 {
+                    setReading(connection, paused: true)
+                    lws_callback_on_writable(connection.wsi)
+                    if !connection.waitingForOutput {
+                        // Not the client's request timeout: it is waiting for us. But a client
+                        // that takes nothing for this long is gone.
+                        connection.waitingForOutput = true
+                        setDeadline(connection, after: Self.stalledOutputSeconds)
+                    }
+                    return
+                }
                 let parsed: (head: RequestHead, length: Int)?
                 do {
                     parsed = try connection.input.withUnread { (bytes) throws(HTTPError) in try connection.http.parser.parse(bytes) }
@@ -191,6 +204,11 @@ extension ServiceLoop {
 
     /// The request timeout passed (no deadline is set while an answer is awaited).
     func httpDeadlinePassed(_ connection: Connection) {
+        if connection.waitingForOutput {
+            // It took none of its answers for `stalledOutputSeconds`: nothing more can be said.
+            kill(connection)
+            return
+        }
         switch connection.http.stage {
         case .head:
             if connection.http.parser.hasStarted || !connection.input.isEmpty {
@@ -220,6 +238,18 @@ extension ServiceLoop {
             finish(connection, request, response)
             readRequests(connection)
         }
+    }
+
+    /// LWS_CALLBACK_RAW_WRITEABLE while it speaks HTTP: lws has written what it held, so the
+    /// requests waiting behind the answers are read.
+    func httpWriteable(_ connection: Connection) {
+        guard case .head = connection.http.stage, lws_partial_buffered(connection.wsi) == 0 else { return }
+        if connection.waitingForOutput {
+            connection.waitingForOutput = false
+            setDeadline(connection, after: UInt64(configuration.requestTimeoutSeconds))
+        }
+        setReading(connection, paused: false)
+        readRequests(connection)
     }
 
     /// Whether `path` goes to the handler.

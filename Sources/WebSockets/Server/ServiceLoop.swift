@@ -73,6 +73,8 @@ final class ServiceLoop: @unchecked Sendable {
     static let maxWritesPerCallback = 8
     /// Seconds a closing WebSocket gets to answer this side's close frame.
     static let closeTimeoutSeconds: UInt64 = 5
+    /// Seconds an HTTP client may take none of its answers before it is dropped.
+    static let stalledOutputSeconds: UInt64 = 60
     /// Seconds a shut connection may keep sending before it is dropped.
     static let lingerSeconds: UInt64 = 2
     /// Unread bytes held for one connection (pipelined requests behind an unanswered one)
