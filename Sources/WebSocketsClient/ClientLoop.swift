@@ -76,7 +76,7 @@ final class ClientLoop: @unchecked Sendable {
         allocations = [UnsafeMutableRawPointer(protocols), UnsafeMutableRawPointer(name)]
         info.user = Unmanaged.passUnretained(self).toOpaque()
         loop.configure(&info)
-        guard let ctx = lws_create_context(&info) else {
+        guard let ctx = lws_create_context(&info).map({ loop.created($0); return $0 }) else {
             destroyed = true
             throw .libwebsocketsFailed(configuration.eventLoop == .libuv
                 ? "lws_create_context failed (is libwebsockets' libuv plugin, libwebsockets-evlib-uv, installed?)"

@@ -46,9 +46,7 @@ enum HTTPTarget {
             let unread = Array(input[start..<available])
             do throws(HTTPError) {
                 if var body = reader {
-                    let taken = try unread.withUnsafeBytes { (b) throws(HTTPError) in
-                        try body.read(UnsafeRawBufferPointer(b)) { current.body += $0 }
-                    }
+                    let taken = try bytes(of: unread) { (b) throws(HTTPError) in try body.read(b) { current.body += $0 } }
                     require(taken <= unread.count, "the body reader took \(taken) of \(unread.count) bytes")
                     start += taken
                     reader = body
@@ -63,7 +61,7 @@ enum HTTPTarget {
                     }
                     continue
                 }
-                guard let (head, length) = try unread.withUnsafeBytes({ (b) throws(HTTPError) in try parser.parse(b) }) else {
+                guard let (head, length) = try bytes(of: unread, { (b) throws(HTTPError) in try parser.parse(b) }) else {
                     if available == input.count { break }
                     continue
                 }
@@ -75,13 +73,23 @@ enum HTTPTarget {
                 current.head = head
                 reader = BodyReader(framing)
             } catch {
+                // Where in the stream the refusal falls depends on the pieces; that it falls,
+                // with which status, after which heads and bodies, does not.
                 current.refusal = error.status
-                current.end = start
+                current.end = -1
                 steps.append(current)
                 break
             }
         }
         return steps
+    }
+
+    /// Calls `body` with the bytes, keeping its typed error.
+    static func bytes<R>(of array: [UInt8], _ body: (UnsafeRawBufferPointer) throws(HTTPError) -> R) throws(HTTPError) -> R {
+        let result: Result<R, HTTPError> = array.withUnsafeBytes { raw in
+            do throws(HTTPError) { return .success(try body(raw)) } catch { return .failure(error) }
+        }
+        return try result.get()
     }
 
     /// A head written out the way a client would parses back to the same head.
@@ -91,8 +99,8 @@ enum HTTPTarget {
         text += "\r\n"
         var parser = HeadParser(limits: .init())
         let bytes = Array(text.utf8)
-        do {
-            guard let (again, length) = try bytes.withUnsafeBytes({ (b) throws(HTTPError) in try parser.parse(b) }) else {
+        do throws(HTTPError) {
+            guard let (again, length) = try HTTPTarget.bytes(of: bytes, { (b) throws(HTTPError) in try parser.parse(b) }) else {
                 require(false, "a written head is not whole: \(text.debugDescription)")
                 return
             }

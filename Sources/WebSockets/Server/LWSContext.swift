@@ -48,7 +48,7 @@ final class LWSContext {
         info.pt_serv_buf_size = UInt32(Self.readBufferSize)
         info.user = user
         loop.configure(&info)
-        guard let context = lws_create_context(&info) else {
+        guard let context = lws_create_context(&info).map({ loop.created($0); return $0 }) else {
             freeAll()
             throw .libwebsocketsFailed(eventLoop == .libuv
                 ? "lws_create_context failed (is libwebsockets' libuv plugin, libwebsockets-evlib-uv, installed?)"

@@ -215,6 +215,9 @@ final class ServiceLoop: @unchecked Sendable {
 
     private func run() {
         tabd_tick_schedule(lws.context, tick, Int64(TimerWheel.tickNanoseconds / 1000))
+        // Scheduled outside a callback, an lws timer is not armed on libuv until the next
+        // event: make one (bench/evloop found this).
+        lws_cancel_service(lws.context)
         thread.run(pass: { lws.loop.runOnce(lws.context) }, until: { table.withLock { $0.shouldExit } },
                    afterEachPass: { handler.serviceCycleEnded() }) {
             tabd_tick_cancel(tick)
