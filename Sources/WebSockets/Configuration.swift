@@ -49,6 +49,11 @@ public struct Configuration: Sendable {
     public var maxConnections: Int? = nil
     /// The event loop the server runs on.
     public var eventLoop: WebSocketEventLoop = .libuv
+    /// With `maxConnections`: also lower the soft open-file limit to `maxConnections` + 1,088
+    /// when it is higher (libwebsockets' fd table takes that size, and Debian's build scans it
+    /// at every close). For a process that is the server alone (tabd); the limit is the
+    /// process's.
+    public var fitsOpenFileLimit = false
 
     public init(
         host: String = "127.0.0.1",

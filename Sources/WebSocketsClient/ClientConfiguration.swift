@@ -12,19 +12,25 @@ public struct ClientConfiguration: Sendable {
     public var threadName: String = "ws-client"
     /// The event loop the connections run on.
     public var eventLoop: WebSocketEventLoop = .libuv
+    /// Seconds without traffic from the server before a connection pings it; it is dropped
+    /// 10 s after that without an answer. nil: never (a load client: libwebsockets keeps
+    /// these timers in one sorted list, which every new connection walks).
+    public var keepAliveSeconds: Int? = 300
 
     public init(
         maxConnections: Int = 1024,
         logLevel: WebSocketLogLevel? = nil,
         connectTimeoutSeconds: Int = 20,
         threadName: String = "ws-client",
-        eventLoop: WebSocketEventLoop = .libuv
+        eventLoop: WebSocketEventLoop = .libuv,
+        keepAliveSeconds: Int? = 300
     ) {
         self.maxConnections = maxConnections
         self.logLevel = logLevel
         self.connectTimeoutSeconds = connectTimeoutSeconds
         self.threadName = threadName
         self.eventLoop = eventLoop
+        self.keepAliveSeconds = keepAliveSeconds
     }
 }
 

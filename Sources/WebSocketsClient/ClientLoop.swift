@@ -29,6 +29,8 @@ final class ClientLoop: @unchecked Sendable {
     private(set) var context: OpaquePointer!
     private let loop: EventLoop
     private var allocations: [UnsafeMutableRawPointer] = []
+    /// The keep-alive policy every connection is opened with (freed with `allocations`).
+    private let retry: UnsafeMutablePointer<lws_retry_bo_t>
     private var destroyed = false
 
     // Service thread only.
@@ -44,6 +46,9 @@ final class ClientLoop: @unchecked Sendable {
         guard (1...3600).contains(configuration.connectTimeoutSeconds) else {
             throw .invalidConfiguration("connectTimeoutSeconds must be in 1...3600")
         }
+        if let keepAlive = configuration.keepAliveSeconds, !(1...65_000).contains(keepAlive) {
+            throw .invalidConfiguration("keepAliveSeconds must be in 1...65000")
+        }
         self.configuration = configuration
         self.handler = handler
         thread = ServiceThread(name: configuration.threadName, stackSize: 1 << 20)
@@ -56,6 +61,14 @@ final class ClientLoop: @unchecked Sendable {
         if let level = configuration.logLevel { lws_set_log_level(LWS.logMask(level), nil) }
         tabd_ignore_sigpipe()
 
+        // Every connection's keep-alive (lws' "validity" timers); zero hangup: none.
+        let retry = UnsafeMutablePointer<lws_retry_bo_t>.allocate(capacity: 1)
+        retry.initialize(to: lws_retry_bo_t())
+        if let keepAlive = configuration.keepAliveSeconds {
+            retry.pointee.secs_since_valid_ping = UInt16(keepAlive)
+            retry.pointee.secs_since_valid_hangup = UInt16(keepAlive + 10)
+        }
+        self.retry = retry
         let protocols = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
         protocols.initialize(repeating: lws_protocols(), count: 2)
         let name = strdup(Self.protocolName)!
@@ -73,7 +86,7 @@ final class ClientLoop: @unchecked Sendable {
         info.connect_timeout_secs = UInt32(configuration.connectTimeoutSeconds)
         // info.extensions stays nil: no permessage-deflate.
         // Every stored property is set, so a throw from here on still runs deinit.
-        allocations = [UnsafeMutableRawPointer(protocols), UnsafeMutableRawPointer(name)]
+        allocations = [UnsafeMutableRawPointer(protocols), UnsafeMutableRawPointer(name), UnsafeMutableRawPointer(retry)]
         info.user = Unmanaged.passUnretained(self).toOpaque()
         loop.configure(&info)
         guard let ctx = lws_create_context(&info).map({ loop.created($0); return $0 }) else {
@@ -217,6 +230,7 @@ final class ClientLoop: @unchecked Sendable {
         info.protocol = request.subprotocols.map { session.keep($0) }
         info.local_protocol_name = session.keep(Self.protocolName)
         info.ssl_connection = 0
+        info.retry_and_idle_policy = UnsafePointer(retry)
         info.opaque_user_data = Unmanaged.passUnretained(session).toOpaque()
         let wsi = lws_client_connect_via_info(&info)
         if let wsi, !session.reported {

@@ -135,7 +135,7 @@ final class BenchClient: WebSocketClientHandler {
         while s.connecting < options.connectConcurrency && s.conns.count < s.target {
             let name = "bench-\(s.conns.count)"
             let room = layout.room(of: s.conns.count)
-            let url = urls[s.conns.count % urls.count]
+            let url = options.spread(urls[s.conns.count % urls.count], client: s.conns.count)
             let sep = url.path.contains("?") ? "&" : "?"
             var path = options.server == .tabd ? url.path + sep + "name=\(name)" : url.path
             if options.rooms != nil { path += "&room=\(RoomLayout.name(room))" }
@@ -238,12 +238,15 @@ final class BenchClient: WebSocketClientHandler {
             s.deliveredBytes += message.count
         }
         if options.server == .tabd {
+            // The last seq seen is kept with or without the checks: the connect phase waits on it.
+            let (first, last) = FrameScan.seqRange(message) ?? (-1, -1)
             if options.check {
-                let (first, last) = FrameScan.seqRange(message) ?? (-1, -1)
                 if first != s.conns[i].lastSeq + 1, s.conns[i].problem == nil {
                     s.conns[i].problem = "seq \(first) after \(s.conns[i].lastSeq)"
                 }
-                s.conns[i].lastSeq = last
+            }
+            s.conns[i].lastSeq = last
+            if options.check {
                 if first > s.checkFrom[s.conns[i].room] { chain(i, message, &s) }
                 if i < layout.rooms { s.reference[i].append(Array(message)) }
             }

@@ -63,7 +63,8 @@ enum LoadRun {
     static func makeClient(_ options: BenchOptions, connections: Int) throws -> (BenchClient, WebSocketClient) {
         let bench = BenchClient(options: options)
         let client = try WebSocketClient(
-            configuration: .init(maxConnections: connections + 16, logLevel: .error, connectTimeoutSeconds: 60, threadName: "tabbench"),
+            configuration: .init(maxConnections: connections + 16, logLevel: .error, connectTimeoutSeconds: 60, threadName: "tabbench",
+                                 eventLoop: options.eventLoop, keepAliveSeconds: nil),
             handler: bench)
         bench.client.withLock { $0 = client }
         return (bench, client)

@@ -38,6 +38,22 @@ struct BenchOptions: Sendable {
     var warmup = 1.0
     var messageBytes = 150
     var connectConcurrency = 200
+    /// The client's event loop (`--event-loop`).
+    var eventLoop = WebSocketEventLoop.libuv
+    /// `--spread K`: client i connects to 127.0.0.(1 + i mod K) instead of 127.0.0.1.
+    var spread = 1
+
+    /// The address client `i` connects to. Linux gives `connect()` the even ports of its
+    /// ephemeral range first (about 14,000 of them); once they are taken by connections to one
+    /// server address, every further connect scans them all. Connections to another address
+    /// may reuse them, so a load client of more than 14,000 connections spreads over a few
+    /// loopback addresses of a server that listens on all of them (`--host 0.0.0.0`).
+    func spread(_ url: WebSocketURL, client i: Int) -> WebSocketURL {
+        guard spread > 1, url.host == "127.0.0.1" else { return url }
+        var spreadURL = url
+        spreadURL.host = "127.0.0.\(1 + i % min(spread, 254))"
+        return spreadURL
+    }
     /// Seconds connecting may take; nil: 60 + 1 s per 100 clients.
     var connectTimeout: Double?
     var pid: Int32?
@@ -83,6 +99,11 @@ struct BenchOptions: Sendable {
                                tabd, the `set` value is padded so that its events frame has
                                about this size
       --connect-concurrency K  handshakes in flight while connecting (default 200)
+      --event-loop LOOP        the client's loop: libuv (default) or poll (libwebsockets' own)
+      --spread K               for a server on 127.0.0.1 that listens on every address (tabd
+                               --host 0.0.0.0): connect to 127.0.0.1 … 127.0.0.K in turn
+                               (Linux runs short of cheap ephemeral ports past about 14,000
+                               connections to one address)
       --connect-timeout S      seconds until every client must be welcomed (default 60 + 1
                                per 100 clients)
 
@@ -201,6 +222,11 @@ struct BenchOptions: Sendable {
             case "--warmup": o.warmup = try double(arg, min: 0)
             case "--message-bytes": o.messageBytes = try int(arg, min: 100)
             case "--connect-concurrency": o.connectConcurrency = try int(arg, min: 1)
+            case "--spread": o.spread = try int(arg, min: 1)
+            case "--event-loop":
+                let v = try value(arg)
+                guard let loop = WebSocketEventLoop(rawValue: v) else { throw UsageError("--event-loop must be libuv or poll, got '\(v)'") }
+                o.eventLoop = loop
             case "--connect-timeout": o.connectTimeout = try double(arg, min: 1)
             case "--pid": o.pid = Int32(try int(arg, min: 1))
             case "--no-check": o.check = false

@@ -108,6 +108,7 @@ do {
         eventLoop: options.eventLoop
     )
     configuration.requestTimeoutSeconds = options.requestTimeout
+    configuration.fitsOpenFileLimit = true
     server = try WebSocketServer(configuration: configuration, handler: gateway)
 } catch {
     fail("cannot start: \(error)")

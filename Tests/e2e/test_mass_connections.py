@@ -6,7 +6,7 @@ Checked:
   answers within 10 s, `tabd_clients` is back to the test's own clients within 15 s, and a
   client connected before keeps getting its pongs meanwhile (each within 2 s);
 - SIGTERM while the crowd is still joining (about half in): tabd exits 0 within its 5 s
-  close bound (7 s with slack);
+  stop bound (6 s with slack);
 - SIGTERM with the crowd in, none of it reading anymore nor answering close frames: tabd
   exits 0 within the same bound.
 
@@ -35,7 +35,7 @@ READY_BOUND = 60.0 + N / 100   # joining N clients, on a shared 2-core machine: 
 SERVED_BOUND = 10.0            # after the drop: a new client welcomed, /healthz answered
 GONE_BOUND = 15.0              # after the drop: tabd_clients back to our own clients
 PING_BOUND = 2.0               # each round trip of the client connected before the drop
-EXIT_BOUND = 7.0               # SIGTERM to exit: tabd's 5 s bound for closing, and 2 s of slack
+EXIT_BOUND = 6.0               # SIGTERM to exit: tabd stops within 5 s (its own watchdog, 4.7 s), and 1 s of slack
 
 
 def raise_own_file_limit():

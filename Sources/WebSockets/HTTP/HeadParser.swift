@@ -130,8 +130,10 @@ package struct HeadParser: Sendable {
         guard value.allSatisfy({ $0 == 0x09 || $0 >= 0x20 && $0 != 0x7F }) else {
             throw HTTPError(400, "control character in a header value")
         }
+        // Token bytes are ASCII: lowercased byte by byte, not through Unicode.
         return RequestHead.Field(
-            name: String(decoding: name, as: UTF8.self).lowercased(), value: String(decoding: value, as: UTF8.self))
+            name: String(decoding: name.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self),
+            value: String(decoding: value, as: UTF8.self))
     }
 
     private static func checkNoBareCRorNUL(_ line: UnsafeRawBufferPointer) throws(HTTPError) {

@@ -46,11 +46,18 @@ package struct RequestHead: Equatable, Sendable {
         return all.isEmpty ? nil : all.joined(separator: ", ")
     }
 
-    /// The comma-separated elements of a header's values, trimmed and lowercased.
+    /// The comma-separated elements of a header's values, trimmed and lowercased (ASCII).
     package func tokens(_ name: String) -> [String] {
-        values(name).flatMap { $0.split(separator: ",") }
-            .map { $0.trimmingCharacters(in: [" ", "\t"]).lowercased() }
-            .filter { !$0.isEmpty }
+        var out: [String] = []
+        for field in fields where field.name == name {
+            for element in field.value.utf8.split(separator: UInt8(ascii: ",")) {
+                var bytes = element.drop { $0 == 0x20 || $0 == 0x09 }
+                while let last = bytes.last, last == 0x20 || last == 0x09 { bytes = bytes.dropLast() }
+                guard !bytes.isEmpty else { continue }
+                out.append(String(decoding: bytes.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self))
+            }
+        }
+        return out
     }
 }
 
@@ -82,7 +89,7 @@ extension RequestHead {
         guard !lengths.isEmpty else { return .none }
         var length: Int?
         for element in lengths.flatMap({ $0.split(separator: ",", omittingEmptySubsequences: false) }) {
-            let digits = element.trimmingCharacters(in: [" ", "\t"]).utf8
+            let digits = element.utf8.drop { $0 == 0x20 || $0 == 0x09 }.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed()
             guard !digits.isEmpty, digits.count <= 15, digits.allSatisfy({ (0x30...0x39).contains($0) }),
                 let n = Int(String(decoding: digits, as: UTF8.self))
             else { throw HTTPError(400, "content-length is not a number of at most 15 digits") }

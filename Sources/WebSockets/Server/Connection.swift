@@ -26,6 +26,10 @@ final class Connection {
     var input = InputBuffer()
     /// The deadline the timer wheel holds for it (uptime ns; 0: none).
     var deadline: UInt64 = 0
+    /// Listed in `ServiceLoop.writesDue`.
+    var writeQueued = false
+    /// lws has closed it (its wsi must not be touched any more).
+    var gone = false
     /// It is being dropped: lws closes it at its next callback.
     var killed = false
     /// lws reads nothing from it (too much unread input, or answers it has not taken).
@@ -58,6 +62,10 @@ struct HTTPState {
 
     var parser = HeadParser()
     var stage = Stage.head
+
+    init(stage: Stage = .head) {
+        self.stage = stage
+    }
 }
 
 /// One request from its head to its answer.
@@ -100,6 +108,8 @@ final class WebSocketSession {
     var decoder: FrameDecoder
     /// Events decoded from the last read (kept to reuse its storage).
     var events: [FrameEvent] = []
+    /// The handshake's answer (101), written in front of the first frame.
+    var handshake: [UInt8]?
     /// Control frames (pongs, pings, this side's close) to write before anything else.
     var control: [[UInt8]] = []
     /// After `control` is written, the connection is shut (a failure, or an echoed close).

@@ -43,16 +43,17 @@ extension ServiceLoop {
         var answer = "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
         answer += "sec-websocket-accept: \(HandshakeKey.accept(for: key))\r\n"
         if request.subprotocol != nil { answer += "sec-websocket-protocol: \(configuration.subprotocol)\r\n" }
-        write(Array((answer + "\r\n").utf8), to: connection)
         let now = Self.now()
         let session = WebSocketSession(
             id: id,
             decoder: FrameDecoder(options: .init(maxMessageBytes: configuration.maxMessageBytes, expectsMaskedFrames: true,
                                                  acceptsBinary: false)),
             now: now)
+        // The 101 goes out with the first frame (the welcome, normally): one write, not two.
+        session.handshake = Array((answer + "\r\n").utf8)
         connection.session = session
         connection.phase = .webSocket
-        connection.http.stage = .done
+        connection.http = HTTPState(stage: .done)
         sessions[id] = connection
         setDeadline(connection, after: UInt64(configuration.pingIntervalSeconds), now: now)
         handler.connected(id, request: request)
@@ -114,6 +115,8 @@ extension ServiceLoop {
                 lws_callback_on_writable(connection.wsi)
             }
         }
+        // Keeps its storage, not the messages (an idle connection holds no bytes of its past).
+        session.events.removeAll(keepingCapacity: true)
     }
 
     // MARK: Frames out
@@ -122,8 +125,14 @@ extension ServiceLoop {
     /// has for it, several frames per system call.
     func webSocketWriteable(_ connection: Connection) -> Int32 {
         guard let session = connection.session else { return -1 }
+        // lws still holds bytes for it (a write outside this callback left a tail): it writes
+        // those first, then calls back.
+        if lws_partial_buffered(connection.wsi) != 0 {
+            lws_callback_on_writable(connection.wsi)
+            return 0
+        }
         if !session.control.isEmpty {
-            for frame in session.control { write(frame, to: connection) }
+            for frame in session.control { writeFrames([], then: frame, to: connection) }
             session.control.removeAll()
         }
         if session.closeAfterControl {
@@ -146,7 +155,7 @@ extension ServiceLoop {
                 return 0
             case let .close(code, reason):
                 session.localClose = (code, reason)
-                write(ControlFrame.close(code.rawValue, reason: reason), to: connection)
+                writeFrames([], then: ControlFrame.close(code.rawValue, reason: reason), to: connection)
                 setDeadline(connection, after: Self.closeTimeoutSeconds)
                 return 0
             case let .frames(more):
@@ -164,8 +173,17 @@ extension ServiceLoop {
     }
 
     /// One write for the whole batch: the frames are pre-framed, written straight from the
-    /// shared storage when there is one, else gathered into `scratch`.
-    private func writeFrames(_ frames: [OutgoingFrame], to connection: Connection) -> Bool {
+    /// shared storage when there is one, else gathered into `scratch`; a handshake answer still
+    /// owed goes in front, and `then` (a control frame) after them.
+    @discardableResult
+    private func writeFrames(_ frames: [OutgoingFrame], then control: [UInt8] = [], to connection: Connection) -> Bool {
+        if let handshake = connection.session?.handshake {
+            connection.session?.handshake = nil
+            var bytes = handshake
+            for frame in frames { bytes += frame.wire }
+            return write(bytes + control, to: connection)
+        }
+        if frames.isEmpty { return write(control, to: connection) }
         if frames.count == 1 {
             return frames[0].wire.withUnsafeBytes { tabd_lws_write_raw(connection.wsi, $0.baseAddress, $0.count) } >= 0
         }

@@ -59,9 +59,10 @@ final class ServiceLoop: @unchecked Sendable {
     var acceptRetryAt: UInt64?
     var lastAcceptError: UInt64 = 0
     var batch: [OutgoingFrame] = []
+    /// WebSockets with output to write at the end of this pass (`writeDue`).
+    var writesDue: [Connection] = []
     let scratch: UnsafeMutableRawBufferPointer
     let tick: UnsafeMutablePointer<tabd_tick>
-    var wsProtocol: UnsafePointer<lws_protocols>?
     /// Connections that ended before their first request was complete.
     let incompleteRequests = Atomic<Int>(0)
     /// Sockets open (HTTP and WebSocket), for metrics and tests.
@@ -93,7 +94,7 @@ final class ServiceLoop: @unchecked Sendable {
         self.table = Locked(ConnectionTable(queueLimit: configuration.queueLimit))
         self.dynamicPaths = Set(configuration.dynamicPaths)
         let fdLimit: Int
-        do { fdLimit = try LWS.fileDescriptorLimit(for: configuration.maxConnections) } catch {
+        do { fdLimit = try LWS.fileDescriptorLimit(for: configuration.maxConnections, fit: configuration.fitsOpenFileLimit) } catch {
             throw .fileDescriptorLimitTooLow(limit: error.limit, required: error.required)
         }
         maxSockets = max(16, fdLimit - LWS.reservedFileDescriptors)
@@ -121,7 +122,6 @@ final class ServiceLoop: @unchecked Sendable {
             guard let user else { return }
             Unmanaged<ServiceLoop>.fromOpaque(user).takeUnretainedValue().tickFired()
         }
-        wsProtocol = lws_vhost_name_to_protocol(lws.vhost, lws.protocolName)
         listenerWSI = tabd_adopt_listener(lws.vhost, listener.fd, lws.protocolName)
         guard listenerWSI != nil else {
             throw .libwebsocketsFailed("libwebsockets did not take the listening socket")
@@ -219,7 +219,7 @@ final class ServiceLoop: @unchecked Sendable {
         // event: make one (bench/evloop found this).
         lws_cancel_service(lws.context)
         thread.run(pass: { lws.loop.runOnce(lws.context) }, until: { table.withLock { $0.shouldExit } },
-                   afterEachPass: { handler.serviceCycleEnded() }) {
+                   afterEachPass: { writeDue(); handler.serviceCycleEnded() }) {
             tabd_tick_cancel(tick)
             table.withLock { $0.markStopped() }
             lws.destroy()  // every socket is closed and reported through `closed`
@@ -230,6 +230,7 @@ final class ServiceLoop: @unchecked Sendable {
             }
             sessions = [:]
             connections = [:]
+            writesDue = []
             lifecycle.withLock { $0 = .finished }
         }
     }
@@ -272,11 +273,16 @@ final class ServiceLoop: @unchecked Sendable {
     /// Another thread changed the table, or an HTTP answer arrived: act on it.
     func wake() {
         let work = table.withLock { $0.takeWakeWork() }
-        if work.writableAll, let wsProtocol {
-            lws_callback_on_writable_all_protocol_vhost(lws.vhost, wsProtocol)
-        }
-        for id in work.writable {
-            if let connection = sessions[id] { lws_callback_on_writable(connection.wsi) }
+        // Written at the end of this pass, not on a writable callback: asking lws for one costs
+        // two changes of the socket's epoll events (on, then off again) and another pass, per
+        // connection and batch; and what the pass publishes for a connection goes out in one
+        // write. A socket that does not take it all is left to lws, which asks for itself.
+        if work.writableAll {
+            for connection in sessions.values { queueWrite(connection) }
+        } else {
+            for id in work.writable {
+                if let connection = sessions[id] { queueWrite(connection) }
+            }
         }
         let now = Self.now()
         for id in work.closing {
@@ -286,6 +292,30 @@ final class ServiceLoop: @unchecked Sendable {
             }
         }
         writeArrivedAnswers()
+    }
+
+    private func queueWrite(_ connection: Connection) {
+        guard !connection.writeQueued else { return }
+        connection.writeQueued = true
+        writesDue.append(connection)
+    }
+
+    /// After each pass: writes what the WebSockets woken in it have to receive, outside any
+    /// callback of their own.
+    func writeDue() {
+        guard !writesDue.isEmpty else { return }
+        let due = writesDue
+        writesDue.removeAll(keepingCapacity: true)
+        for connection in due {
+            connection.writeQueued = false
+            // lws may have closed it earlier in the pass: its wsi is gone then.
+            guard !connection.gone else { continue }
+            guard connection.phase == .webSocket, !connection.killed else {
+                if !connection.killed && connection.phase == .flushing { lws_callback_on_writable(connection.wsi) }
+                continue
+            }
+            if webSocketWriteable(connection) < 0 { kill(connection) }
+        }
     }
 
     // MARK: Sockets coming and going
@@ -352,6 +382,7 @@ final class ServiceLoop: @unchecked Sendable {
     /// LWS_CALLBACK_RAW_CLOSE: the socket is gone, for whatever reason.
     func closed(_ connection: Connection, user: UnsafeMutableRawPointer?) {
         user?.storeBytes(of: nil, as: UnsafeMutableRawPointer?.self)
+        connection.gone = true
         connections[connection.socket] = nil
         openSockets.add(-1, ordering: .relaxed)
         connection.input.release()
