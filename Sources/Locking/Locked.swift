@@ -14,8 +14,8 @@ import Glibc
 /// `@unchecked Sendable`: `state` is only read or written inside `withLock`, which holds
 /// the C mutex.
 public final class Locked<State>: @unchecked Sendable {
-    private var state: State
-    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    @usableFromInline var state: State
+    @usableFromInline let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
 
     public init(_ state: State) {
         self.state = state
@@ -28,7 +28,9 @@ public final class Locked<State>: @unchecked Sendable {
     }
 
     /// Runs `body` with the state, holding the lock. Never call out (resume a
-    /// continuation, call a handler) from inside it.
+    /// continuation, call a handler) from inside it. Inlinable, so that the callers' closures
+    /// are specialized, not called through generic code.
+    @inlinable
     public func withLock<R>(_ body: (inout State) throws -> R) rethrows -> R {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }

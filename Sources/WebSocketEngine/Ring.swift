@@ -1,39 +1,46 @@
 /// A FIFO queue on a growable circular buffer: O(1) append, removeFirst and random access.
 /// (The toolchain has no Deque; this is the part of one the connection table needs.)
-package struct Ring<Element> {
-    package init() {}
+///
+/// `@inlinable` so that other modules (the connection tables') get it specialized for their
+/// element: unspecialized, every access looked up generic metadata at run time (5% of the
+/// server's CPU at 1,000 clients). That takes public declarations (`@inlinable package` ones
+/// are not optimized across modules by this toolchain), so it is SPI: only modules that
+/// `@_spi(Engine) import WebSocketEngine` see it.
+@_spi(Engine) public struct Ring<Element> {
+    @inlinable public init() {}
 
-    private var slots: [Element?] = []
-    private var head = 0
-    package private(set) var count = 0
+    @usableFromInline var slots: [Element?] = []
+    @usableFromInline var head = 0
+    @usableFromInline var stored = 0
+    @inlinable public var count: Int { stored }
 
-    package var isEmpty: Bool { count == 0 }
+    @inlinable public var isEmpty: Bool { count == 0 }
 
-    package var first: Element? { count == 0 ? nil : slots[head] }
+    @inlinable public var first: Element? { count == 0 ? nil : slots[head] }
 
     /// The element `index` places after the first one.
-    package subscript(index: Int) -> Element {
+    @inlinable public subscript(index: Int) -> Element {
         precondition(index >= 0 && index < count, "Ring index out of range")
         return slots[(head + index) & (slots.count - 1)]!
     }
 
-    package mutating func append(_ element: Element) {
+    @inlinable public mutating func append(_ element: Element) {
         if count == slots.count { grow() }
         slots[(head + count) & (slots.count - 1)] = element
-        count += 1
+        stored += 1
     }
 
     @discardableResult
-    package mutating func removeFirst() -> Element {
+    @inlinable public mutating func removeFirst() -> Element {
         precondition(count > 0, "removeFirst on an empty Ring")
         let element = slots[head].take()!
         head = (head + 1) & (slots.count - 1)
-        count -= 1
+        stored -= 1
         return element
     }
 
     /// Removes the first `k` elements (all of them if `k >= count`).
-    package mutating func removeFirst(_ k: Int) {
+    @inlinable public mutating func removeFirst(_ k: Int) {
         if k >= count {
             removeAll()
             return
@@ -42,19 +49,19 @@ package struct Ring<Element> {
     }
 
     /// Empties the ring and gives back its memory once it had grown large.
-    package mutating func removeAll() {
+    @inlinable public mutating func removeAll() {
         if slots.count > 1024 {
             slots = []
         } else {
             for i in slots.indices { slots[i] = nil }
         }
         head = 0
-        count = 0
+        stored = 0
     }
 
     /// The first index in `0..<count` whose element does not satisfy `isBefore`, given that
     /// the elements satisfying it all come first (binary search).
-    package func partitionPoint(_ isBefore: (Element) -> Bool) -> Int {
+    @inlinable public func partitionPoint(_ isBefore: (Element) -> Bool) -> Int {
         var low = 0
         var high = count
         while low < high {
@@ -64,7 +71,7 @@ package struct Ring<Element> {
         return low
     }
 
-    private mutating func grow() {
+    @usableFromInline mutating func grow() {
         let newCapacity = Swift.max(8, slots.count * 2)  // always a power of two
         var newSlots = [Element?](repeating: nil, count: newCapacity)
         for i in 0..<count {
@@ -78,7 +85,7 @@ package struct Ring<Element> {
 extension Ring: Sendable where Element: Sendable {}
 
 extension Ring {
-    package init(_ elements: some Sequence<Element>) {
+    @inlinable public init(_ elements: some Sequence<Element>) {
         self.init()
         for element in elements { append(element) }
     }

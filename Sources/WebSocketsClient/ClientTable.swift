@@ -1,3 +1,4 @@
+@_spi(Engine) import WebSocketEngine
 import Locking
 /// The client's requests, as plain state shared between the caller threads and the service
 /// thread (kept in a `Locked` by `ClientLoop`): connections to open, messages to send, closes.

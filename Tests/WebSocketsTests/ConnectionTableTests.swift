@@ -1,5 +1,6 @@
 import Testing
 @testable import WebSockets
+@_spi(Engine) import WebSocketEngine
 
 func f(_ s: String) -> OutgoingFrame { OutgoingFrame(s) }
 func text(_ frame: OutgoingFrame) -> String { String(decoding: frame.payload, as: UTF8.self) }

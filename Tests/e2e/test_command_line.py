@@ -14,7 +14,8 @@ def test_help_lists_every_option_and_exits_0():
     assert p.returncode == 0
     for option in ["--host", "--port", "--web-root", "--tabs", "--state", "--resume-window", "--queue-limit",
                    "--rate-limit", "--max-clients", "--allow-origin", "--token", "--token-file", "--auth-secret-file", "--rooms",
-                   "--max-rooms", "--room-idle", "--log-level", "--log-format", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token"]:
+                   "--max-rooms", "--room-idle", "--log-level", "--log-format", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token",
+                   "--request-timeout", "--event-loop"]:
         assert option in p.stdout, option
 
 
@@ -37,6 +38,8 @@ def test_an_unknown_option_or_bad_value_exits_2_and_says_why():
     assert p.returncode == 2 and "--port" in p.stderr
     p = run("--log-level", "loud")
     assert p.returncode == 2 and "--log-level" in p.stderr
+    p = run("--event-loop", "select")
+    assert p.returncode == 2 and "--event-loop must be libuv or poll, got 'select'" in p.stderr
 
 
 def test_a_missing_web_root_is_named(tmp_path):
@@ -159,3 +162,15 @@ def test_a_stop_signal_at_any_moment_of_the_start_is_never_lost():
         for s in ignored:
             signal.signal(s, signal.SIG_IGN)
     assert not failures, "\n\n".join(failures)
+
+
+async def test_tabd_says_which_event_loop_it_runs_and_serves_on_either(make_daemon):
+    from conftest import Client
+    for loop, named in (("libuv", "network: libuv (epoll) event loop"), ("poll", "network: poll() (libwebsockets' own loop) event loop")):
+        d = make_daemon("--event-loop", loop)
+        c = await Client.connect(d.ws)
+        _, pong = await c.command("ping")
+        assert pong["type"] == "pong"
+        await c.close()
+        assert d.stop() == 0
+        assert named in d.stderr, d.stderr

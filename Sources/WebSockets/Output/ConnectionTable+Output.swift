@@ -1,3 +1,4 @@
+@_spi(Engine) import WebSocketEngine
 /// What one connection receives next: its direct frames interleaved with its channel's log.
 /// Pure functions of one connection and (when it has one) its channel.
 extension ConnectionTable {

@@ -1,3 +1,4 @@
+@_spi(Engine) import WebSocketEngine
 /// The values the connection table is made of, and what it answers.
 extension ConnectionTable {
     enum Phase: Equatable, Sendable { case running, stopping, stopped }

@@ -1,3 +1,4 @@
+@_spi(Engine) import WebSocketEngine
 /// The output side of every connection, as plain state: what each connection still has to
 /// receive, in which order, and which connections must be woken or closed.
 ///
