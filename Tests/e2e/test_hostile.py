@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 
-from conftest import TABD, WAIT, Client
+from conftest import ROOT, TABD, WAIT, Client
 
 HALF_UPGRADE = b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
 
@@ -152,14 +152,6 @@ def test_max_clients_over_the_open_file_limit_stops_tabd_naming_both():
     assert "200" in p.stderr and "1064" in p.stderr, p.stderr
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 async def test_a_client_that_pipelines_thousands_of_requests_and_reads_late_gets_every_answer(daemon):
     # 20,000 requests for the page in a row (about 80 MB of answers, far more than the
     # sockets' buffers hold) from a client that reads nothing for a second, then everything:
@@ -169,16 +161,16 @@ async def test_a_client_that_pipelines_thousands_of_requests_and_reads_late_gets
     host, port = daemon.host.rsplit(":", 1)
     s = socket.create_connection((host, int(port)), timeout=WAIT)
     count = 20_000
-    before = rss_kib(daemon.proc.pid)
+    before = daemon.rss_kib()
     sender = asyncio.get_running_loop().run_in_executor(None, s.sendall, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * count)
     try:
         await a_client_is_served(daemon.ws)
         status, _ = daemon.get("/healthz")
         assert status == 200
-        grown = rss_kib(daemon.proc.pid) - before
+        grown = daemon.rss_kib() - before
         assert grown < 32 * 1024, f"tabd grew by {grown} KiB for a client that does not read"
-        page = open(os.path.join(os.path.dirname(TABD), "..", "..", "web", "index.html"), "rb").read() \
-            if os.path.exists(os.path.join(os.path.dirname(TABD), "..", "..", "web", "index.html")) else None
+        with open(os.path.join(ROOT, "web", "index.html"), "rb") as f:
+            page = f.read()  # the page tabd serves from the checkout's web root
         # Now read every answer: each a 200 with the page, none missing, none cut.
         buffer = b""
         answers = 0
@@ -198,8 +190,7 @@ async def test_a_client_that_pipelines_thousands_of_requests_and_reads_late_gets
                 if len(buffer) < end + 4 + length:
                     break
                 body = buffer[end + 4:end + 4 + length]
-                if page is not None:
-                    assert body == page
+                assert body == page
                 buffer = buffer[end + 4 + length:]
                 answers += 1
         await sender
