@@ -3,13 +3,16 @@
 
 #include <libwebsockets.h>
 #include <uv.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -158,5 +161,76 @@ static inline void tabd_tick_cancel(struct tabd_tick *tick) { lws_sul_cancel(&ti
 
 /// The lws option that selects libuv (a 64-bit mask the Swift importer leaves as a macro).
 static inline uint64_t tabd_option_libuv(void) { return LWS_SERVER_OPTION_LIBUV; }
+
+// MARK: The event pipe's second close on a libuv loop
+
+/// lws 4.1 on a libuv loop closes a context's event pipe (an eventfd) twice when the context
+/// is destroyed: at once (`lws_plat_pipe_close`), and again when libuv has closed the
+/// pipe's handle (`__lws_close_free_wsi_final`, on a later pass of the loop). In between,
+/// any thread of the process may be given the same fd number for a file of its own, which
+/// the second close then takes from it: another context's socket vanishes behind its back
+/// (lws asserts in `insert_wsi`, libuv crashes in `uv_poll_start`).
+///
+/// The guard finds the pipe's wsi when the context is made (the only wsi a new context
+/// holds) and the place in it where lws keeps its fd (checked through
+/// `lws_get_socket_fd`); `tabd_pipe_guard_disarm` marks that fd invalid once the first
+/// close is done, so the second close does nothing.
+struct tabd_pipe_guard {
+	int *fd_field;
+};
+
+/// Call right after `lws_create_context`, before anything else uses the context. Returns 0
+/// when the guard is armed.
+static inline int tabd_pipe_guard_arm(struct lws_context *context, struct tabd_pipe_guard *guard) {
+	struct rlimit limit;
+	struct lws *pipe = NULL;
+	struct dirent *entry;
+	int fd = -1, found = 0;
+	DIR *dir;
+
+	guard->fd_field = NULL;
+	if (getrlimit(RLIMIT_NOFILE, &limit) || !(dir = opendir("/proc/self/fd")))
+		return -1;
+	while ((entry = readdir(dir))) {
+		char *end;
+		long n = strtol(entry->d_name, &end, 10);
+		struct lws *wsi;
+		if (end == entry->d_name || *end || n < 0 || (rlim_t)n >= limit.rlim_cur)
+			continue;
+		wsi = wsi_from_fd(context, (int)n);
+		if (wsi) {
+			pipe = wsi;
+			fd = (int)n;
+			found++;
+		}
+	}
+	closedir(dir);
+	if (found != 1 || lws_get_socket_fd(pipe) != fd)
+		return -1;
+	/* The fd field is inside struct lws: the first int holding the fd that lws reads back
+	 * as the wsi's fd is it. */
+	for (size_t offset = 0; offset < 16384; offset += sizeof(int)) {
+		int *field = (int *)(void *)((char *)pipe + offset);
+		int seen;
+		if (*field != fd)
+			continue;
+		*field = -2;
+		seen = lws_get_socket_fd(pipe);
+		*field = fd;
+		if (seen == -2) {
+			guard->fd_field = field;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/// Call right after the first `lws_context_destroy` (the pipe's fd is closed; its wsi lives
+/// until libuv's close callback).
+static inline void tabd_pipe_guard_disarm(struct tabd_pipe_guard *guard) {
+	if (guard->fd_field)
+		*guard->fd_field = -1; /* LWS_SOCK_INVALID */
+	guard->fd_field = NULL;
+}
 
 #endif

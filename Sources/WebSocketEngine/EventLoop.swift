@@ -31,6 +31,12 @@ package final class EventLoop {
     private var foreignLoops: UnsafeMutablePointer<UnsafeMutableRawPointer?>?
     /// Where lws writes nil once it has freed the context (`info.pcontext`).
     private let contextSlot: UnsafeMutablePointer<OpaquePointer?>
+    /// Keeps lws 4.1 from closing its event pipe's fd a second time on a libuv loop
+    /// (`tabd_pipe_guard_arm` in the shim says why).
+    private var pipeGuard = tabd_pipe_guard(fd_field: nil)
+    private var pipeGuardArmed = false
+    /// Whether the guard was armed when the context was made (for tests).
+    package private(set) var pipeGuardFound = false
 
     package init(_ kind: WebSocketEventLoop) throws(EventLoopError) {
         self.kind = kind
@@ -52,8 +58,8 @@ package final class EventLoop {
 
     deinit {
         if let uv {
-            _ = uv_loop_close(uv)
-            uv.deallocate()
+            // Busy only if the context was never freed (then its handles still point here).
+            if uv_loop_close(uv) == 0 { uv.deallocate() }
         }
         foreignLoops?.deallocate()
         contextSlot.deallocate()
@@ -78,9 +84,15 @@ package final class EventLoop {
         return lws_service(context, 0) >= 0
     }
 
-    /// The context lws created with these settings.
-    package func created(_ context: OpaquePointer) {
+    /// The context lws created with these settings (before anything else uses it).
+    /// Returns a warning for the log when the libuv loop runs without the pipe guard.
+    @discardableResult
+    package func created(_ context: OpaquePointer) -> String? {
         contextSlot.pointee = context
+        guard uv != nil else { return nil }
+        pipeGuardArmed = tabd_pipe_guard_arm(context, &pipeGuard) == 0
+        pipeGuardFound = pipeGuardArmed
+        return pipeGuardArmed ? nil : "cannot find libwebsockets' event pipe: its fd may be closed twice when this context is destroyed"
     }
 
     /// Destroys the context, on the service thread, outside any lws callback, with no other
@@ -90,9 +102,17 @@ package final class EventLoop {
     /// their close callbacks are done, and then a second `lws_context_destroy` frees the
     /// context (lws never finishes on its own for a foreign loop; it writes nil to
     /// `info.pcontext` once it has). Measured in bench/evloop, checked with ASan and valgrind.
+    ///
+    /// lws 4.1 closes the event pipe's fd during the first call and again in libuv's close
+    /// callback: the pipe guard makes the second close a no-op (another thread may own that
+    /// fd number by then).
     package func destroy(_ context: OpaquePointer) {
         lws_context_destroy(context)
         guard let uv else { return }
+        if pipeGuardArmed {
+            tabd_pipe_guard_disarm(&pipeGuard)
+            pipeGuardArmed = false
+        }
         var budget = 10_000
         while budget > 0 && uv_run(uv, UV_RUN_NOWAIT) != 0 { budget -= 1 }
         if let left = contextSlot.pointee { lws_context_destroy(left) }

@@ -9,7 +9,7 @@
 ///
 /// All methods are thread-safe. The handler is called on the service thread.
 public final class WebSocketServer: Sendable {
-    private let loop: ServiceLoop
+    let loop: ServiceLoop
 
     /// Creates the libwebsockets context and binds the port; serving starts with `start()`.
     /// Throws `WebSocketServerError` (port in use, web root missing, fd limit too low, ...).

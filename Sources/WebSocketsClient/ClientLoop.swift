@@ -27,7 +27,7 @@ final class ClientLoop: @unchecked Sendable {
 
     /// Set once in `init`, immutable afterwards (nil only while `init` runs).
     private(set) var context: OpaquePointer!
-    private let loop: EventLoop
+    let loop: EventLoop
     private var allocations: [UnsafeMutableRawPointer] = []
     /// The keep-alive policy every connection is opened with (freed with `allocations`).
     private let retry: UnsafeMutablePointer<lws_retry_bo_t>

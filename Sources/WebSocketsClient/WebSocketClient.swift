@@ -9,7 +9,7 @@
 /// Call `shutdown()` when done: the service thread runs until then. Once shutdown has begun,
 /// `connect`, `send` and `close` do nothing (and a `connect` then reports no `closed`).
 public final class WebSocketClient: Sendable {
-    private let loop: ClientLoop
+    let loop: ClientLoop
 
     /// Creates the context and starts the service thread.
     public init(configuration: ClientConfiguration = .init(), handler: any WebSocketClientHandler) throws(WebSocketClientError) {

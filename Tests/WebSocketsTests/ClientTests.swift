@@ -226,6 +226,42 @@ private func nextElement<Element: Sendable>(
         await server.shutdown(timeout: .seconds(2))
     }
 
+    /// Failed connects (refused, to "localhost" with both address families) beside live
+    /// connections, many times over: each failure is reported once, the live connections keep
+    /// working, and nothing of a failed attempt is left behind (lws 4.1's libuv loop closes a
+    /// refused socket behind libuv's back; the next socket with that number then trips it).
+    @Test(arguments: [WebSocketEventLoop.libuv, .poll])
+    func failedConnectsLeaveNothingBehind(loop: WebSocketEventLoop) async throws {
+        let (server, _) = try startServer()
+        let handler = RecordingClientHandler()
+        let client = try WebSocketClient(configuration: .init(maxConnections: 64, eventLoop: loop), handler: handler)
+        let events = handler.events
+        let live = client.connect(WebSocketURL(host: "127.0.0.1", port: server.port, path: "/ws"))
+        _ = try await next(events, "the live open") { if case let .opened(id, _) = $0, id == live { true } else { nil } }
+        for round in 0..<300 {
+            let host = round % 2 == 0 ? "localhost" : "127.0.0.1"
+            let nowhere = client.connect(WebSocketURL(host: host, port: 1, path: "/ws"))
+            let other = client.connect(WebSocketURL(host: "127.0.0.1", port: server.port, path: "/ws"))
+            var failed = false, opened = false
+            while !(failed && opened) {
+                let event = try await next(events, "round \(round)") { $0 }
+                switch event {
+                case let .closed(id, c) where id == nowhere:
+                    #expect(!failed && !c.wasOpen)
+                    failed = true
+                case let .opened(id, _) where id == other: opened = true
+                case .message, .closed(_, ClientClose(code: 1000, reason: "", wasOpen: true)): break
+                default: Issue.record("round \(round): \(event)")
+                }
+            }
+            client.close(other, code: .normal, reason: "")
+            client.send("r\(round)", on: live)
+            _ = try await next(events, "the echo of round \(round)") { if case let .message(id, text) = $0, id == live, text == "r\(round)" { true } else { nil } }
+        }
+        await client.shutdown()
+        await server.shutdown(timeout: .seconds(2))
+    }
+
     @Test func sendsFromOtherThreadsKeepTheirOrder() async throws {
         let (server, _) = try startServer()
         let handler = RecordingClientHandler()

@@ -48,11 +48,14 @@ final class LWSContext {
         info.pt_serv_buf_size = UInt32(Self.readBufferSize)
         info.user = user
         loop.configure(&info)
-        guard let context = lws_create_context(&info).map({ loop.created($0); return $0 }) else {
+        guard let context = lws_create_context(&info) else {
             freeAll()
             throw .libwebsocketsFailed(eventLoop == .libuv
                 ? "lws_create_context failed (is libwebsockets' libuv plugin, libwebsockets-evlib-uv, installed?)"
                 : "lws_create_context failed")
+        }
+        if let warning = loop.created(context) {
+            if let logSink { logSink(.warn, warning) } else { FileHandle.standardError.write(Data(("websockets: " + warning + "\n").utf8)) }
         }
         var vhostInfo = lws_context_creation_info()
         vhostInfo.options = info.options
