@@ -73,10 +73,10 @@ extension ConnectionTable {
 
     /// What the service thread must do after a wake-up.
     struct WakeWork: Sendable {
-        /// Request a writable callback for every WebSocket connection: the channels with new
-        /// broadcasts hold (nearly) every connection, and one lws call beats one per member.
+        /// Write to every WebSocket connection at the end of the pass: the channels with new
+        /// broadcasts hold (nearly) every connection, so listing them one by one is not worth it.
         var writableAll = false
-        /// Request a writable callback for these connections.
+        /// Write to these connections at the end of the pass.
         var writable: [ConnectionID] = []
         /// These connections just started closing: bound how long that may take.
         var closing: [ConnectionID] = []

@@ -280,7 +280,7 @@ struct ConnectionTable: Sendable {
 
     /// Hands over (and clears) what accumulated since the last wake-up. The members of the
     /// channels that got broadcasts are listed one by one (O(members)), unless they make up
-    /// nearly every connection: then `writableAll`, one lws call.
+    /// nearly every connection: then `writableAll`, one flag.
     mutating func takeWakeWork() -> WakeWork {
         wakePending = false
         var taken = work

@@ -304,9 +304,13 @@ final class ServiceLoop: @unchecked Sendable {
     /// callback of their own.
     func writeDue() {
         guard !writesDue.isEmpty else { return }
-        let due = writesDue
-        writesDue.removeAll(keepingCapacity: true)
-        for connection in due {
+        // By index, so the array keeps its storage from pass to pass (a copy taken here
+        // would make the next append allocate); one queued meanwhile is written too.
+        var index = 0
+        defer { writesDue.removeAll(keepingCapacity: true) }
+        while index < writesDue.count {
+            let connection = writesDue[index]
+            index += 1
             connection.writeQueued = false
             // lws may have closed it earlier in the pass: its wsi is gone then.
             guard !connection.gone else { continue }
