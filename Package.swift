@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "WebSockets", targets: ["WebSockets"]),
         .library(name: "WebSocketsClient", targets: ["WebSocketsClient"]),
         .library(name: "TabdClient", targets: ["TabdClient"]),
+        .library(name: "TabdServer", targets: ["TabdServer"]),
         .executable(name: "tabd", targets: ["tabd"]),
         .executable(name: "tabctl", targets: ["tabctl"]),
         .executable(name: "tabbench", targets: ["tabbench"]),
@@ -68,8 +69,11 @@ let package = Package(
         .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "Locking"], swiftSettings: strict),
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
-        // The daemon.
-        .executableTarget(name: "tabd", dependencies: ["Auth", "CSignals", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
+        // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
+        .target(name: "TabdServer", dependencies: ["Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        // The daemon's executable: main, signals, exit codes.
+        .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
         .target(name: "TabdClient", dependencies: ["Coordinator", "WebSocketsClient", "Locking"], swiftSettings: strict),
@@ -82,6 +86,9 @@ let package = Package(
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         // TabdClient against real tabd processes (needs the tabd product built).
         .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
+        // The daemon's library in-process: its pure rules, and whole daemons on port 0.
+        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "Auth", "Coordinator", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
+                    swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
         .testTarget(name: "ClusterTests", dependencies: ["Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),
@@ -99,6 +106,6 @@ let package = Package(
 // ordinary builds never see it.
 if Context.environment["TABD_FUZZ"] == "1" {
     package.targets.append(.executableTarget(name: "tabdfuzz", dependencies: ["Auth", "Conformance", "Coordinator", "StateStore", "CSQLite", "CCrypto",
-                                                                         "WebSockets", "WebSocketEngine"],
+                                                                         "WebSockets", "WebSocketEngine", "TabdServer"],
                                              swiftSettings: strict))
 }

@@ -2,6 +2,8 @@ import Auth
 import CCrypto
 import Coordinator
 import Foundation
+import TabdServer
+import WebSockets
 
 /// The fixed test key of the JWT seeds and targets (never a real secret).
 let testKeyBytes = Array("tabd-fuzz-test-key-not-a-secret-0123456789".utf8)
@@ -100,10 +102,10 @@ enum JWTTarget {
     }
 }
 
-/// A request's parameters as tabd reads them: the query split at `&` and `=` (the split
-/// libwebsockets and `ServiceLoop.query` make, modelled here: the real one needs a socket),
-/// then what the daemon asks of them through library code: the credential
-/// (`Authenticator.credential`, `authenticate`), the room (`Limits.isRoomID`, `RoomScope`).
+/// A request's parameters as tabd reads them, all through the daemon's own functions: the
+/// query split (`RequestTarget.query`, the HTTP front's), the credential
+/// (`Authenticator.credential`, `authenticate`), the upgrade's decision (`Admission`) and
+/// the API's routing of a listing (`APIRoute.resolve`).
 /// Input: an `Authorization` header, a 0x00 byte, the query.
 enum QueryTarget {
     static let operatorToken = "fuzz-operator-token"
@@ -112,60 +114,66 @@ enum QueryTarget {
     static func run(_ bytes: [UInt8]) {
         let parts = pieces(bytes, separator: 0, limit: 2)
         let header: String? = parts.count > 1 ? String(decoding: parts[0], as: UTF8.self) : nil
-        let query = parse(parts.count > 1 ? parts[1] : parts[0])
+        let query: [String: String]
+        do { query = try RequestTarget.query(parts.count > 1 ? parts[1] : parts[0]) } catch {
+            require(error.status == 400, "a query refused with \(error.status)")
+            return
+        }
         let credential = Authenticator.credential(authorization: header, query: query)
         if let header, let c = credential, c != query["token"] {
             require(!c.hasPrefix(" ") && !c.hasSuffix(" "), "credential keeps spaces: '\(c)'")
             require(header.lowercased().contains(c.lowercased()) || c.isEmpty, "credential not from the header")
         }
-        switch auth.authenticate(credential, now: fuzzNow) {
-        case let .success(grant):
-            if credential == operatorToken { require(grant == .operatorToken, "operator token gives \(grant)") }
+        let grant = auth.authenticate(credential, now: fuzzNow)
+        switch grant {
+        case let .success(g):
+            if credential == operatorToken { require(g == .operatorToken, "operator token gives \(g)") }
             else { _ = JWTTarget.verifyAny(credential ?? "") }
         case let .failure(error):
             require(credential != operatorToken, "operator token refused: \(error)")
             if credential?.isEmpty ?? true { require(error == .missing, "no credential gives \(error)") }
         }
-        let room = query["room"] ?? Limits.defaultRoom
-        RoomIDTarget.check(room)
+        let granted = grant.map { Optional($0) }
+        checkUpgrade(query, granted)
+        checkListing(query, granted)
         if let after = query["after"] { RoomIDTarget.check(after) }
-        if let limit = query["limit"], let n = Int(limit) { _ = (1...1000).contains(n) }
-        if let resume = query["resume"] { _ = Int(resume) }
     }
 
-    /// `a=b&c&d=` → ["a": "b", "c": "", "d": ""], percent-decoded, the last of a name winning.
-    static func parse(_ bytes: [UInt8]) -> [String: String] {
-        var result: [String: String] = [:]
-        for fragment in pieces(bytes, separator: UInt8(ascii: "&"), limit: 256) where !fragment.isEmpty {
-            let text = String(decoding: percentDecoded(fragment), as: UTF8.self)
-            if let equals = text.firstIndex(of: "=") {
-                result[String(text[..<equals])] = String(text[text.index(after: equals)...])
-            } else {
-                result[text] = ""
-            }
+    /// An accepted upgrade is for a room id, with credentials that give a role in it.
+    static func checkUpgrade(_ query: [String: String], _ grant: Result<Grant?, AuthError>) {
+        let room = Admission.room(query: query)
+        RoomIDTarget.check(room)
+        let refusal = Admission.decide(grant: grant, origin: query["origin"], host: query["host"], room: room,
+                                       context: .init(), roomRefusal: { nil })
+        let role = Admission.role(grant, in: room)
+        if let refusal {
+            require([400, 401, 403].contains(refusal.status), "an upgrade refused with \(refusal.status)")
+            require(refusal.why?.contains("\n") != true, "a log line with a line break")
+        } else {
+            require(Limits.isRoomID(room), "a connection to '\(room)' accepted")
+            require(role != nil, "a connection accepted without a role in '\(room)'")
         }
-        return result
     }
 
-    static func percentDecoded(_ bytes: [UInt8]) -> [UInt8] {
-        func hex(_ b: UInt8) -> UInt8? {
-            switch b {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
-            default: nil
+    /// A listing's route holds a valid limit and `after`, and a 400 names one that is not.
+    static func checkListing(_ query: [String: String], _ grant: Result<Grant?, AuthError>) {
+        let limitOK = query["limit"].map { Int($0).map { (1...APIRoute.maxLimit).contains($0) } ?? false } ?? true
+        let afterOK = query["after"].map(Limits.isRoomID) ?? true
+        switch APIRoute.resolve(method: .get, path: "/api/rooms", query: query, grant: grant, bodyTooLarge: false) {
+        case let .success(.listRooms(after, limit)):
+            require(grant.map { $0?.isAdminOfEveryRoom ?? true } == .success(true), "a listing allowed to \(grant)")
+            require(limitOK && afterOK, "a listing with limit '\(query["limit"] ?? "")', after '\(query["after"] ?? "")' accepted")
+            require(limit == (query["limit"].flatMap { Int($0) } ?? APIRoute.defaultLimit) && after == query["after"], "the listing's query changed")
+        case let .success(route):
+            require(false, "a listing routed to \(route)")
+        case let .failure(error):
+            switch error.status {
+            case 400: require(!(limitOK && afterOK), "a valid listing query refused: \(error.message)")
+            case 401: require((try? grant.get()) == nil, "a listing refused with 401 for a grant")
+            case 403: break
+            default: require(false, "a listing refused with \(error.status)")
             }
         }
-        var out: [UInt8] = []
-        var i = 0
-        while i < bytes.count {
-            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let a = hex(bytes[i + 1]), let b = hex(bytes[i + 2]) {
-                out.append(a << 4 | b); i += 3
-            } else {
-                out.append(bytes[i] == UInt8(ascii: "+") ? 0x20 : bytes[i]); i += 1
-            }
-        }
-        return out
     }
 }
 

@@ -16,22 +16,34 @@ package struct RequestTarget: Equatable, Sendable {
         if let hash = rawPath.firstIndex(of: UInt8(ascii: "#")) { rawPath.removeSubrange(hash...) }
         let decoded = try Self.percentDecoded(rawPath, plusIsSpace: false)
         path = Self.normalized(decoded)
-        query = [:]
-        guard let queryStart else { return }
+        guard let queryStart else {
+            query = [:]
+            return
+        }
         var rawQuery = Array(bytes[(queryStart + 1)...])
         if let hash = rawQuery.firstIndex(of: UInt8(ascii: "#")) { rawQuery.removeSubrange(hash...) }
-        for part in rawQuery.split(whereSeparator: { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: ";") }) {
+        query = try Self.query(rawQuery)
+    }
+
+    /// A query string (after the `?`, before any `#`) as names and values: split at `&`
+    /// and `;`, each part at its first `=`, percent-decoded with `+` as a space. A repeated
+    /// name keeps its last value; a name without `=` has the value "". Refuses what
+    /// ``percentDecoded(_:plusIsSpace:)`` refuses.
+    package static func query(_ bytes: [UInt8]) throws(HTTPError) -> [String: String] {
+        var query: [String: String] = [:]
+        for part in bytes.split(whereSeparator: { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: ";") }) {
             let name: [UInt8], value: [UInt8]
             if let equals = part.firstIndex(of: UInt8(ascii: "=")) {
                 (name, value) = (Array(part[..<equals]), Array(part[(equals + 1)...]))
             } else {
                 (name, value) = (Array(part), [])
             }
-            query[try Self.percentDecoded(name, plusIsSpace: true)] = try Self.percentDecoded(value, plusIsSpace: true)
+            query[try percentDecoded(name, plusIsSpace: true)] = try percentDecoded(value, plusIsSpace: true)
         }
+        return query
     }
 
-    static func percentDecoded(_ bytes: [UInt8], plusIsSpace: Bool) throws(HTTPError) -> String {
+    package static func percentDecoded(_ bytes: [UInt8], plusIsSpace: Bool) throws(HTTPError) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(bytes.count)
         var i = 0

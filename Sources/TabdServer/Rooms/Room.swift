@@ -17,7 +17,7 @@ import WebSockets
 /// Rooms share nothing but the state file's writer and the sockets' thread: each has its
 /// own loop, coordinator, broadcast channel and ids. A room is loaded by its first join or
 /// API call, and retires when it has had no user for `--room-idle` (``RoomRegistry``).
-actor Room {
+actor Room: DirectoryRoom {
     enum Input: Sendable {
         /// Joins and leaves, in this order of application: leaves, then joins.
         case presence(joins: [Gateway.Join], leaves: [Gateway.Leave])
@@ -54,7 +54,7 @@ actor Room {
     /// Who events of the HTTP API are `by`.
     static let apiClient: ClientID = "api"
 
-    nonisolated let id: RoomID
+    package nonisolated let id: RoomID
     nonisolated let channel: ChannelID
     nonisolated let inbox = Inbox<Input>()
     /// Signalled when the loop has ended and the room's state is out of memory.
@@ -434,35 +434,6 @@ actor Room {
             case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream:
                 break
             }
-        }
-    }
-}
-
-/// A one-shot signal any number of tasks can wait for.
-final class Completion: Sendable {
-    private struct State {
-        var done = false
-        var waiting: [CheckedContinuation<Void, Never>] = []
-    }
-    private let state = Locked(State())
-
-    func signal() {
-        let waiting = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            s.done = true
-            defer { s.waiting = [] }
-            return s.waiting
-        }
-        for w in waiting { w.resume() }
-    }
-
-    func wait() async {
-        await withCheckedContinuation { continuation in
-            let done = state.withLock { s -> Bool in
-                if s.done { return true }
-                s.waiting.append(continuation)
-                return false
-            }
-            if done { continuation.resume() }
         }
     }
 }

@@ -5,6 +5,26 @@ import Locking
 import StateStore
 import WebSockets
 
+/// How rooms come to exist (`--rooms`).
+public enum RoomCreation: String, Sendable {
+    /// The first join or API command of an unknown room creates it.
+    case auto
+    /// Only `PUT /api/rooms/ID` creates rooms.
+    case api
+}
+
+/// Why a room cannot be taken.
+package enum RoomRefusal: Error, Sendable {
+    /// No such room, and it may not be created here.
+    case unknown
+    /// The room exists (for a creation).
+    case exists
+    /// `--max-rooms` rooms exist.
+    case full
+    /// The room is being deleted.
+    case deleting
+}
+
 /// Which rooms exist and which are loaded: the daemon's directory of rooms.
 ///
 /// Called from the sockets' thread (is this room there? take a room for a connection)
@@ -18,12 +38,7 @@ import WebSockets
 /// its last batches and forgets its state. A join meanwhile makes a new incarnation,
 /// which waits for the old one to finish before it reads the state file.
 final class RoomRegistry: Sendable {
-    enum Creation: String, Sendable {
-        /// The first join or API command of an unknown room creates it.
-        case auto
-        /// Only `PUT /api/rooms/ID` creates rooms.
-        case api
-    }
+    typealias Creation = RoomCreation
 
     struct Settings: Sendable {
         var creation: Creation = .auto
@@ -37,44 +52,12 @@ final class RoomRegistry: Sendable {
         var rateLimit = 100
     }
 
-    enum Refusal: Error, Sendable {
-        /// No such room, and it may not be created here.
-        case unknown
-        /// The room exists (for a creation).
-        case exists
-        /// `--max-rooms` rooms exist.
-        case full
-        /// The room is being deleted.
-        case deleting
-    }
+    typealias Refusal = RoomRefusal
 
-    private struct Entry {
-        let room: Room
-        var users: Int
-        /// When the users last dropped to zero.
-        var idleSince: ContinuousClock.Instant?
-        /// An idle check is on its way (one at a time).
-        var timerArmed = false
-    }
-
-    /// What an idle check finds.
-    enum IdleCheck: Sendable {
-        /// The room leaves the registry: it unloads.
-        case retire
-        /// Idle, but not for long enough: check again after this long.
-        case checkAgain(after: Duration)
-        /// It has users again (the next drop to zero arms a new check).
-        case inUse
-    }
+    typealias IdleCheck = RoomDirectory<Room>.IdleCheck
 
     private struct State {
-        /// Every room that exists (stored, or in memory).
-        var existing: Set<RoomID>
-        var loaded: [RoomID: Entry] = [:]
-        /// Incarnations that left the directory and are still writing their last batches.
-        var retiring: [RoomID: Room] = [:]
-        var deleting: Set<RoomID> = []
-        var nextChannel: UInt64 = 1
+        var directory: RoomDirectory<Room>
         var server: WebSocketServer?
         weak var gateway: Gateway?
     }
@@ -93,7 +76,8 @@ final class RoomRegistry: Sendable {
         self.cluster = cluster
         self.metrics = metrics
         self.log = log
-        state = Locked(State(existing: Set(existing)))
+        let rules = RoomDirectory<Room>.Settings(creation: settings.creation, maxRooms: settings.maxRooms, idle: .seconds(settings.idleSeconds))
+        state = Locked(State(directory: RoomDirectory(settings: rules, existing: existing)))
     }
 
     /// The server and gateway, once they exist (they are made after the registry).
@@ -109,7 +93,7 @@ final class RoomRegistry: Sendable {
         state.withLock { $0.server }?.close(connection, code: code, reason: reason)
     }
 
-    var counts: (loaded: Int, stored: Int) { state.withLock { ($0.loaded.count, $0.existing.count) } }
+    var counts: (loaded: Int, stored: Int) { state.withLock { ($0.directory.loadedCount, $0.directory.existing.count) } }
 
     /// Whether rooms outlive their time in memory (a state file or a cluster's engine).
     var persistent: Bool { store != nil || cluster != nil }
@@ -120,24 +104,19 @@ final class RoomRegistry: Sendable {
     /// whole request timeout, and the room could not be loaded anyway.
     private func learn(_ id: RoomID) {
         guard let cluster, cluster.connected,
-              !state.withLock({ $0.existing.contains(id) || $0.deleting.contains(id) }) else { return }
-        if (try? cluster.roomExists(id)) == true { state.withLock { _ = $0.existing.insert(id) } }
+              !state.withLock({ $0.directory.isKnown(id) }) else { return }
+        if (try? cluster.roomExists(id)) == true { state.withLock { $0.directory.learn(id) } }
     }
 
     /// Every loaded room (for the cluster's sweep).
-    var loadedRooms: [Room] { state.withLock { $0.loaded.values.map(\.room) } }
+    var loadedRooms: [Room] { state.withLock { $0.directory.loadedRooms } }
 
     // MARK: Taking and releasing rooms
 
     /// Whether a connection to `id` would be let in (the upgrade's answer): nil if so.
     func admission(_ id: RoomID) -> Refusal? {
         if settings.creation == .api { learn(id) }
-        return state.withLock { s in
-            if s.deleting.contains(id) { return .deleting }
-            if s.existing.contains(id) { return nil }
-            if settings.creation == .api { return .unknown }
-            return s.existing.count >= settings.maxRooms ? .full : nil
-        }
+        return state.withLock { $0.directory.admission(id) }
     }
 
     /// The room `id` for one more user: the loaded one, or a new incarnation that loads
@@ -145,32 +124,18 @@ final class RoomRegistry: Sendable {
     /// default tabs); `exclusive` refuses a room that exists.
     func acquire(_ id: RoomID, creating: Bool, template: [TabInfo]? = nil, exclusive: Bool = false) -> Result<Room, Refusal> {
         if !creating || exclusive { learn(id) }
-        let result = state.withLock { s -> Result<(Room, isNew: Bool), Refusal> in
-            if s.deleting.contains(id) { return .failure(.deleting) }
-            let exists = s.existing.contains(id)
-            if exists, exclusive { return .failure(.exists) }
-            if exists, var entry = s.loaded[id] {
-                entry.users += 1
-                entry.idleSince = nil
-                s.loaded[id] = entry
-                return .success((entry.room, false))
-            }
-            if !exists {
-                guard creating else { return .failure(.unknown) }
-                guard s.existing.count < settings.maxRooms else { return .failure(.full) }
-                s.existing.insert(id)
-            }
+        let result = state.withLock { s -> Result<RoomDirectory<Room>.Acquired, Refusal> in
             guard let server = s.server else { return .failure(.unknown) }
-            let channel = ChannelID(rawValue: s.nextChannel)
-            s.nextChannel += 1
-            let room = Room(id: id, channel: channel, registry: self, server: server,
-                            template: exists ? nil : (template ?? settings.template), predecessor: s.retiring[id])
-            s.loaded[id] = Entry(room: room, users: 1)
-            return .success((room, true))
+            return s.directory.acquire(id, creating: creating, exclusive: exclusive) { channel, predecessor, creates in
+                Room(id: id, channel: channel, registry: self, server: server,
+                     template: creates ? (template ?? settings.template) : nil, predecessor: predecessor)
+            }
         }
         switch result {
-        case let .success((room, isNew)):
-            if isNew { Task { await room.run() } }
+        case let .success(.loaded(room)):
+            return .success(room)
+        case let .success(.new(room, _)):
+            Task { await room.run() }
             return .success(room)
         case let .failure(refusal):
             return .failure(refusal)
@@ -180,53 +145,23 @@ final class RoomRegistry: Sendable {
     /// `n` users are done with `room`; true when it has no user left and no idle check is
     /// on its way (the caller arms one).
     func release(_ room: Room, _ n: Int) -> Bool {
-        state.withLock { s in
-            guard var entry = s.loaded[room.id], entry.room === room else { return false }
-            entry.users = max(0, entry.users - n)
-            var arm = false
-            if entry.users == 0 {
-                entry.idleSince = .now
-                arm = !entry.timerArmed
-                entry.timerArmed = true
-            }
-            s.loaded[room.id] = entry
-            return arm
-        }
+        state.withLock { $0.directory.release(room, n, now: .now) }
     }
 
     /// Removes `room` from the directory if it has been without users for `--room-idle`.
     func retireIfIdle(_ room: Room) -> IdleCheck {
-        state.withLock { s in
-            guard var entry = s.loaded[room.id], entry.room === room else { return .inUse }
-            guard entry.users == 0, let since = entry.idleSince else {
-                entry.timerArmed = false
-                s.loaded[room.id] = entry
-                return .inUse
-            }
-            let left = .seconds(settings.idleSeconds) - since.duration(to: .now)
-            if left > .milliseconds(50) { return .checkAgain(after: left) }
-            s.loaded[room.id] = nil
-            s.retiring[room.id] = room
-            return .retire
-        }
+        state.withLock { $0.directory.idleCheck(room, now: .now) }
     }
 
     /// A retired incarnation has written everything and forgotten its state.
     func retired(_ room: Room) {
-        state.withLock { s in
-            if s.retiring[room.id] === room { s.retiring[room.id] = nil }
-        }
+        state.withLock { $0.directory.retired(room) }
     }
 
     /// `room` could not be loaded or created: it leaves the directory (a room it was to
     /// create does not exist).
     func failed(_ room: Room) {
-        state.withLock { s in
-            guard let entry = s.loaded[room.id], entry.room === room else { return }
-            s.loaded[room.id] = nil
-            s.retiring[room.id] = room
-            if !persistent || room.isCreating { s.existing.remove(room.id) }
-        }
+        state.withLock { $0.directory.failed(room, persistent: persistent, wasCreating: room.isCreating) }
     }
 
     // MARK: Deleting
@@ -240,13 +175,7 @@ final class RoomRegistry: Sendable {
 
     /// Deletes a room: closes its clients with 4404, forgets it, removes its state.
     func delete(_ id: RoomID) async -> Deletion {
-        let taken = state.withLock { s -> (Room?, Room?)? in
-            guard s.existing.contains(id), !s.deleting.contains(id) else { return nil }
-            s.deleting.insert(id)
-            s.existing.remove(id)
-            let loaded = s.loaded.removeValue(forKey: id)?.room
-            return (loaded, s.retiring[id])
-        }
+        let taken = state.withLock { $0.directory.beginDeletion(id) }
         guard let (loaded, retiring) = taken else { return .unknown }
         if let loaded {
             let done = Completion()
@@ -258,24 +187,18 @@ final class RoomRegistry: Sendable {
         if let cluster {
             do { _ = try await offPool { () throws(ClusterNode.Failure) in try cluster.deleteRoom(id) } } catch {
                 log.error("room '\(id)' could not be deleted: \(error)")
-                state.withLock { s in
-                    s.deleting.remove(id)
-                    s.existing.insert(id)
-                }
+                state.withLock { $0.directory.endDeletion(id, deleted: false) }
                 return .failed(error.description)
             }
         } else if let store {
             do { _ = try await store.deleteRoom(id) } catch {
                 // Its clients are gone, its state is not: it stays, and can be loaded again.
                 log.error("room '\(id)' could not be deleted: \(error.message)")
-                state.withLock { s in
-                    s.deleting.remove(id)
-                    s.existing.insert(id)
-                }
+                state.withLock { $0.directory.endDeletion(id, deleted: false) }
                 return .failed(error.message)
             }
         }
-        state.withLock { _ = $0.deleting.remove(id) }
+        state.withLock { $0.directory.endDeletion(id, deleted: true) }
         log.info("room '\(id)' deleted")
         return .deleted
     }
@@ -301,11 +224,7 @@ final class RoomRegistry: Sendable {
     /// Another node deleted room `id`: its clients here are closed with 4404 and it is
     /// forgotten (the engine's state is gone already).
     func deletedElsewhere(_ id: RoomID) async {
-        let taken = state.withLock { s -> Room?? in
-            guard !s.deleting.contains(id) else { return nil } // this node is deleting it
-            s.existing.remove(id)
-            return .some(s.loaded.removeValue(forKey: id)?.room)
-        }
+        let taken = state.withLock { $0.directory.deletedElsewhere(id) }
         guard let taken, let loaded = taken else { return }
         let done = Completion()
         loaded.submit([.delete(done)])
@@ -324,11 +243,11 @@ final class RoomRegistry: Sendable {
         } else if let store {
             rows = try await store.listRooms(after: after, limit: limit + 1).map { ($0.id, $0.seq) }
         } else {
-            rows = state.withLock { s in s.existing.filter { after == nil || $0 > after! }.sorted().prefix(limit + 1).map { ($0, nil) } }
+            rows = state.withLock { s in s.directory.existing.filter { after == nil || $0 > after! }.sorted().prefix(limit + 1).map { ($0, nil) } }
         }
         let more = rows.count > limit
         rows = Array(rows.prefix(limit))
-        let loaded = state.withLock { s in rows.map { s.loaded[$0.id]?.room } }
+        let loaded = state.withLock { s in rows.map { s.directory.loadedRoom($0.id) } }
         let rooms = zip(rows, loaded).map { row, room in
             RoomListing(id: row.id, clients: room?.clientCount.load(ordering: .relaxed) ?? 0,
                         seq: max(room?.publishedSeq.load(ordering: .relaxed) ?? 0, row.seq ?? 0), loaded: room != nil)
@@ -339,7 +258,7 @@ final class RoomRegistry: Sendable {
     /// The daemon stops: every loaded room takes what is left in its inbox, waits for its
     /// last commits and ends.
     func stopAll() async {
-        let rooms = state.withLock { s in Array(s.loaded.values.map(\.room)) + Array(s.retiring.values) }
+        let rooms = state.withLock { $0.directory.everyRoom }
         for room in rooms { room.inbox.finish() }
         for room in rooms { await room.finished.wait() }
     }

@@ -1,6 +1,5 @@
 import CSignals
 import Locking
-import Coordinator
 import Dispatch
 import Foundation
 
@@ -61,13 +60,4 @@ final class TerminationSignals: Sendable {
             }
         }
     }
-}
-
-/// Runs blocking work (a call to the cluster's engine) on a Dispatch thread, so it never
-/// holds one of the cooperative pool's few threads.
-func offPool<T: Sendable, E: Error>(_ work: @escaping @Sendable () throws(E) -> T) async throws(E) -> T {
-    let result: Result<T, E> = await withCheckedContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(returning: Result(catching: work)) }
-    }
-    return try result.get()
 }

@@ -11,12 +11,9 @@ extension Authenticator {
         return authenticate(Self.credential(authorization: authorization, query: query), now: Date().timeIntervalSince1970).map { $0 }
     }
 
-    /// A JSON or text 401 with the `WWW-Authenticate` challenge of RFC 6750.
-    static func unauthorized(_ error: AuthError, json: Bool) -> HTTPResponse {
-        // Fixed text only: the error's description may quote the token's own header.
-        let challenge = error == .missing ? "Bearer" : "Bearer error=\"invalid_token\""
-        return json
-            ? RoomsAPI.error(401, "unauthorized", "\(error)", headers: [("www-authenticate", challenge)])
-            : HTTPResponse(status: 401, text: "\(error)\n", headers: [("www-authenticate", challenge)])
+    /// The `WWW-Authenticate` challenge of RFC 6750 for a 401. Fixed text only: the
+    /// error's description may quote the token's own header.
+    static func challenge(_ error: AuthError) -> String {
+        error == .missing ? "Bearer" : "Bearer error=\"invalid_token\""
     }
 }

@@ -97,57 +97,19 @@ final class Gateway: WebSocketServerHandler {
 
     // MARK: Who may connect
 
-    /// In order: credentials (401), origin (403), room id (400), the credential's room
-    /// (403), then capacity and the room's existence.
+    /// The upgrade's decision (``Admission/decide(grant:origin:host:room:context:roomRefusal:)``),
+    /// counted and logged.
     func shouldAccept(_ request: UpgradeRequest) -> UpgradeDecision {
-        let grant: Grant?
-        switch auth.grant(query: request.query, authorization: request.authorization) {
-        case let .success(g): grant = g
-        case let .failure(error):
-            metrics.authRefused(status: 401)
-            log.warn("refused upgrade from \(request.peer): \(error) (401)")
-            return .reject(status: 401)
-        }
-        if let origin = request.origin, !originAllowed(origin, host: request.host) {
-            log.warn("refused upgrade from \(request.peer): origin '\(Log.printable(origin))' does not match host '\(Log.printable(request.host ?? ""))' (403)")
-            return .reject(status: 403)
-        }
-        let room = Self.room(of: request)
-        guard Limits.isRoomID(room) else {
-            log.warn("refused upgrade from \(request.peer): '\(room.prefix(80))' is not a room id (400)")
-            return .reject(status: 400)
-        }
-        if let grant, grant.role(in: room) == nil {
-            metrics.authRefused(status: 403)
-            log.warn("refused upgrade from \(request.peer): its token is for \(grant.scope.map { "room '\($0)'" } ?? "no room"), not '\(room)' (403)")
-            return .reject(status: 403)
-        }
-        if stopping.load(ordering: .relaxed) { return .reject(status: 503) }
-        if connections.load(ordering: .relaxed) >= options.maxClients {
-            log.warn("refused upgrade from \(request.peer): --max-clients \(options.maxClients) reached (503)")
-            return .reject(status: 503)
-        }
-        switch registry.admission(room) {
-        case nil: return .accept
-        case .unknown?:
-            log.warn("refused upgrade from \(request.peer): no room '\(room)' and --rooms api (404)")
-            return .reject(status: 404)
-        case .full?:
-            log.warn("refused upgrade from \(request.peer): --max-rooms \(registry.settings.maxRooms) reached, cannot create room '\(room)' (503)")
-            return .reject(status: 503)
-        case .deleting?, .exists?:
-            return .reject(status: 503)
-        }
-    }
-
-    /// The room a connection asks for: its `room` parameter, else `main`.
-    static func room(of request: UpgradeRequest) -> RoomID { request.query["room"] ?? Limits.defaultRoom }
-
-    /// A browser is accepted from the address it asked for, or from an `--allow-origin`.
-    func originAllowed(_ origin: String, host: String?) -> Bool {
-        if options.allowOrigins.contains(origin) { return true }
-        guard let host, !host.isEmpty else { return false }
-        return origin == "http://\(host)" || origin == "https://\(host)"
+        let context = Admission.Context(allowOrigins: options.allowOrigins, stopping: stopping.load(ordering: .relaxed),
+                                        connections: connections.load(ordering: .relaxed), maxClients: options.maxClients,
+                                        maxRooms: registry.settings.maxRooms)
+        let room = Admission.room(query: request.query)
+        guard let refusal = Admission.decide(grant: auth.grant(query: request.query, authorization: request.authorization),
+                                             origin: request.origin, host: request.host, room: room, context: context,
+                                             roomRefusal: { registry.admission(room) }) else { return .accept }
+        if refusal.ofCredentials { metrics.authRefused(status: refusal.status) }
+        if let why = refusal.why { log.warn("refused upgrade from \(request.peer): \(why) (\(refusal.status))") }
+        return .reject(status: refusal.status)
     }
 
     // MARK: Connections
@@ -155,16 +117,12 @@ final class Gateway: WebSocketServerHandler {
     func connected(_ id: ConnectionID, request: UpgradeRequest) {
         connections.add(1, ordering: .relaxed)
         metrics.clientsChanged(by: 1)
-        let roomID = Self.room(of: request)
+        let roomID = Admission.room(query: request.query)
         let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
         // Checked again: the token may have run out since the upgrade was decided.
         let checked = auth.grant(query: request.query, authorization: request.authorization)
         let grant = (try? checked.get()) ?? nil
-        let role: Role? = switch checked {
-        case .failure: nil
-        case .success(nil): .control // no credentials configured
-        case let .success(g?): g.role(in: roomID)
-        }
+        let role = Admission.role(checked, in: roomID)
         let room: Room?
         if role == nil {
             room = nil
@@ -242,25 +200,18 @@ final class Gateway: WebSocketServerHandler {
         state.withLock { $0.add(input, for: room) }
     }
 
-    /// One frame of a welcomed connection as input: refused (rate, parse, role, stopping)
-    /// or a command. The refusals come in the order of error precedence.
+    /// One frame of a welcomed connection as input: refused or a command
+    /// (``FrameReader/read(_:role:allowed:stopping:limits:)``).
     private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, role: Role, allowed: Bool) -> Room.Input {
-        guard allowed else {
-            let error = CommandError(.rateLimited, "more than \(options.rateLimit) commands or \(options.byteRateLimit) bytes per second")
-            return .refused(id, client, .error(ref: nil, error))
+        let limits = FrameReader.Limits(commandsPerSecond: options.rateLimit, bytesPerSecond: options.byteRateLimit)
+        switch FrameReader.read(message, role: role, allowed: allowed, stopping: stopping.load(ordering: .relaxed), limits: limits) {
+        case let .command(envelope):
+            metrics.command(envelope.command.type)
+            return .command(id, client, envelope)
+        case let .refused(frame, parsed):
+            if let parsed { metrics.command(parsed) }
+            return .refused(id, client, frame)
         }
-        let envelope: CommandEnvelope
-        do { envelope = try CommandEnvelope.parse(message) } catch {
-            return .refused(id, client, .error(ref: error.ref, error.error))
-        }
-        metrics.command(envelope.command.type)
-        guard role.maySend(envelope.command) else {
-            return .refused(id, client, .error(ref: envelope.ref, .forbidden("role \(role.rawValue) may send only sync and ping")))
-        }
-        if stopping.load(ordering: .relaxed) {
-            return .refused(id, client, .error(ref: envelope.ref, .unavailable("tabd is shutting down")))
-        }
-        return .command(id, client, envelope)
     }
 
     /// From a room: the connection is welcomed as `client`; its frames are read from now
@@ -349,7 +300,7 @@ final class Gateway: WebSocketServerHandler {
             switch auth.grant(query: request.query, authorization: request.authorization) {
             case let .failure(error):
                 metrics.authRefused(status: 401)
-                return responder.respond(Authenticator.unauthorized(error, json: false))
+                return responder.respond(HTTPResponse(status: 401, text: "\(error)\n", headers: [("www-authenticate", Authenticator.challenge(error))]))
             case let .success(grant?) where grant.role != .admin || grant.scope == nil:
                 metrics.authRefused(status: 403)
                 return responder.respond(HTTPResponse(status: 403, text: "/metrics needs an admin token\n"))

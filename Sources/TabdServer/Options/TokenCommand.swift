@@ -3,7 +3,7 @@ import Coordinator
 import Foundation
 
 /// `tabd token`: prints a signed token for scripts and operators.
-enum TokenCommand {
+public enum TokenCommand {
     static let help = """
     USAGE: tabd token --secret-file FILE --room ID --role ROLE [--name NAME] [--ttl DURATION]
 
@@ -22,7 +22,7 @@ enum TokenCommand {
     """
 
     /// The exit text and code of `tabd token ARGS`.
-    static func run(_ args: [String], environment: [String: String], now: Date = Date()) -> (text: String, code: Int32) {
+    public static func run(_ args: [String], environment: [String: String], now: Date = Date()) -> (text: String, code: Int32) {
         var secretFile: String?, room: String?, role: Role?, name: String?, ttl = 3600
         var i = 0
         func value(_ name: String) throws -> String {

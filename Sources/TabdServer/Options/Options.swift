@@ -4,47 +4,47 @@ import Foundation
 import WebSockets
 
 /// tabd's command line (PROTOCOL.md "The daemon").
-struct Options: Sendable {
-    var host = "127.0.0.1"
-    var port = 8080
-    var webRoot: String?
-    var tabsFile: String?
-    var maxClients = 10_000
-    var logLevel = Log.Level.info
-    var logFormat = Log.Format.text
-    var resumeWindow = 10_000
-    var queueLimit = 10_000
-    var rateLimit = 100
+public struct Options: Sendable {
+    public var host = "127.0.0.1"
+    public var port = 8080
+    public var webRoot: String?
+    public var tabsFile: String?
+    public var maxClients = 10_000
+    public var logLevel = Log.Level.info
+    public var logFormat = Log.Format.text
+    public var resumeWindow = 10_000
+    public var queueLimit = 10_000
+    public var rateLimit = 100
     /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
-    var rateLimitBytes: Int?
-    var allowOrigins: [String] = []
+    public var rateLimitBytes: Int?
+    public var allowOrigins: [String] = []
     /// `--token`: an admin credential for every room.
-    var token: String?
+    public var token: String?
     /// `--token-file`: the same, read from a file.
-    var tokenFile: String?
+    public var tokenFile: String?
     /// `--auth-secret-file`: turns on signed tokens.
-    var authSecretFile: String?
+    public var authSecretFile: String?
     /// `TABD_TOKEN` and `TABD_AUTH_SECRET`, used when the options do not say.
-    var environmentToken: String?
-    var environmentSecret: String?
-    var pingInterval = 30
-    var requestTimeout = 5
-    var eventLoop = WebSocketEventLoop.libuv
-    var state: String?
-    var rooms = RoomRegistry.Creation.auto
-    var maxRooms = 100_000
-    var roomIdle = 300
+    public var environmentToken: String?
+    public var environmentSecret: String?
+    public var pingInterval = 30
+    public var requestTimeout = 5
+    public var eventLoop = WebSocketEventLoop.libuv
+    public var state: String?
+    public var rooms = RoomCreation.auto
+    public var maxRooms = 100_000
+    public var roomIdle = 300
     /// `--cluster`: the engine's URLs; this tabd is then a node of a cluster.
-    var cluster: [String] = []
+    public var cluster: [String] = []
     /// `--node-name`: this node's name in the cluster (default: host name and port).
-    var nodeName: String?
+    public var nodeName: String?
 
     /// The bytes per second a connection may send (0: no limit).
-    var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
+    public var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
 
-    static let version = "0.1.0"
+    public static let version = "0.1.0"
 
-    static let help = """
+    public static let help = """
     tabd \(version): a tab coordinator that streams tab selection and lifecycle events over WebSocket.
 
     USAGE: tabd [options]
@@ -118,7 +118,10 @@ struct Options: Sendable {
     The first line on stdout once listening is: tabd listening on http://HOST:PORT/
     """
 
-    enum ParseResult { case run(Options), exit(String, code: Int32) }
+    /// Every option at its default.
+    public init() {}
+
+    public enum ParseResult: Sendable { case run(Options), exit(String, code: Int32) }
 
     /// The command line, then the environment: every option that takes a value may also be
     /// given as `TABD_` and its name in upper case with `_` for `-` (`--web-root`:
@@ -127,7 +130,7 @@ struct Options: Sendable {
     /// is given. `TABD_TOKEN` and `TABD_AUTH_SECRET` are not `--token` and a key file but
     /// the credentials themselves (``authenticator(warn:)``); other `TABD_` names are not
     /// tabd's and are left alone.
-    static func parse(_ args: [String], environment: [String: String] = [:]) -> ParseResult {
+    public static func parse(_ args: [String], environment: [String: String] = [:]) -> ParseResult {
         var o = Options()
         o.environmentToken = environment["TABD_TOKEN"]
         o.environmentSecret = environment["TABD_AUTH_SECRET"]
@@ -219,7 +222,7 @@ struct Options: Sendable {
         case "--max-clients": maxClients = try int(min: 1)
         case "--rooms":
             let v = try value()
-            guard let mode = RoomRegistry.Creation(rawValue: v) else { throw UsageError("\(name) must be auto or api, got '\(v)'") }
+            guard let mode = RoomCreation(rawValue: v) else { throw UsageError("\(name) must be auto or api, got '\(v)'") }
             rooms = mode
         case "--max-rooms": maxRooms = try int(min: 1)
         case "--cluster":

@@ -3,25 +3,25 @@ import Coordinator
 import Foundation
 
 /// One line per event to stderr, with a level and a UTC timestamp.
-final class Log: Sendable {
-    enum Level: String, Comparable, Sendable {
+public final class Log: Sendable {
+    public enum Level: String, Comparable, Sendable {
         case error, warn, info, debug
         private var rank: Int { [Level.error, .warn, .info, .debug].firstIndex(of: self)! }
-        static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
+        public static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
     }
 
     /// `text`: `TIME LEVEL message`; `json`: `{"time":…,"level":…,"message":…}` per line.
-    enum Format: String, Sendable { case text, json }
+    public enum Format: String, Sendable { case text, json }
 
-    let level: Level
-    let format: Format
+    public let level: Level
+    public let format: Format
     private let lock = Locked(())
 
-    init(level: Level, format: Format = .text) { self.level = level; self.format = format }
+    public init(level: Level, format: Format = .text) { self.level = level; self.format = format }
 
-    func enabled(_ l: Level) -> Bool { l <= level }
+    public func enabled(_ l: Level) -> Bool { l <= level }
 
-    func log(_ l: Level, _ message: @autoclosure () -> String) {
+    public func log(_ l: Level, _ message: @autoclosure () -> String) {
         guard enabled(l) else { return }
         let time = Date().formatted(.iso8601)
         let line = switch format {
@@ -38,10 +38,10 @@ final class Log: Sendable {
             + (text.unicodeScalars.count > limit ? "…" : "")
     }
 
-    func error(_ m: @autoclosure () -> String) { log(.error, m()) }
-    func warn(_ m: @autoclosure () -> String) { log(.warn, m()) }
-    func info(_ m: @autoclosure () -> String) { log(.info, m()) }
-    func debug(_ m: @autoclosure () -> String) { log(.debug, m()) }
+    public func error(_ m: @autoclosure () -> String) { log(.error, m()) }
+    public func warn(_ m: @autoclosure () -> String) { log(.warn, m()) }
+    public func info(_ m: @autoclosure () -> String) { log(.info, m()) }
+    public func debug(_ m: @autoclosure () -> String) { log(.debug, m()) }
 }
 
 /// At most `perSecond` lines a second; says how many were left out when lines are let

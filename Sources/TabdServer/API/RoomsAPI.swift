@@ -14,76 +14,30 @@ struct RoomsAPI: Sendable {
     let auth: Authenticator
     let log: Log
 
-    static let prefix = "/api/"
+    static let prefix = APIRoute.prefix
 
     func handle(_ request: HTTPRequest, responder: HTTPResponder) {
-        let parts = request.path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        // "/api/rooms[/ID[/commands]]" → ["", "api", "rooms", ID, "commands"]
-        guard parts.count >= 3, parts[1] == "api", parts[2] == "rooms", parts.count <= 5 else {
-            return responder.respond(Self.error(404, "not_found", "no such API path: \(request.path.prefix(100))"))
-        }
-        let grant: Grant?
-        switch auth.grant(query: request.query, authorization: request.authorization) {
-        case let .success(g): grant = g
+        let grant = auth.grant(query: request.query, authorization: request.authorization)
+        let route: APIRoute
+        switch APIRoute.resolve(method: request.method, path: request.path, query: request.query, grant: grant,
+                                bodyTooLarge: request.bodyTooLarge) {
+        case let .success(r): route = r
         case let .failure(error):
-            registry.metrics.authRefused(status: 401)
-            return responder.respond(Authenticator.unauthorized(error, json: true))
+            if error.status == 401 || error.status == 403 { registry.metrics.authRefused(status: error.status) }
+            return responder.respond(error.response)
         }
-        if request.bodyTooLarge {
-            return responder.respond(Self.error(413, "too_large", "a request body may have at most 65536 bytes"))
+        switch route {
+        case let .listRooms(after, limit): list(after: after, limit: limit, responder: responder)
+        case let .readRoom(id): read(id, responder: responder)
+        case let .createRoom(id): create(id, body: request.body, responder: responder)
+        case let .deleteRoom(id): delete(id, responder: responder)
+        case let .postCommand(id): command(request, room: id, responder: responder)
         }
-        if parts.count == 3 || (parts.count == 4 && parts[3].isEmpty) {
-            guard request.method == .get || request.method == .head else { return responder.respond(Self.notAllowed("GET")) }
-            if let refusal = forbidden(grant, everyRoom: true, "listing rooms") { return responder.respond(refusal) }
-            return list(request, responder: responder)
-        }
-        let id = parts[3]
-        guard Limits.isRoomID(id) else {
-            return responder.respond(Self.error(400, "invalid", "'\(id.prefix(80))' is not a room id: use 1 to 64 of A-Z a-z 0-9 _ -"))
-        }
-        let creating = parts.count == 4 && request.method == .put
-        if let refusal = forbidden(grant, everyRoom: creating, creating ? "creating rooms" : "room '\(id)'", room: id) {
-            return responder.respond(refusal)
-        }
-        if parts.count == 5 {
-            guard parts[4] == "commands" else {
-                return responder.respond(Self.error(404, "not_found", "no such API path: \(request.path.prefix(100))"))
-            }
-            guard request.method == .post else { return responder.respond(Self.notAllowed("POST")) }
-            return command(request, room: id, responder: responder)
-        }
-        switch request.method {
-        case .get, .head: read(id, responder: responder)
-        case .put: create(id, body: request.body, responder: responder)
-        case .delete: delete(id, responder: responder)
-        default: responder.respond(Self.notAllowed("GET, PUT, DELETE"))
-        }
-    }
-
-    /// A 403 unless `grant` is admin of `room` (of every room when `everyRoom`); nil
-    /// when allowed, or when no credentials are configured (`grant` nil).
-    private func forbidden(_ grant: Grant?, everyRoom: Bool, _ what: String, room: RoomID? = nil) -> HTTPResponse? {
-        guard let grant else { return nil }
-        if everyRoom ? grant.isAdminOfEveryRoom : grant.role(in: room!) == .admin { return nil }
-        registry.metrics.authRefused(status: 403)
-        let needs = everyRoom ? "an admin token for every room (room \"*\")" : "an admin token for this room"
-        return Self.error(403, "forbidden", "\(what) needs \(needs); this token is \(grant.role.rawValue) of \(grant.scope.map { $0 == .every ? "every room" : "room '\($0)'" } ?? "no room")")
     }
 
     // MARK: Calls
 
-    private func list(_ request: HTTPRequest, responder: HTTPResponder) {
-        var limit = 100
-        if let text = request.query["limit"] {
-            guard let n = Int(text), (1...1000).contains(n) else {
-                return responder.respond(Self.error(400, "invalid", "limit must be an integer from 1 to 1000"))
-            }
-            limit = n
-        }
-        let after = request.query["after"]
-        if let after, !Limits.isRoomID(after) {
-            return responder.respond(Self.error(400, "invalid", "after must be a room id"))
-        }
+    private func list(after: RoomID?, limit: Int, responder: HTTPResponder) {
         Task {
             do {
                 let (rooms, more) = try await registry.list(after: after, limit: limit)
@@ -183,15 +137,7 @@ struct RoomsAPI: Sendable {
         HTTPResponse(status: status, contentType: "application/json", body: value.compactBytes)
     }
 
-    static func error(_ status: Int, _ code: String, _ message: String, headers: [(String, String)] = []) -> HTTPResponse {
-        var response = json(status, .object([("type", .string("error")), ("code", .string(code)), ("message", .string(message))]))
-        response.headers += headers
-        return response
-    }
-
-    static func notAllowed(_ allow: String) -> HTTPResponse {
-        var response = error(405, "method_not_allowed", "allowed: \(allow)")
-        response.headers.append(("allow", allow))
-        return response
+    static func error(_ status: Int, _ code: String, _ message: String) -> HTTPResponse {
+        APIError(status, code, message).response
     }
 }

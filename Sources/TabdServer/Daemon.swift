@@ -1,0 +1,164 @@
+import Auth
+import Cluster
+import Coordinator
+import Dispatch
+import Foundation
+import Locking
+import StateStore
+import WebSockets
+
+/// A running tabd: its state (a state file, memory, or a cluster's engine), its rooms and
+/// its server, started from ``Options``. The `tabd` executable is this plus signals and
+/// exit codes; tests start one in-process on port 0.
+public final class Daemon: Sendable {
+    /// Why tabd could not start: one line for the log (the process exits with 1).
+    public struct StartError: Error, CustomStringConvertible {
+        public let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    public let options: Options
+    public let log: Log
+    let registry: RoomRegistry
+    let gateway: Gateway
+    let server: WebSocketServer
+    let store: StateStore?
+    let cluster: ClusterNode?
+    /// Cluster: the sweep of clients of dead nodes (cancelled by ``stop(closeTimeout:)``).
+    private let clusterSweep: Locked<(any DispatchSourceTimer)?>
+
+    /// The port it listens on (the one picked, for `--port 0`).
+    public var port: Int { server.port }
+
+    /// The URL it prints once listening: `http://HOST:PORT/`.
+    public var url: String { "http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(port)/" }
+
+    /// Reads the tabs, credentials and web root, opens the state, and starts serving.
+    public static func start(_ options: Options, log: Log) async throws(StartError) -> Daemon {
+        let tabs: [TabInfo]
+        do { tabs = try options.tabsFile.map { try TabInfo.load(contentsOf: $0) } ?? TabInfo.defaults } catch { throw StartError("\(error)") }
+        do { _ = try Coordinator.origin(tabs: tabs) } catch { throw StartError("tabs: \(error.message)") }
+
+        let authenticator: Authenticator
+        do { authenticator = try options.authenticator(warn: { log.warn($0) }) } catch { throw StartError(error.message) }
+
+        let webRoot: String
+        switch options.resolvedWebRoot() {
+        case let .success(path): webRoot = path
+        case let .failure(error): throw StartError(error.message)
+        }
+
+        // State: one SQLite file for every room (durable, continues across restarts),
+        // memory, or a cluster's engine (NATS JetStream).
+        var store: StateStore?
+        var stored: [RoomID] = []
+        var cluster: ClusterNode?
+        if !options.cluster.isEmpty {
+            let name = options.nodeName ?? "\(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "node")-\(options.port == 0 ? "p\(getpid())" : String(options.port))"
+            do {
+                let node = try ClusterNode(urls: options.cluster, name: name, log: { log.info("cluster: \($0)") })
+                cluster = node
+                stored = try node.roomIDs()
+                log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ",")): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+            } catch {
+                cluster?.close()
+                throw StartError("\(error)")
+            }
+        } else if let path = options.resolvedStatePath(webRoot: webRoot) {
+            do {
+                // Only the default place (`.tabd/`) is created; a directory named by --state must exist.
+                let opened = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow, createsDirectory: options.state == nil))
+                store = opened
+                stored = try await opened.roomIDs()
+            } catch {
+                store?.close()
+                throw StartError(error.message)
+            }
+            log.info("state in \(path): \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+        } else {
+            log.info("state in memory: nothing is kept when tabd stops")
+        }
+
+        let settings = RoomRegistry.Settings(
+            creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
+            resumeWindow: options.resumeWindow, rateLimit: options.rateLimit)
+        let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log)
+        let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry)
+
+        let server: WebSocketServer
+        do {
+            server = try WebSocketServer(configuration: serverConfiguration(options, webRoot: webRoot, log: log), handler: gateway)
+        } catch {
+            store?.close()
+            cluster?.close()
+            throw StartError("cannot start: \(error)")
+        }
+        registry.attach(server: server, gateway: gateway)
+        // Cluster: rooms deleted by other nodes close here too; clients of dead nodes leave.
+        var clusterSweep: (any DispatchSourceTimer)?
+        if let cluster {
+            do { clusterSweep = try registry.followCluster(cluster) } catch {
+                cluster.close()
+                throw StartError("\(error)")
+            }
+        }
+        server.start()
+        let daemon = Daemon(options: options, log: log, registry: registry, gateway: gateway, server: server,
+                            store: store, cluster: cluster, clusterSweep: clusterSweep)
+        log.info("network: \(options.eventLoop.description) event loop; HTTP/1.1 and WebSocket read by tabd over libwebsockets' raw sockets")
+        log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms); "
+            + (authenticator.isOn ? "credentials required (\(authenticator.describe))" : "no credentials required"))
+        return daemon
+    }
+
+    private init(options: Options, log: Log, registry: RoomRegistry, gateway: Gateway, server: WebSocketServer,
+                 store: StateStore?, cluster: ClusterNode?, clusterSweep: (any DispatchSourceTimer)?) {
+        self.options = options; self.log = log; self.registry = registry; self.gateway = gateway; self.server = server
+        self.store = store; self.cluster = cluster; self.clusterSweep = Locked(clusterSweep)
+    }
+
+    /// The server's settings from the options: limits, timeouts, the event loop, and
+    /// libwebsockets' own log lines in tabd's format, at most 20 a second (a peer can make
+    /// lws complain once per connection, and its bytes may appear in the lines).
+    static func serverConfiguration(_ options: Options, webRoot: String, log: Log) -> Configuration {
+        let lwsLogLimit = LineLimit(perSecond: 20)
+        let lwsLevel: Configuration.LogLevel = switch options.logLevel {
+        case .error: .error
+        case .warn, .info: .warn
+        case .debug: .debug
+        }
+        var configuration = Configuration(
+            host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/metrics"],
+            dynamicPrefixes: [RoomsAPI.prefix],
+            queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
+            logLevel: lwsLevel,
+            logSink: { level, line in
+                let mapped: Log.Level = switch level { case .error: .error; case .warn: .warn; case .info, .debug: .debug }
+                guard log.enabled(mapped) else { return }
+                switch lwsLogLimit.admit() {
+                case let .log(suppressed):
+                    if suppressed > 0 { log.warn("libwebsockets: \(suppressed) more lines in the last second not logged") }
+                    log.log(mapped, "libwebsockets: \(Log.printable(line, limit: 300))")
+                case .drop: break
+                }
+            },
+            maxConnections: options.maxClients,
+            eventLoop: options.eventLoop
+        )
+        configuration.requestTimeoutSeconds = options.requestTimeout
+        configuration.fitsOpenFileLimit = true
+        return configuration
+    }
+
+    /// Stops cleanly: refuses new work, gives clients `closeTimeout` to take their 1001
+    /// (then drops the rest), lets every room write its last batches, and closes the
+    /// state. The caller bounds the whole (the executable exits after 4.7 s regardless).
+    public func stop(closeTimeout: Duration = .seconds(3)) async {
+        gateway.stopping.store(true, ordering: .relaxed)
+        await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: closeTimeout)
+        clusterSweep.withLock { $0?.cancel() }
+        await registry.stopAll()
+        store?.close()
+        cluster?.close()
+    }
+}

@@ -1,0 +1,95 @@
+import Coordinator
+import Foundation
+import TabdClient
+import Testing
+@testable import TabdServer
+
+/// Whole daemons started in this process on port 0 (state in memory), driven over real
+/// sockets by the Swift client and the HTTP API.
+@Suite(.serialized) struct DaemonTests {
+    /// The checkout's web page.
+    static let webRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("web").path
+
+    static func options(_ change: (inout Options) -> Void = { _ in }) -> Options {
+        var o = Options()
+        o.port = 0
+        o.state = ":memory:"
+        o.webRoot = webRoot
+        o.logLevel = .warn
+        change(&o)
+        return o
+    }
+
+    static func start(_ change: (inout Options) -> Void = { _ in }) async throws -> Daemon {
+        let o = options(change)
+        return try await Daemon.start(o, log: Log(level: o.logLevel))
+    }
+
+    @Test func servesClientsAndTheAPIInProcessThenStops() async throws {
+        let daemon = try await Self.start()
+        #expect(daemon.port > 0)
+        #expect(daemon.url == "http://127.0.0.1:\(daemon.port)/")
+        let client = try await TabdClient.connect(url: daemon.url, room: "kiosk", name: "in-process")
+        let seq = try await client.push("detail", on: "home")
+        #expect(await client.state.tab("home")?.stack.map(\.route) == ["root", "detail"])
+
+        let api = try TabdAPI(url: daemon.url)
+        let rooms = try await api.allRooms()
+        #expect(rooms.map(\.id) == ["kiosk"])
+        #expect(rooms.first?.clients == 1 && rooms.first?.seq == seq && rooms.first?.loaded == true)
+        let (_, snapshot) = try await api.room("kiosk")
+        #expect(snapshot == (await client.state))
+        let tapped = try await api.perform(.tap(tab: "profile"), in: "kiosk")
+        let after = try await client.sync()
+        #expect(after.seq == tapped && after.selected == "profile")
+        #expect(daemon.registry.counts.loaded == 1)
+
+        await client.close()
+        await daemon.stop(closeTimeout: .seconds(1))
+    }
+
+    @Test func twoDaemonsInOneProcessKeepTheirOwnRooms() async throws {
+        let a = try await Self.start()
+        let b = try await Self.start { $0.rooms = .api }
+        #expect(a.port != b.port)
+        let apiA = try TabdAPI(url: a.url), apiB = try TabdAPI(url: b.url)
+        _ = try await apiB.createRoom("only-b")
+        _ = try await apiA.perform(.tap(tab: "home"), in: "only-a")
+        #expect(try await apiA.allRooms().map(\.id) == ["only-a"])
+        #expect(try await apiB.allRooms().map(\.id) == ["only-b"])
+        // --rooms api on b: a join of an unknown room is refused there, not on a.
+        let refused = await TabdClient.outcomeOfConnect(url: b.url, room: "nope")
+        #expect(refused?.contains("404") == true, "\(refused ?? "connected")")
+        await a.stop(closeTimeout: .seconds(1))
+        await b.stop(closeTimeout: .seconds(1))
+    }
+
+    @Test func startRefusalsNameWhatIsWrong() async throws {
+        await #expect { try await Self.start { $0.webRoot = "/nonexistent/web" } } throws: { error in
+            "\(error)".contains("/nonexistent/web")
+        }
+        await #expect { try await Self.start { $0.tabsFile = "/nonexistent/tabs.json" } } throws: { error in
+            "\(error)".contains("/nonexistent/tabs.json")
+        }
+        await #expect { try await Self.start { $0.tokenFile = "/nonexistent/token" } } throws: { error in
+            "\(error)".contains("/nonexistent/token")
+        }
+        await #expect { try await Self.start { $0.state = "/nonexistent/dir/state.sqlite" } } throws: { error in
+            "\(error)".contains("/nonexistent/dir")
+        }
+    }
+}
+
+extension TabdClient {
+    /// The error of connecting to `room` at `url`, nil if it connected (then closed).
+    static func outcomeOfConnect(url: String, room: RoomID) async -> String? {
+        do {
+            let client = try await TabdClient.connect(url: url, room: room)
+            await client.close()
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+}
