@@ -1,0 +1,211 @@
+import Coordinator
+import Testing
+@testable import Cluster
+
+/// The cluster room's rules, without an engine: publications, conflicts, retries, the
+/// consumer's deliveries and watch, loading, breaking, closing and presence.
+@Suite struct ClusterRoomMachineTests {
+    typealias Machine = ClusterRoomMachine
+    typealias Action = ClusterRoomMachine.Action
+
+    /// A room at its genesis (stream message 1), the stream ending at `streamEnd`.
+    static func machine(streamEnd: UInt64 = 1) throws -> Machine {
+        let origin = try Coordinator.origin(tabs: TabInfo.defaults)
+        let start = StoredState(epoch: "e1", snapshot: origin, nextPage: TabInfo.defaults.count + 1, nextClient: 1, history: [])
+        return Machine(room: "r", start: start, owners: [:], from: 1, streamEnd: streamEnd, streamCreated: 7,
+                       resumeWindow: 100, messageIDPrefix: "n1-r-x")
+    }
+
+    /// A batch of one scroll at `seq` (any offset folds on any tab).
+    static func batch(_ seq: Int, offset: Double = 1, by: ClientID = "c1") -> EventBatch {
+        EventBatch(by: by, ref: nil, events: [SequencedEvent(seq: seq, event: .scrolled(tab: "home", offset: offset))])
+    }
+
+    static func delivery(_ streamSeq: UInt64, _ batch: EventBatch, writer: String = "n1") -> Machine.Delivery {
+        Machine.Delivery(streamSeq: streamSeq, kind: nil, writer: writer, data: batch.frameBytes)
+    }
+
+    static func publication(_ actions: [Action]) -> Machine.Publication? {
+        for case let .publish(p) in actions { return p }
+        return nil
+    }
+
+    @Test func batchesArePublishedOneAtATimeAndReportedOnlyWhenDelivered() throws {
+        var m = try Self.machine()
+        let first = m.append(Self.batch(1), generation: 0, waiter: 1)
+        let p1 = try #require(Self.publication(first))
+        #expect(p1.expectedLastSeq == 1, "the first batch lands right after the genesis")
+        #expect(p1.messageID == "n1-r-x-1")
+        #expect(m.append(Self.batch(2), generation: 0, waiter: 2).isEmpty, "one publication in flight at a time")
+        let stored = m.published(p1, .stored(seq: 2), now: 0)
+        #expect(stored.first == .watch(after: .milliseconds(500)), "a stored batch waits for the consumer, watched")
+        let p2 = try #require(Self.publication(stored))
+        #expect(p2.expectedLastSeq == 2 && p2.messageID == "n1-r-x-2", "the next expects the stream to end at the first")
+        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 1) == [.report(1, nil)])
+        #expect(m.published(p2, .stored(seq: 3), now: 2).isEmpty)
+        #expect(m.delivered(Self.delivery(3, Self.batch(2)), now: 3) == [.report(2, nil)])
+        #expect(m.stored.snapshot.seq == 2 && m.delivered == 3)
+        #expect(m.stored.history.map(\.lastSeq) == [1, 2])
+    }
+
+    @Test func aBatchAlreadyDeliveredIsReportedAtOnce() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        // The consumer can be quicker than the publish's answer.
+        // Until the engine answers, the machine cannot tell it from another node's batch
+        // (the coordinator's absorb skips what it published itself).
+        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 0) == [.foreignBatches])
+        #expect(m.published(p, .stored(seq: 2), now: 0) == [.report(1, nil)])
+    }
+
+    @Test func aConflictFailsTheChainOnceTheWinnerIsDelivered() throws {
+        var m = try Self.machine()
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.append(Self.batch(2), generation: 0, waiter: 2)
+        // Another node's batch took seq 1's place: both fail, but not before it is delivered.
+        #expect(m.published(p1, .wrongLastSequence, now: 0).isEmpty)
+        #expect(m.conflicts == 1)
+        #expect(m.append(Self.batch(3), generation: 0, waiter: 3).isEmpty, "later batches of the generation fail alike")
+        let winner = Self.batch(1, offset: 99, by: "c9")
+        let actions = m.delivered(Self.delivery(2, winner, writer: "n2"), now: 1)
+        #expect(actions == [.report(1, .conflict()), .report(2, .conflict()), .report(3, .conflict()), .foreignBatches])
+        #expect(m.stored.snapshot.tabs[0].scroll == 99, "the state rolled back to holds the winner")
+        // Now the generation's failure is reported at once; a new generation publishes again.
+        #expect(m.append(Self.batch(2), generation: 0, waiter: 4) == [.report(4, .conflict())])
+        m.reset(generation: 1)
+        #expect(m.append(Self.batch(2), generation: 0, waiter: 5) == [.report(5, .unavailable("rolled back"))])
+        let again = try #require(Self.publication(m.append(Self.batch(2), generation: 1, waiter: 6)))
+        #expect(again.expectedLastSeq == 2, "decided again on the winner")
+    }
+
+    @Test func aConflictWaitsForEveryStoredBatchOfThisNode() throws {
+        var m = try Self.machine()
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let p2 = try #require(Self.publication(m.published(p1, .stored(seq: 2), now: 0) + m.append(Self.batch(2), generation: 0, waiter: 2)))
+        #expect(m.published(p2, .wrongLastSequence, now: 0).isEmpty)
+        // Stream: 2 is ours (stored), 3 another's. The conflict is reported past both.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 1) == [.report(1, nil)])
+        #expect(m.delivered(Self.delivery(3, Self.batch(2, offset: 5), writer: "n2"), now: 2) == [.report(2, .conflict()), .foreignBatches])
+    }
+
+    @Test func noAnswerIsAskedAgainWithTheSameMessageID() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        var retry = p
+        retry.attempt = 1
+        #expect(m.published(p, .unknown("timeout"), now: 0) == [
+            .log("room 'r': no answer from the engine for a batch (timeout); asking again"), .publishLater(retry, after: .milliseconds(50)),
+        ])
+        var third = retry
+        third.attempt = 2
+        #expect(m.published(retry, .unknown("timeout"), now: 0) == [.publishLater(third, after: .milliseconds(100))])
+        #expect(third.messageID == p.messageID, "a retry is the same message: the engine stores it once")
+        #expect(m.isInFlight(third))
+        _ = m.published(third, .stored(seq: 2), now: 0)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 0) == [.report(1, nil)])
+    }
+
+    @Test func aBatchTheEngineKeepsRefusingFailsUnavailable() throws {
+        var m = try Self.machine()
+        var p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.append(Self.batch(2), generation: 0, waiter: 2)
+        for attempt in 1..<Machine.refusedAttempts {
+            let actions = m.published(p, .failed("no leader"), now: 0)
+            guard case let .publishLater(next, delay)? = actions.last else { Issue.record("attempt \(attempt): \(actions)"); return }
+            #expect(delay == .milliseconds(min(50 * attempt, 500)))
+            p = next
+        }
+        let failed = m.published(p, .failed("no leader"), now: 0)
+        let error = CommandError.unavailable("the engine refused the batch: no leader")
+        #expect(failed == [.report(1, error), .report(2, error)])
+    }
+
+    @Test func aStalledConsumerIsReplacedFromTheNextUndeliveredMessage() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let ms: UInt64 = 1_000_000
+        _ = m.published(p, .stored(seq: 2), now: 1000 * ms)
+        #expect(m.checkDelivery(now: 1400 * ms) == [.watch(after: .milliseconds(250))], "not stalled yet")
+        let stalled = m.checkDelivery(now: 1600 * ms)
+        #expect(stalled.contains(.refollow(from: 2)) && stalled.last == .watch(after: .milliseconds(250)))
+        m.refollowed(now: 1600 * ms)
+        #expect(m.checkDelivery(now: 1700 * ms) == [.watch(after: .milliseconds(250))], "a new consumer gets its time")
+        _ = m.delivered(Self.delivery(2, Self.batch(1)), now: 1800 * ms)
+        #expect(m.checkDelivery(now: 9000 * ms).isEmpty, "nothing waits: the watch ends")
+        // A message both consumers deliver is taken once.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 9001 * ms).isEmpty)
+        #expect(m.stored.snapshot.seq == 1)
+    }
+
+    @Test func loadingEndsAtTheStreamsEndAndForeignBatchesAreToldOnlyAfter() throws {
+        var m = try Self.machine(streamEnd: 3)
+        #expect(m.loading)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), writer: "n2"), now: 0).isEmpty)
+        #expect(m.delivered(Self.delivery(3, Self.batch(2), writer: "n2"), now: 0) == [.caughtUp])
+        #expect(m.delivered(Self.delivery(4, Self.batch(3), writer: "n2"), now: 0) == [.foreignBatches])
+    }
+
+    @Test func aMessageThatDoesNotFoldBreaksTheRoomAndFailsEveryWait() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.published(p, .stored(seq: 2), now: 0)
+        _ = m.append(Self.batch(2), generation: 0, waiter: 2)
+        // Seq 5 does not follow seq 0.
+        let actions = m.delivered(Self.delivery(2, Self.batch(5)), now: 0)
+        let why = try #require(m.broken)
+        #expect(why.contains("does not fold"))
+        #expect(actions.first == .log(why))
+        #expect(Set(actions.compactMap { if case let .report(w, e) = $0, e == .unavailable(why) { w } else { nil } }) == Set<UInt64>([1, 2]))
+        #expect(m.append(Self.batch(1), generation: 0, waiter: 3) == [.report(3, .unavailable("room 'r' closed"))])
+        var garbage = try Self.machine(streamEnd: 2)
+        let broken = garbage.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: nil, data: Array("{}".utf8)), now: 0)
+        #expect(broken.last == .caughtUp, "a room that breaks while loading stops waiting for the stream")
+    }
+
+    @Test func closingFailsEveryWaitAndIgnoresLateAnswers() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.append(Self.batch(2), generation: 0, waiter: 2)
+        let closed = CommandError.unavailable("room 'r' closed")
+        #expect(Set(m.close().map { if case let .report(w, e) = $0, e == closed { w } else { 0 } }) == Set<UInt64>([1, 2]))
+        #expect(!m.isInFlight(p), "a retry after the close is not sent")
+        #expect(m.published(p, .stored(seq: 2), now: 0).isEmpty, "its wait was failed already")
+        #expect(m.append(Self.batch(2), generation: 0, waiter: 3) == [.report(3, closed)])
+    }
+
+    @Test func clientsBelongToTheNodeThatJoinedThem() throws {
+        var m = try Self.machine()
+        let join = EventBatch(by: "tabd", ref: nil, events: [
+            SequencedEvent(seq: 1, event: .clientJoined(ClientInfo(id: "c1", name: "a"))),
+            SequencedEvent(seq: 2, event: .clientJoined(ClientInfo(id: "c2", name: "b"))),
+        ])
+        _ = m.delivered(Self.delivery(2, join, writer: "n2"), now: 0)
+        let leave = EventBatch(by: "tabd", ref: nil, events: [
+            SequencedEvent(seq: 3, event: .clientJoined(ClientInfo(id: "c3", name: "c"))),
+            SequencedEvent(seq: 4, event: .clientLeft("c1")),
+        ])
+        _ = m.delivered(Self.delivery(3, leave, writer: "n1"), now: 0)
+        #expect(m.owners == ["c2": "n2", "c3": "n1"])
+        #expect(m.orphans(node: "n1", includingOwn: false) { $0 != "n2" } == ["c2"], "n2 is dead")
+        #expect(m.orphans(node: "n1", includingOwn: true) { _ in true } == ["c3"], "this node's clients of an earlier life")
+        // A leave the roster refuses breaks the room and changes no owner.
+        let bogus = EventBatch(by: "tabd", ref: nil, events: [SequencedEvent(seq: 5, event: .clientLeft("c42"))])
+        _ = m.delivered(Self.delivery(4, bogus, writer: "n2"), now: 0)
+        #expect(m.broken != nil && m.owners == ["c2": "n2", "c3": "n1"])
+    }
+
+    @Test func ownBatchesFarFromTheLastSnapshotStoreOne() throws {
+        var m = try Self.machine()
+        var seq = 0
+        for stream in 2...UInt64(Machine.snapshotDistance) {
+            seq += 1
+            _ = m.delivered(Self.delivery(stream, Self.batch(seq), writer: "n2"), now: 0)
+        }
+        let p = try #require(Self.publication(m.append(Self.batch(seq + 1), generation: 0, waiter: 1)))
+        #expect(p.expectedLastSeq == Machine.snapshotDistance)
+        _ = m.published(p, .stored(seq: Machine.snapshotDistance + 1), now: 0)
+        let actions = m.delivered(Self.delivery(Machine.snapshotDistance + 1, Self.batch(seq + 1)), now: 0)
+        guard case let .storeSnapshot(record)? = actions.last else { Issue.record("no snapshot: \(actions)"); return }
+        #expect(record.streamSeq == Machine.snapshotDistance + 1 && record.state == m.stored && record.streamCreated == 7)
+    }
+}
