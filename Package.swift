@@ -56,6 +56,8 @@ let package = Package(
         .target(name: "Cluster", dependencies: ["Coordinator", "JetStream", "Locking"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
         .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking"], swiftSettings: strict),
+        // Command lines read one argument at a time, for every executable (one UsageError).
+        .target(name: "ArgumentParsing", swiftSettings: strict),
         // A lock ThreadSanitizer can see, shared by every module.
         .target(name: "Locking", swiftSettings: strict),
         // The heart: tab state, lifecycle rules, sequencing, JSON. No networking.
@@ -71,18 +73,18 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
         // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
-        .target(name: "TabdServer", dependencies: ["Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // The daemon's executable: main, signals, exit codes.
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
         .target(name: "TabdClient", dependencies: ["Coordinator", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
-        .executableTarget(name: "tabctl", dependencies: ["TabdClient"], swiftSettings: strict),
+        .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
-        .executableTarget(name: "tabbench", dependencies: ["Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad", "TabdClient"], swiftSettings: strict),
+        .executableTarget(name: "tabbench", dependencies: ["ArgumentParsing", "Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad", "TabdClient"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         // TabdClient against real tabd processes (needs the tabd product built).
         .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
@@ -93,7 +95,7 @@ let package = Package(
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
         .testTarget(name: "ClusterTests", dependencies: ["Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
-        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking"], swiftSettings: strict),
+        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking", "Conformance"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).
         .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "Locking", "WebSocketsClient"], path: "Tests/stress",
                     swiftSettings: strict),

@@ -47,13 +47,13 @@ struct Genesis {
 
 /// A room's state at a stream sequence, kept in the engine so a node that has never
 /// seen the room starts from it and reads only the tail.
-struct SnapshotRecord {
+package struct SnapshotRecord: Equatable, Sendable {
     /// The creation time of the stream it was taken from: a snapshot of a room deleted
     /// and created again (a stale one that outlived its tombstone) never fits the new one.
-    var streamCreated: Int64
-    var streamSeq: UInt64
-    var state: StoredState
-    var owners: [ClientID: String]
+    package var streamCreated: Int64
+    package var streamSeq: UInt64
+    package var state: StoredState
+    package var owners: [ClientID: String]
 
     var bytes: [UInt8] {
         JSONValue.object([
@@ -64,7 +64,7 @@ struct SnapshotRecord {
         ]).compactBytes
     }
 
-    init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String]) {
+    package init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String]) {
         self.streamCreated = streamCreated; self.streamSeq = streamSeq; self.state = state; self.owners = owners
     }
 
@@ -80,15 +80,13 @@ struct SnapshotRecord {
               let nextPage = json["nextPage"]?.intValue, let nextClient = json["nextClient"]?.intValue,
               let owners = json["owners"]?.objectValue, let snapshot = json["snapshot"]
         else { throw WireError("not a room snapshot") }
-        let restored = try Snapshot(json: snapshot)
-        // What a coordinator restored from it would trap on is refused here: the room is then
-        // loaded from its stream's first message instead.
-        guard !restored.tabs.isEmpty, restored.tabs.contains(where: { $0.id == restored.selected }),
-              (1...Limits.maxCount).contains(nextPage), (1...Limits.maxCount).contains(nextClient)
-        else { throw WireError("not a usable room snapshot") }
+        let restored = StoredState(epoch: epoch, snapshot: try Snapshot(json: snapshot), nextPage: nextPage, nextClient: nextClient, history: [])
+        // What a coordinator could not continue is refused here: the room is then loaded
+        // from its stream's first message instead.
+        if let why = restored.unrestorableReason { throw WireError("not a usable room snapshot: \(why)") }
         streamCreated = Int64(created)
         streamSeq = UInt64(seq)
-        state = StoredState(epoch: epoch, snapshot: restored, nextPage: nextPage, nextClient: nextClient, history: [])
+        state = restored
         self.owners = Dictionary(owners.compactMap { k, v in v.stringValue.map { (k, $0) } }, uniquingKeysWith: { _, last in last })
     }
 }

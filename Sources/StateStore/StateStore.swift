@@ -115,9 +115,8 @@ public final class StateStore: Sendable {
     /// Stores a new room with `tabs` and a new epoch, and opens it. Throws an error whose
     /// `roomExists` is true when the id is taken.
     public func createRoom(_ id: String, tabs: [TabInfo]) async throws(StoreError) -> RoomStore {
-        let origin: Snapshot
-        do { origin = try Coordinator.origin(tabs: tabs) } catch { throw StoreError(message: "tabs: \(error.message)") }
-        let state = StoredState(epoch: Coordinator.newEpoch(), snapshot: origin, nextPage: origin.tabs.count + 1, nextClient: 1, history: [])
+        let state: StoredState
+        do { state = try StoredState.genesis(tabs: tabs, epoch: Coordinator.newEpoch()) } catch { throw StoreError(message: "tabs: \(error.message)") }
         let path = options.path
         try await writer.perform { db in
             guard try db.query("SELECT 1 FROM rooms WHERE id = ?", [.text(id)]).isEmpty else {
@@ -277,18 +276,12 @@ public final class StateStore: Sendable {
                                      [.text(room)]).first,
               let nextPage = row[1].int, let nextClient = row[2].int, let blob = row[3].blob
         else { throw corrupt("no snapshot") }
-        // Ids are handed out from these: past the range, the next id would overflow or repeat.
-        guard (1...Limits.maxCount).contains(nextPage), (1...Limits.maxCount).contains(nextClient) else {
-            throw corrupt("page or client counter out of range")
-        }
         var state: StoredState
         do {
             state = StoredState(epoch: epoch, snapshot: try Snapshot(json: try JSONParser.parse(blob)),
                                 nextPage: nextPage, nextClient: nextClient, history: [])
         } catch { throw corrupt("unreadable snapshot: \(error)") }
-        guard !state.snapshot.tabs.isEmpty, state.snapshot.tab(state.snapshot.selected) != nil else {
-            throw corrupt("the snapshot has no tabs or selects a tab it does not have")
-        }
+        if let why = state.unrestorableReason { throw corrupt(why) }
         let floor = max(0, state.snapshot.seq)
         var history: [EventBatch] = []
         for row in try db.query("SELECT frame FROM batches WHERE room = ? ORDER BY first_seq", [.text(room)]) {

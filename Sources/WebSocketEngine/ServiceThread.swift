@@ -11,7 +11,7 @@ import Synchronization
 /// lws with this context (callbacks arrive on it). Other threads may only call
 /// `lws_cancel_service`, which their owner guards so that the context is alive meanwhile.
 package final class ServiceThread: Sendable {
-    private let finished = Locked<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let finished = OneShot<Void>()
     /// The service thread's pthread id (0 until it runs), to let callers skip the wake-up.
     private let thread = Atomic<UInt>(0)
     private let name: String
@@ -51,23 +51,9 @@ package final class ServiceThread: Sendable {
 
     /// Wakes every waiter; for an owner whose thread never ran.
     package func markFinished() {
-        let waiters = finished.withLock { state in
-            state.done = true
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() } // outside the lock
+        finished.signal()
     }
 
     /// Returns once the service thread has finished.
-    package func finishedRunning() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = finished.withLock { state -> Bool in
-                if state.done { return true }
-                state.waiters.append(continuation)
-                return false
-            }
-            if done { continuation.resume() }
-        }
-    }
+    package func finishedRunning() async { await finished.wait() }
 }

@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Conformance
 import Coordinator
 import Foundation
@@ -11,21 +12,14 @@ enum InProcessRun {
     static func run(_ args: [String]) async throws -> Int32 {
         var commands = 20_000
         var json: String?
-        var i = 0
-        while i < args.count {
-            switch args[i] {
+        var line = Arguments(args)
+        while let arg = line.next() {
+            switch arg {
             case "-h", "--help": throw UsageError(BenchOptions.inprocessHelp, exitCode: 0)
-            case "--commands":
-                i += 1
-                guard i < args.count, let n = Int(args[i]), n >= 8 else { throw UsageError("--commands needs an integer ≥ 8") }
-                commands = n
-            case "--json":
-                i += 1
-                guard i < args.count else { throw UsageError("--json needs a path") }
-                json = args[i]
-            default: throw UsageError("unknown option '\(args[i])'")
+            case "--commands": commands = try line.int(of: arg, min: 8)
+            case "--json": json = try line.value(of: arg)
+            default: throw UsageError("unknown option '\(arg)'")
             }
-            i += 1
         }
 
         var summary = Summary()

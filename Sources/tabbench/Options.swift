@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Foundation
 import WebSocketsClient
 
@@ -166,22 +167,10 @@ struct BenchOptions: Sendable {
 
     static func parse(_ args: [String]) throws -> BenchOptions {
         var o = BenchOptions()
-        var i = 0
-        func value(_ name: String) throws -> String {
-            i += 1
-            guard i < args.count else { throw UsageError("\(name) needs a value") }
-            return args[i]
-        }
-        func int(_ name: String, min: Int) throws -> Int {
-            let v = try value(name)
-            guard let n = Int(v), n >= min else { throw UsageError("\(name) must be an integer ≥ \(min), got '\(v)'") }
-            return n
-        }
-        func double(_ name: String, min: Double) throws -> Double {
-            let v = try value(name)
-            guard let d = Double(v), d >= min else { throw UsageError("\(name) must be a number ≥ \(min), got '\(v)'") }
-            return d
-        }
+        var line = Arguments(args)
+        func value(_ name: String) throws(UsageError) -> String { try line.value(of: name) }
+        func int(_ name: String, min: Int) throws(UsageError) -> Int { try line.int(of: name, min: min) }
+        func double(_ name: String, min: Double) throws(UsageError) -> Double { try line.double(of: name, min: min) }
         func counts(_ name: String) throws -> [Int] {
             let v = try value(name)
             let steps = v.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
@@ -190,8 +179,7 @@ struct BenchOptions: Sendable {
             }
             return steps.map { $0! }.sorted()
         }
-        while i < args.count {
-            let arg = args[i]
+        while let arg = line.next() {
             switch arg {
             case "-h", "--help": throw UsageError(help, exitCode: 0)
             case "--server":
@@ -239,7 +227,6 @@ struct BenchOptions: Sendable {
             case "--idle-steps": o.idleSteps = try counts(arg)
             default: throw UsageError("unknown option '\(arg)'")
             }
-            i += 1
         }
         guard o.url != nil else { throw UsageError("--url is required") }
         if o.idleSteps == nil && o.roomSteps == nil {
@@ -277,14 +264,5 @@ struct BenchOptions: Sendable {
 
     static func number(_ d: Double) -> String {
         d == d.rounded() && abs(d) < 1e15 ? String(Int(d)) : String(format: "%.2f", d)
-    }
-}
-
-struct UsageError: Error {
-    let message: String
-    let exitCode: Int32
-    init(_ message: String, exitCode: Int32 = 2) {
-        self.message = message
-        self.exitCode = exitCode
     }
 }

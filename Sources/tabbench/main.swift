@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Foundation
 
 // tabbench: a load run, a connect storm, an idle-memory or room-memory run, or the in-process

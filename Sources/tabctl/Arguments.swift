@@ -1,3 +1,5 @@
+import ArgumentParsing
+
 /// What `tabctl` was asked to do, read from its arguments and the environment.
 struct Invocation {
     var url = "http://127.0.0.1:8080"
@@ -12,11 +14,6 @@ struct Invocation {
     /// Options of the subcommand (`--tab`, `--title`, `--count`, ...), by name.
     var options: [String: String] = [:]
     var flags: Set<String> = []
-}
-
-struct UsageError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
 }
 
 /// Every subcommand: its name, what it takes, and its help.
@@ -141,15 +138,10 @@ extension Invocation {
         if let url = environment["TABD_URL"], !url.isEmpty { inv.url = url }
         if let room = environment["TABD_ROOM"], !room.isEmpty { inv.room = room }
         if let token = environment["TABD_TOKEN"], !token.isEmpty { inv.token = token }
-        var i = 0
+        var line = Arguments(args)
         var words: [String] = []
-        func value(_ name: String) throws(UsageError) -> String {
-            i += 1
-            guard i < args.count else { throw UsageError("\(name) needs a value") }
-            return args[i]
-        }
-        while i < args.count {
-            let arg = args[i]
+        func value(_ name: String) throws(UsageError) -> String { try line.value(of: name) }
+        while let arg = line.next() {
             switch arg {
             case "-h", "--help": inv.help = true
             case "--json": inv.json = true
@@ -157,7 +149,7 @@ extension Invocation {
             case "--room": inv.room = try value(arg)
             case "--token": inv.token = try value(arg)
             case "--name": inv.name = try value(arg)
-            case "--": words += args[(i + 1)...]; i = args.count
+            case "--": words += line.rest()
             default:
                 if arg.hasPrefix("--") {
                     guard let command = words.first.flatMap(Subcommand.named) else {
@@ -174,7 +166,6 @@ extension Invocation {
                     words.append(arg)
                 }
             }
-            i += 1
         }
         guard let name = words.first else {
             if inv.help { return inv }

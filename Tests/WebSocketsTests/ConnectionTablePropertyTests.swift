@@ -1,17 +1,6 @@
+import Conformance
 import Testing
 @testable import WebSockets
-
-/// A small deterministic generator, so that a failing seed replays.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 private struct Close: Equatable {
     var code: CloseCode
@@ -62,7 +51,7 @@ private struct Simulation {
     /// No sweeps (a queue limit never reached): every outcome is predicted exactly.
     let strict: Bool
     var table: ConnectionTable
-    var rng: SplitMix64
+    var rng: SeededRandom
     var events: [Event] = []
     var channels: [ModelChannel]
     var connections: [ConnectionID: ModelConnection] = [:]
@@ -78,7 +67,7 @@ private struct Simulation {
     init(seed: UInt64, strict: Bool) {
         self.seed = seed
         self.strict = strict
-        rng = SplitMix64(state: seed)
+        rng = SeededRandom(seed: seed)
         table = ConnectionTable(queueLimit: strict ? 1_000_000 : Int.random(in: 2...12, using: &rng))
         channels = (0..<Int.random(in: 3...5, using: &rng)).map { ModelChannel(id: ChannelID(rawValue: UInt64(7 * $0 + 3))) }
     }

@@ -1,3 +1,4 @@
+import Conformance
 import Testing
 @testable import WebSocketEngine
 
@@ -145,7 +146,7 @@ func decode(_ input: [UInt8], piece: Int = 0, maxMessage: Int = 65_536, masked: 
     }
 
     @Test func randomBytesGetTheStandardLibrarysVerdict() {
-        var generator = SplitMix64(state: 7)
+        var generator = SeededRandom(seed: 7)
         for _ in 0..<5_000 {
             let count = Int(generator.next() % 24)
             let input = (0..<count).map { _ -> UInt8 in

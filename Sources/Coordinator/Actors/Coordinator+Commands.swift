@@ -139,7 +139,7 @@ extension Coordinator {
         case let .failed(error):
             throw error
         case let .pending(batch, wait):
-            if let error = await wait.value {
+            if let error = await wait.wait() {
                 await rollback(error, failed: wait)
                 throw error
             }
@@ -149,7 +149,7 @@ extension Coordinator {
             if let after {
                 // Only what is known to be committed: later batches may still be on their way.
                 // Decided on state that a failed commit took away: it cannot say it took effect.
-                if let error = await after.wait.value {
+                if let error = await after.wait.wait() {
                     await rollback(error, failed: after.wait)
                     throw error
                 }

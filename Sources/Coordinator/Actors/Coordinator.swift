@@ -38,6 +38,9 @@ public actor Coordinator {
     private(set) var seq: Int
     /// The last seq published.
     private(set) var publishedSeq: Int
+    /// The shared counter as of ``publishedSeq`` (what ``ScrollCounter/value`` shows),
+    /// folded by ``SharedCount`` like every other reading of the counter.
+    private var publishedCount: Int
     /// The next page and client numbers.
     var ids: IDCounters
     /// Who is connected.
@@ -67,13 +70,12 @@ public actor Coordinator {
     /// A new in-memory history: the tabs as given (validated), the first one selected,
     /// and its root page's `firstAppear` + `appear` as batch 1 (by `tabd`).
     public init(tabs infos: [TabInfo] = TabInfo.defaults, configuration: Configuration = .init()) throws(CommandError) {
-        let origin = try Self.origin(tabs: infos)
-        var first = origin
-        let genesis = Self.stamp(origin.tabs[0].appearEvents(), after: 0, by: Self.daemonID, ref: nil)
-        do { try first.apply(genesis) } catch { preconditionFailure("the first appear does not fold: \(error)") }
-        self.init(stored: StoredState(epoch: Self.newEpoch(), snapshot: first, nextPage: origin.tabs.count + 1, nextClient: 1,
-                                      history: [genesis]),
-                  origin: origin, durability: nil, configuration: configuration)
+        var stored = try StoredState.genesis(tabs: infos, epoch: Self.newEpoch())
+        let origin = stored.snapshot
+        let first = Self.stamp(origin.tabs[0].appearEvents(), after: 0, by: Self.daemonID, ref: nil)
+        do { try stored.apply(first) } catch { preconditionFailure("the first appear does not fold: \(error)") }
+        stored.history = [first]
+        self.init(stored: stored, origin: origin, durability: nil, configuration: configuration)
     }
 
     /// Continues a stored history. Call ``start()`` before anything else: it publishes
@@ -89,6 +91,7 @@ public actor Coordinator {
         (bar, tabs) = Self.actors(for: stored.snapshot)
         seq = stored.snapshot.seq
         publishedSeq = stored.snapshot.seq
+        publishedCount = stored.snapshot.scrollToTop
         ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
         roster = Roster(clients: stored.snapshot.clients)
         history = EventHistory(window: configuration.resumeWindow)
@@ -105,18 +108,8 @@ public actor Coordinator {
 
     deinit { commitSignals.finish() }
 
-    /// The state before any event of a new history: every tab at its root, the first selected.
-    public static func origin(tabs infos: [TabInfo]) throws(CommandError) -> Snapshot {
-        guard !infos.isEmpty else { throw .invalid("there must be at least one tab") }
-        guard infos.count <= Limits.maxTabs else { throw .invalid("at most \(Limits.maxTabs) tabs") }
-        var states: [TabState] = []
-        for (i, info) in infos.enumerated() {
-            let info = try Limits.validate(info)
-            guard !states.contains(where: { $0.id == info.id }) else { throw .invalid("duplicate tab id '\(info.id)'") }
-            states.append(TabState(info: info, rootPage: "p\(i + 1)"))
-        }
-        return Snapshot(seq: 0, selected: states[0].id, scrollToTop: 0, tabs: states, clients: [])
-    }
+    /// The state before any event of a new history (``Snapshot/origin(tabs:)``).
+    public static func origin(tabs infos: [TabInfo]) throws(CommandError) -> Snapshot { try Snapshot.origin(tabs: infos) }
 
     public static func newEpoch() -> String {
         let hex = String(UInt64.random(in: 0...UInt64.max), radix: 16)
@@ -179,12 +172,12 @@ public actor Coordinator {
             ids.apply(event)
             switch event {
             case .selected, .tabMoved:
-                fold { () throws(FoldError) in try bar.apply(event) }
+                fold { () throws(FoldError) in _ = try bar.apply(event) }
             case let .tabAdded(state, _):
-                fold { () throws(FoldError) in try bar.apply(event) }
+                fold { () throws(FoldError) in _ = try bar.apply(event) }
                 tabs[state.id] = TabActor(state: state)
             case let .tabRemoved(id):
-                fold { () throws(FoldError) in try bar.apply(event) }
+                fold { () throws(FoldError) in _ = try bar.apply(event) }
                 tabs[id] = nil
             case .clientJoined, .clientLeft:
                 fold { () throws(FoldError) in try roster.apply(event) }
@@ -222,7 +215,7 @@ public actor Coordinator {
         let wait = CommitWait()
         unpublished.append((batch, wait))
         durability.append(batch, generation: generation) { [commitSignals, commitSignalled] error in
-            wait.complete(error)
+            wait.fulfil(error)
             if commitSignalled.raise() { commitSignals.yield() }
         }
         return (batch, wait)
@@ -236,7 +229,7 @@ public actor Coordinator {
         let recorded = record(events, by: by, ref: ref)
         if let error = await settle() { throw error }
         // Settled, but this batch itself may have been rolled back by a conflict.
-        if let wait = recorded?.1, case let .some(.some(error)) = wait.result { throw error }
+        if let wait = recorded?.1, case let .some(.some(error)) = wait.value { throw error }
     }
 
     /// Waits, holding the gate, until every applied batch is committed and published.
@@ -244,7 +237,7 @@ public actor Coordinator {
     /// commands decided again are waited for too.
     func settle() async -> CommandError? {
         while let last = unpublished.last {
-            if let error = await last.wait.value {
+            if let error = await last.wait.wait() {
                 await rollbackHoldingGate(error, failed: last.wait)
                 if error.isConflict { continue }
                 return error
@@ -271,7 +264,7 @@ public actor Coordinator {
         commitSignalled.lower()
         var n = 0
         var failure: (error: CommandError, wait: CommitWait)?
-        while n < unpublished.count, let result = unpublished[n].wait.result {
+        while n < unpublished.count, let result = unpublished[n].wait.value {
             if let error = result { failure = (error, unpublished[n].wait); break }
             n += 1
         }
@@ -299,7 +292,7 @@ public actor Coordinator {
         if durability.isSharedLog {
             ownCommitted = publishedSeq
             for entry in unpublished {
-                guard case .some(nil) = entry.wait.result else { break }
+                guard case .some(nil) = entry.wait.value else { break }
                 ownCommitted = entry.batch.lastSeq
             }
             if error.isConflict {
@@ -319,6 +312,7 @@ public actor Coordinator {
         seq = stored.snapshot.seq
         ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
         roster = Roster(clients: stored.snapshot.clients)
+        publishedCount = stored.snapshot.scrollToTop
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
         if durability.isSharedLog {
@@ -361,8 +355,11 @@ public actor Coordinator {
             publishedSeq = batch.lastSeq
             history.append(batch)
             for e in batch.events {
-                if case let .scrollToTop(_, count) = e.event { counter.announce(count) }
+                do { try SharedCount.apply(e.event, to: &publishedCount) } catch {
+                    preconditionFailure("a published event does not fold: \(error)")
+                }
             }
+            counter.announce(publishedCount)
             for observer in observers { observer(batch) }
             for (id, (continuation, status)) in subscribers {
                 if case .dropped = continuation.yield(batch) {

@@ -53,40 +53,7 @@ extension Durability {
     public var isSharedLog: Bool { false }
 }
 
-/// A one-shot wait for a batch's commit, resumed from the store's thread. Any number
-/// of tasks may wait on it (the command's own outcome, a `sync` settling, a no-op
-/// command queued behind it).
-final class CommitWait: Sendable {
-    private struct State {
-        var result: CommandError??
-        var continuations: [CheckedContinuation<CommandError?, Never>] = []
-    }
-    private let state = Locked(State())
-
-    /// Called once by the store.
-    func complete(_ error: CommandError?) {
-        let waiting = state.withLock { s -> [CheckedContinuation<CommandError?, Never>] in
-            s.result = .some(error)
-            defer { s.continuations = [] }
-            return s.continuations
-        }
-        for continuation in waiting { continuation.resume(returning: error) } // outside the lock
-    }
-
-    /// The outcome if the store has reported it: `.some(nil)` when durable.
-    var result: CommandError?? { state.withLock { $0.result } }
-
-    /// nil when the batch is durable, else why not.
-    var value: CommandError? {
-        get async {
-            await withCheckedContinuation { continuation in
-                let ready = state.withLock { s -> CommandError?? in
-                    if let result = s.result { return result }
-                    s.continuations.append(continuation)
-                    return nil
-                }
-                if let ready { continuation.resume(returning: ready) }
-            }
-        }
-    }
-}
+/// A batch's commit, reported once from the store's thread: nil when durable, else why
+/// not. Any number of tasks may wait on it (the command's own outcome, a `sync` settling,
+/// a no-op command queued behind it).
+typealias CommitWait = OneShot<CommandError?>

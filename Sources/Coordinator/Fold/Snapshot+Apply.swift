@@ -24,13 +24,11 @@ extension Snapshot {
         switch event {
         case .selected, .tabAdded, .tabMoved, .tabRemoved:
             var bar = TabBar(unchecked: tabs.map(\.id), selected: selected)
-            try bar.apply(event)
-            switch event {
-            case let .tabAdded(tab, index): tabs.insert(tab, at: index)
-            case let .tabRemoved(id): tabs.removeAll { $0.id == id }
-            case let .tabMoved(id, index):
-                tabs.insert(tabs.remove(at: tabs.firstIndex { $0.id == id }!), at: index) // the bar checked both
-            default: break
+            // The bar decides; the tabs, kept in its order, follow its edit.
+            let change = try bar.apply(event)
+            change.apply(to: &tabs) {
+                guard case let .tabAdded(tab, _) = event else { preconditionFailure("only tabAdded inserts") }
+                return tab
             }
             selected = bar.selected
         case .clientJoined, .clientLeft:

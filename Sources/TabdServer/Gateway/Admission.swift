@@ -26,6 +26,11 @@ package enum Admission {
         package var connections = 0
         package var maxClients = 10_000
         package var maxRooms = 100_000
+
+        package init(allowOrigins: [String] = [], stopping: Bool = false, connections: Int = 0, maxClients: Int = 10_000, maxRooms: Int = 100_000) {
+            self.allowOrigins = allowOrigins; self.stopping = stopping; self.connections = connections
+            self.maxClients = maxClients; self.maxRooms = maxRooms
+        }
     }
 
     /// The room a connection asks for: its `room` parameter, else `main`.

@@ -18,15 +18,14 @@ final class Metrics: Sendable {
     private let state = Locked(State())
 
     /// `tabd_seq` and `tabd_scroll_to_top_count` are those of room `main`, the room of
-    /// clients that know nothing of rooms; the other figures count every room.
-    func published(_ batch: EventBatch, room: RoomID) {
+    /// clients that know nothing of rooms; the other figures count every room. `seq` and
+    /// `scrollToTop` are the room's own, as of its last published batch.
+    func published(_ batches: [EventBatch], room: RoomID, seq: Int, scrollToTop: Int) {
         state.withLock { s in
-            s.events += batch.events.count
+            for batch in batches { s.events += batch.events.count }
             guard room == Limits.defaultRoom else { return }
-            s.seq = batch.lastSeq
-            for e in batch.events {
-                if case let .scrollToTop(_, count) = e.event { s.scrollToTop = count }
-            }
+            s.seq = seq
+            s.scrollToTop = scrollToTop
         }
     }
 

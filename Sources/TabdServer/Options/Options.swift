@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Auth
 import Coordinator
 import Foundation
@@ -137,22 +138,16 @@ public struct Options: Sendable {
         // Each option set so far, with how it was given (`--state`, `TABD_STATE`), for errors.
         var given: [String: String] = [:]
         do throws(UsageError) {
-            var i = 0
-            while i < args.count {
-                let arg = args[i]
+            var line = Arguments(args)
+            while let arg = line.next() {
                 switch arg {
                 case "-h", "--help": return .exit(help, code: 0)
                 case "--version": return .exit("tabd \(version)", code: 0)
                 default:
-                    let known = try o.set(arg, as: arg) { () throws(UsageError) -> String in
-                        i += 1
-                        guard i < args.count else { throw UsageError("\(arg) needs a value") }
-                        return args[i]
-                    }
-                    guard known else { throw UsageError("unknown option '\(arg)'") }
+                    let known = try o.set(arg, as: arg) { () throws(UsageError) -> String in try line.value(of: arg) }
+                    guard known else { throw UsageError("unknown option '\(arg.prefix(80))'") }
                     given[arg] = arg
                 }
-                i += 1
             }
             let onCommandLine = given
             for (variable, text) in environment.sorted(by: { $0.key < $1.key }) {
@@ -202,13 +197,8 @@ public struct Options: Sendable {
     /// says whether it was; `name` is how it was given (`--port`, `TABD_PORT`), for errors.
     /// `value()` is called only for an option that takes a value.
     private mutating func set(_ option: String, as name: String, value: () throws(UsageError) -> String) throws(UsageError) -> Bool {
-        func int(min: Int, max: Int = Int.max) throws(UsageError) -> Int {
-            let v = try value()
-            guard let n = Int(v), n >= min, n <= max else {
-                let range = max == Int.max ? "\(min) or more" : "from \(min) to \(max)"
-                throw UsageError("\(name) must be a whole number \(range), got '\(v)'")
-            }
-            return n
+        func int(min: Int, max: Int = .max) throws(UsageError) -> Int {
+            try Arguments.int(try value(), as: name, min: min, max: max)
         }
         switch option {
         case "--host": host = try value()
@@ -352,9 +342,4 @@ extension Options {
         }
         return FileManager.default.currentDirectoryPath + "/.tabd/state.sqlite"
     }
-}
-
-struct UsageError: Error {
-    let message: String
-    init(_ message: String) { self.message = message }
 }

@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Auth
 import Coordinator
 import Foundation
@@ -24,15 +25,10 @@ public enum TokenCommand {
     /// The exit text and code of `tabd token ARGS`.
     public static func run(_ args: [String], environment: [String: String], now: Date = Date()) -> (text: String, code: Int32) {
         var secretFile: String?, room: String?, role: Role?, name: String?, ttl = 3600
-        var i = 0
-        func value(_ name: String) throws -> String {
-            i += 1
-            guard i < args.count else { throw UsageError("\(name) needs a value") }
-            return args[i]
-        }
+        var line = Arguments(args)
+        func value(_ name: String) throws(UsageError) -> String { try line.value(of: name) }
         do {
-            while i < args.count {
-                let arg = args[i]
+            while let arg = line.next() {
                 switch arg {
                 case "-h", "--help": return (help, 0)
                 case "--secret-file": secretFile = try value(arg)
@@ -58,7 +54,6 @@ public enum TokenCommand {
                     ttl = seconds
                 default: throw UsageError("unknown option '\(arg.prefix(80))'")
                 }
-                i += 1
             }
             guard let room else { throw UsageError("--room is required") }
             guard let role else { throw UsageError("--role is required") }

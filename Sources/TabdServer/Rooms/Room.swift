@@ -30,7 +30,7 @@ actor Room: DirectoryRoom {
         /// The idle timer ran out: retire if the room still has no user.
         case idleCheck
         /// The room is being deleted: close its clients with 4404 and stop.
-        case delete(Completion)
+        case delete(OneShot<Void>)
         /// Cluster: other nodes' batches arrived; take them in.
         case absorb
         /// Cluster: clients of nodes that died leave (checked every second).
@@ -58,7 +58,7 @@ actor Room: DirectoryRoom {
     nonisolated let channel: ChannelID
     nonisolated let inbox = Inbox<Input>()
     /// Signalled when the loop has ended and the room's state is out of memory.
-    nonisolated let finished = Completion()
+    nonisolated let finished = OneShot<Void>()
     /// For listings: connected clients and the last published seq.
     nonisolated let clientCount = Atomic<Int>(0)
     nonisolated let publishedSeq = Atomic<Int>(0)
@@ -274,9 +274,12 @@ actor Room: DirectoryRoom {
     /// wake-up; answers to HTTP calls go to their responders.
     private func attach(_ coordinator: Coordinator) async {
         let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
+        let counter = coordinator.counter
         await coordinator.addPublisher { [weak self] batches, answers in
-            for batch in batches { metrics.published(batch, room: id) }
-            if let last = batches.last { self?.publishedSeq.store(last.lastSeq, ordering: .relaxed) }
+            if let last = batches.last {
+                metrics.published(batches, room: id, seq: last.lastSeq, scrollToTop: counter.value)
+                self?.publishedSeq.store(last.lastSeq, ordering: .relaxed)
+            }
             var replies: [(ConnectionID, OutgoingFrame)] = []
             replies.reserveCapacity(answers.count)
             var answeredCalls = 0

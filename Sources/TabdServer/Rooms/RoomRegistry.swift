@@ -178,7 +178,7 @@ final class RoomRegistry: Sendable {
         let taken = state.withLock { $0.directory.beginDeletion(id) }
         guard let (loaded, retiring) = taken else { return .unknown }
         if let loaded {
-            let done = Completion()
+            let done = OneShot<Void>()
             loaded.submit([.delete(done)])
             await done.wait()
             await loaded.finished.wait()
@@ -226,7 +226,7 @@ final class RoomRegistry: Sendable {
     func deletedElsewhere(_ id: RoomID) async {
         let taken = state.withLock { $0.directory.deletedElsewhere(id) }
         guard let taken, let loaded = taken else { return }
-        let done = Completion()
+        let done = OneShot<Void>()
         loaded.submit([.delete(done)])
         await done.wait()
         log.info("room '\(id)' was deleted by another node")
