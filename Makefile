@@ -111,7 +111,7 @@ test-swift:
 
 ## The concurrency suites again under ThreadSanitizer (own scratch path, so the normal build stays).
 ## Any report fails the run.
-TSAN_FILTER ?= CoordinatorTests|StateStoreTests|WebSocketsTests|StressTests|ClusterTests|TabdClientTests
+TSAN_FILTER ?= CoordinatorTests|StateStoreTests|WebSocketsTests|StressTests|ClusterTests|TabdClientTests|TabdServerTests
 test-tsan:
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path $(TSAN_DIR)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/Tests/tsan-suppressions.txt" TABD_STRESS_SEEDS=1,2 TABD_STRESS_COMMANDS=100 \
