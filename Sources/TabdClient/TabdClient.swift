@@ -88,57 +88,29 @@ public actor TabdClient {
     }
 
     /// The room's state as of the last event folded.
-    public private(set) var state: Snapshot
+    public var state: Snapshot { machine.state }
     /// Who this client is, from the last welcome.
-    public private(set) var session: Session
-    public private(set) var connection: ConnectionState
+    public var session: Session { machine.session }
+    public var connection: ConnectionState { machine.connection }
 
-    let endpoint: Endpoint
+    /// Every decision: this actor only performs what it returns.
+    private var machine: ClientMachine
     private let options: Options
     private let transport: any TabdTransport
-    private var link: Link?
-    private var generation = 0
-    /// Commands sent on the current connection, awaiting their answers, oldest first
-    /// (tabd answers each connection's commands in the order it sent them).
-    private var inFlight: [Pending] = []
-    /// Commands issued while there was no welcomed connection.
-    private var waiting: [Pending] = []
+    /// The connection the machine's current generation names.
+    private var current: (any TabdConnection)?
+    /// Commands waiting for their answers, by the id the machine knows them by.
+    private var replies: [ClientMachine.RequestID: CheckedContinuation<Result<Reply, TabdClientError>, Never>] = [:]
+    private var nextRequest = 0
     private var subscribers: [Int: Subscriber] = [:]
     private var nextSubscriber = 0
-    private var nextRef = 0
-    private var attempt = 0
     /// The first connection's welcome (or its failure), awaited by `connect`.
     private var welcomeWaiter: CheckedContinuation<Result<Void, TabdClientError>, Never>?
-    /// Set by `close()`: a drop now ends the client instead of reconnecting.
-    private var closing = false
     /// Every `close()` waiting for the end (a second call waits for the first).
     private var closeWaiters: [CheckedContinuation<Void, Never>] = []
     private var shutdown: Task<Void, Never>?
-    /// Answers that came while a resync was due (their command's batch did not fold):
-    /// handed out once the snapshot is in, so a command never returns before `state`
-    /// holds its events.
-    private var parked: [(CheckedContinuation<Result<Reply, TabdClientError>, Never>, Result<Reply, TabdClientError>)] = []
 
-    private struct Link {
-        let connection: any TabdConnection
-        let generation: Int
-        var welcomed = false
-        /// A `sync` of the client's own is out because a batch did not fold.
-        var resyncing = false
-    }
-
-    private struct Pending {
-        let ref: String
-        let frame: [UInt8]
-        /// Nil for the client's own `sync` after a batch that did not fold.
-        let reply: CheckedContinuation<Result<Reply, TabdClientError>, Never>?
-    }
-
-    enum Reply {
-        case ack(Int)
-        case snapshot(Snapshot)
-        case pong
-    }
+    typealias Reply = ClientMachine.Reply
 
     private struct Subscriber {
         let yield: @Sendable (Update) -> Void
@@ -174,18 +146,17 @@ public actor TabdClient {
     }
 
     private init(endpoint: Endpoint, options: Options, transport: any TabdTransport) {
-        self.endpoint = endpoint
         self.options = options
         self.transport = transport
-        state = Snapshot(seq: 0, selected: "", scrollToTop: 0, tabs: [], clients: [])
-        session = Session(client: "", room: endpoint.room ?? "main", role: "", epoch: "", server: "")
-        connection = .reconnecting(attempt: 0)
+        machine = ClientMachine(endpoint: endpoint, settings: .init(
+            reconnects: options.reconnects, initialBackoff: options.initialBackoff, maxBackoff: options.maxBackoff,
+            connectTimeout: options.connectTimeout))
     }
 
     private func start() async throws(TabdClientError) {
         let result = await withCheckedContinuation { (waiter: CheckedContinuation<Result<Void, TabdClientError>, Never>) in
             welcomeWaiter = waiter
-            open(resume: nil)
+            perform(machine.start())
         }
         try result.get()
     }
@@ -247,20 +218,13 @@ public actor TabdClient {
     }
 
     func request(_ command: Command) async throws(TabdClientError) -> Reply {
-        if case let .closed(error) = connection { throw error }
-        nextRef += 1
-        let ref = "\(nextRef)"
-        let frame = CommandEnvelope(ref: ref, command: command).json.compactBytes
+        nextRequest += 1
+        let id = nextRequest
         let result = await withCheckedContinuation { (reply: CheckedContinuation<Result<Reply, TabdClientError>, Never>) in
-            let pending = Pending(ref: ref, frame: frame, reply: reply)
-            if link?.welcomed == true { transmit(pending) } else { waiting.append(pending) }
+            replies[id] = reply
+            perform(machine.request(command, id: id))
         }
         return try result.get()
-    }
-
-    private func transmit(_ pending: Pending) {
-        inFlight.append(pending)
-        link?.connection.send(pending.frame)
     }
 
     // MARK: Closing
@@ -270,31 +234,17 @@ public actor TabdClient {
     /// for tabd to acknowledge the close, then for the network thread to stop. Safe to
     /// call more than once, from several tasks: each returns once the client is closed.
     public func close() async {
-        if case .closed = connection {
+        if machine.isClosed {
             await shutDownTransport()
             return
         }
-        if !closing, let link {
-            closing = true
-            link.connection.close(code: 1000, reason: "")
-            Task { [weak self] in
-                try? await Task.sleep(for: .seconds(2))
-                await self?.closeTimedOut()
-            }
-        }
-        closing = true
-        if link != nil { await withCheckedContinuation { closeWaiters.append($0) } }
-        finish(Self.closedByClient)
+        perform(machine.closeRequested())
+        if machine.hasConnection { await withCheckedContinuation { closeWaiters.append($0) } }
+        perform(machine.finish(ClientMachine.closedByClient))
         await shutDownTransport()
     }
 
-    static let closedByClient = TabdClientError.closed(code: 1000, reason: "closed by this client")
-
-    /// tabd did not answer the close in time: end without it.
-    private func closeTimedOut() {
-        guard closing else { return }
-        finish(Self.closedByClient)
-    }
+    static let closedByClient = ClientMachine.closedByClient
 
     /// Stops the transport once; every caller returns when it has stopped.
     private func shutDownTransport() async {
@@ -305,230 +255,71 @@ public actor TabdClient {
         await shutdown?.value
     }
 
-    /// Closes for good: fails whatever waits, ends every subscription.
-    private func finish(_ error: TabdClientError) {
-        if case .closed = connection { return }
-        connection = .closed(error)
-        link?.connection.close(code: 1000, reason: "")
-        link = nil
-        generation += 1
-        handOutParked()
-        for p in inFlight + waiting { p.reply?.resume(returning: .failure(error)) }
-        inFlight = []
-        waiting = []
-        publish(.closed(error))
-        for s in subscribers.values { s.finish() }
-        subscribers = [:]
-        let waiters = closeWaiters
-        closeWaiters = []
-        for w in waiters { w.resume() }
-        Task { await self.shutDownTransport() }
-    }
+    // MARK: Performing the machine's actions
 
-    private func handOutParked() {
-        let answers = parked
-        parked = []
-        for (reply, result) in answers { reply.resume(returning: result) }
-    }
-}
-
-// MARK: - The connection's life
-
-extension TabdClient {
-    /// Opens a connection; `resume` continues from the last seq folded.
-    private func open(resume: (seq: Int, epoch: String)?) {
-        generation += 1
-        let g = generation
-        let connection = transport.open(endpoint.url(resume: resume))
-        link = Link(connection: connection, generation: g)
-        Task { [weak self] in
-            for await event in connection.events {
-                guard let self else { return }
-                await self.handle(event, generation: g)
+    private func perform(_ actions: [ClientMachine.Action]) {
+        for action in actions {
+            switch action {
+            case let .open(url, generation):
+                let connection = transport.open(url)
+                current = connection
+                Task { [weak self] in
+                    for await event in connection.events {
+                        guard let self else { return }
+                        await self.handle(event, generation: generation)
+                    }
+                }
+            case let .scheduleWelcomeTimeout(generation, after):
+                Task { [weak self] in
+                    try? await Task.sleep(for: after)
+                    await self?.step { $0.welcomeTimedOut(generation: generation, jitter: Self.jitter()) }
+                }
+            case let .send(frame):
+                current?.send(frame)
+            case let .closeConnection(code):
+                current?.close(code: code, reason: "")
+            case let .scheduleReconnect(generation, after):
+                Task { [weak self] in
+                    try? await Task.sleep(for: after)
+                    await self?.step { $0.reconnectDue(generation: generation) }
+                }
+            case .scheduleCloseTimeout:
+                Task { [weak self] in
+                    try? await Task.sleep(for: .seconds(2))
+                    await self?.step { $0.closeTimedOut() }
+                }
+            case let .reply(id, result):
+                replies.removeValue(forKey: id)?.resume(returning: result)
+            case let .publish(update):
+                publish(update)
+            case let .firstWelcome(error):
+                welcomeWaiter?.resume(returning: error.map { .failure($0) } ?? .success(()))
+                welcomeWaiter = nil
+            case .finished:
+                current = nil
+                for s in subscribers.values { s.finish() }
+                subscribers = [:]
+                let waiters = closeWaiters
+                closeWaiters = []
+                for w in waiters { w.resume() }
+                Task { await self.shutDownTransport() }
             }
         }
-        let timeout = options.connectTimeout
-        Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            await self?.welcomeTimedOut(g)
-        }
     }
 
-    private func welcomeTimedOut(_ g: Int) {
-        guard let link, link.generation == g, !link.welcomed else { return }
-        // Counts as a failed connection: dropped, then reconnected (or, on the first, thrown).
-        link.connection.close(code: 1000, reason: "")
-        lost(TransportClose(code: nil, reason: "no welcome within \(options.connectTimeout)", wasOpen: false), timedOut: true)
+    private func step(_ input: (inout ClientMachine) -> [ClientMachine.Action]) {
+        perform(input(&machine))
     }
 
-    private func handle(_ event: TransportEvent, generation g: Int) {
-        guard let link, link.generation == g else { return }
+    /// What a reconnect's delay is multiplied by: up to half shorter, so that clients that
+    /// dropped together do not come back together.
+    private static func jitter() -> Double { Double.random(in: 0.5...1.0) }
+
+    private func handle(_ event: TransportEvent, generation: Int) {
         switch event {
         case .opened: break // the welcome says more
-        case let .message(bytes): receive(bytes)
-        case let .closed(close): lost(close, timedOut: false)
+        case let .message(bytes): step { $0.received(bytes, generation: generation, jitter: Self.jitter()) }
+        case let .closed(close): step { $0.closed(close, generation: generation, jitter: Self.jitter()) }
         }
-    }
-
-    /// The connection is gone (or never came): fail what was in flight, then reconnect
-    /// or close for good.
-    private func lost(_ close: TransportClose, timedOut: Bool) {
-        link = nil
-        generation += 1
-        if closing { return finish(Self.closedByClient) }
-        handOutParked()
-        for p in inFlight { p.reply?.resume(returning: .failure(.connectionLost)) }
-        inFlight = []
-        if let waiter = welcomeWaiter {
-            welcomeWaiter = nil
-            let error: TabdClientError = timedOut ? .timedOut : Self.error(for: close)
-            finish(error)
-            waiter.resume(returning: .failure(error))
-            return
-        }
-        publish(.disconnected(close))
-        if Self.isFinal(close) || !options.reconnects {
-            finish(Self.error(for: close))
-            return
-        }
-        attempt += 1
-        let delay = backoff(attempt)
-        connection = .reconnecting(attempt: attempt)
-        publish(.reconnecting(attempt: attempt, delay: delay))
-        let g = generation
-        Task { [weak self] in
-            try? await Task.sleep(for: delay)
-            await self?.reconnect(g)
-        }
-    }
-
-    private func reconnect(_ g: Int) {
-        guard generation == g, case .reconnecting = connection else { return }
-        open(resume: session.epoch.isEmpty ? nil : (state.seq, session.epoch))
-    }
-
-    private func backoff(_ attempt: Int) -> Duration {
-        var delay = options.initialBackoff
-        for _ in 1..<min(attempt, 30) where delay < options.maxBackoff { delay *= 2 }
-        return min(delay, options.maxBackoff) * Double.random(in: 0.5...1.0)
-    }
-
-    /// Whether a reconnect cannot help: the room is gone, the token ran out, or tabd
-    /// refused who or where we are.
-    static func isFinal(_ close: TransportClose) -> Bool {
-        if let status = close.httpStatus { return [400, 401, 403, 404].contains(status) }
-        return close.code == 4404 || close.code == 4001
-    }
-
-    static func error(for close: TransportClose) -> TabdClientError {
-        if !close.wasOpen { return .connectFailed(status: close.httpStatus, reason: close.reason) }
-        return .closed(code: close.code.map(Int.init), reason: close.reason.isEmpty ? close.description : close.reason)
-    }
-}
-
-// MARK: - Frames
-
-extension TabdClient {
-    private static let frameTypes: Set<String> = ["welcome", "events", "ack", "error", "snapshot", "pong"]
-
-    private func receive(_ bytes: [UInt8]) {
-        let frame: ServerFrame
-        do {
-            let json = try JSONParser.parse(bytes)
-            // A frame type this client does not know (a newer tabd) is not its business.
-            guard let type = json["type"]?.stringValue, Self.frameTypes.contains(type) else { return }
-            frame = try ServerFrame(json: json)
-        } catch {
-            violation("unreadable frame: \(error)")
-            return
-        }
-        switch frame {
-        case let .welcome(welcome, server): welcomed(welcome, server: server)
-        case let .events(batch): fold(batch)
-        case let .ack(ref, seq): answer(ref, .success(.ack(seq)))
-        case let .error(ref, error): answer(ref, .failure(.refused(error)))
-        case let .snapshot(ref, snapshot): answer(ref, .success(.snapshot(snapshot)))
-        case let .pong(ref): answer(ref, .success(.pong))
-        }
-    }
-
-    private func welcomed(_ welcome: Welcome, server: String) {
-        guard link?.welcomed == false else { return violation("a second welcome") }
-        let sameHistory = welcome.epoch == session.epoch
-        if welcome.resumed {
-            guard sameHistory, !session.epoch.isEmpty else { return violation("a resumed welcome for a history this client does not have") }
-        } else {
-            guard let snapshot = welcome.snapshot else { return violation("a welcome with neither snapshot nor resume") }
-            state = snapshot
-        }
-        link?.welcomed = true
-        session = Session(client: welcome.client.id, room: welcome.room ?? endpoint.room ?? "main", role: welcome.role ?? "control",
-                          epoch: welcome.epoch, server: server)
-        connection = .connected
-        attempt = 0
-        publish(.connected(session, resumed: welcome.resumed))
-        if !welcome.resumed { publish(.snapshot(state)) }
-        let queued = waiting
-        waiting = []
-        for p in queued { transmit(p) }
-        if let waiter = welcomeWaiter {
-            welcomeWaiter = nil
-            waiter.resume(returning: .success(()))
-        }
-    }
-
-    /// Folds one batch into `state`, all or nothing. A batch that does not follow on
-    /// (a gap) or does not fold means this client's state is wrong: it asks for a
-    /// snapshot and skips batches until it comes.
-    private func fold(_ batch: EventBatch) {
-        guard link?.welcomed == true else { return violation("events before the welcome") }
-        if batch.lastSeq <= state.seq { return } // already folded
-        var next = state
-        do {
-            try next.apply(batch)
-        } catch {
-            if link?.resyncing == false {
-                link?.resyncing = true
-                nextRef += 1
-                transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .sync).json.compactBytes, reply: nil))
-            }
-            return
-        }
-        state = next
-        publish(.events(batch))
-    }
-
-    private func answer(_ ref: String?, _ result: Result<Reply, TabdClientError>) {
-        guard !inFlight.isEmpty else { return violation("an answer to no command (ref \(ref ?? "null"))") }
-        let pending = inFlight.removeFirst()
-        // Refusals before parsing (rate_limited, bad_json) carry no ref; the rest echo it.
-        if let ref, ref != pending.ref {
-            pending.reply?.resume(returning: .failure(.connectionLost))
-            return violation("answer for ref \(ref) where \(pending.ref) was due")
-        }
-        guard let reply = pending.reply else {
-            // The client's own sync after a batch that did not fold.
-            if case let .success(.snapshot(snapshot)) = result {
-                state = snapshot
-                publish(.snapshot(snapshot))
-            } // else refused (rate_limited): the next batch that does not fold asks again
-            link?.resyncing = false
-            handOutParked()
-            return
-        }
-        if link?.resyncing == true {
-            parked.append((reply, result))
-        } else {
-            reply.resume(returning: result)
-        }
-    }
-
-    /// tabd broke the protocol: this connection cannot be trusted. Drop it; the reconnect
-    /// starts over from a snapshot.
-    private func violation(_ message: String) {
-        guard let link else { return }
-        link.connection.close(code: 1002, reason: "")
-        session.epoch = "" // no resume: the state may be wrong
-        lost(TransportClose(code: 1002, reason: "protocol violation: \(message)", wasOpen: true), timedOut: false)
     }
 }

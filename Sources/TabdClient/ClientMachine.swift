@@ -1,0 +1,346 @@
+/// Every decision of a ``TabdClient`` as a value: what a frame means (welcome, a batch to
+/// fold or a gap to resync, the answer of which command), when to reconnect and whether to
+/// resume, what a drop fails, and what closing does. It takes inputs (a command, a frame,
+/// a drop, a timer) and returns ``Action``s; the actor around it performs them (the
+/// transport, timers, continuations, subscribers) and decides nothing.
+///
+/// Commands are named by ``RequestID``s the actor hands in; the machine holds no
+/// continuation. Connections are named by generation: input from an older one is ignored.
+package struct ClientMachine: Sendable {
+    package typealias RequestID = Int
+
+    /// What a command was answered with.
+    package enum Reply: Sendable, Equatable {
+        case ack(Int)
+        case snapshot(Snapshot)
+        case pong
+    }
+
+    package enum Action: Sendable, Equatable {
+        /// Open a connection to `url`; its events come back tagged with `generation`.
+        case open(url: String, generation: Int)
+        /// After `after`, tell ``welcomeTimedOut(generation:)`` (if no welcome came).
+        case scheduleWelcomeTimeout(generation: Int, after: Duration)
+        /// Send a frame on the current connection.
+        case send([UInt8])
+        /// Close the current connection with this code.
+        case closeConnection(code: UInt16)
+        /// After `after`, call ``reconnectDue(generation:)``.
+        case scheduleReconnect(generation: Int, after: Duration)
+        /// After 2 s, call ``closeTimedOut()`` (tabd did not answer the close).
+        case scheduleCloseTimeout
+        /// The command's outcome.
+        case reply(RequestID, Result<Reply, TabdClientError>)
+        /// Tell every subscriber.
+        case publish(TabdClient.Update)
+        /// The first connection's outcome, awaited by `connect`: welcomed (nil), or why not.
+        case firstWelcome(TabdClientError?)
+        /// Closed for good: end the subscriptions, release whoever waits for the close and
+        /// the transport.
+        case finished(TabdClientError)
+    }
+
+    package struct Settings: Sendable {
+        package var reconnects = true
+        package var initialBackoff: Duration = .milliseconds(100)
+        package var maxBackoff: Duration = .seconds(5)
+        package var connectTimeout: Duration = .seconds(10)
+
+        package init(reconnects: Bool = true, initialBackoff: Duration = .milliseconds(100), maxBackoff: Duration = .seconds(5),
+                     connectTimeout: Duration = .seconds(10)) {
+            self.reconnects = reconnects; self.initialBackoff = initialBackoff; self.maxBackoff = maxBackoff
+            self.connectTimeout = connectTimeout
+        }
+    }
+
+    private struct Link: Sendable {
+        let generation: Int
+        var welcomed = false
+        /// A `sync` of the client's own is out because a batch did not fold.
+        var resyncing = false
+    }
+
+    private struct Pending: Sendable {
+        let ref: String
+        let frame: [UInt8]
+        /// Nil for the client's own `sync` after a batch that did not fold.
+        let request: RequestID?
+    }
+
+    package static let closedByClient = TabdClientError.closed(code: 1000, reason: "closed by this client")
+    private static let frameTypes: Set<String> = ["welcome", "events", "ack", "error", "snapshot", "pong"]
+
+    let endpoint: Endpoint
+    let settings: Settings
+    /// The room's state as of the last event folded.
+    package private(set) var state: Snapshot
+    /// Who this client is, from the last welcome.
+    package private(set) var session: TabdClient.Session
+    package private(set) var connection: TabdClient.ConnectionState = .reconnecting(attempt: 0)
+    private var link: Link?
+    private var generation = 0
+    /// Commands sent on the current connection, awaiting their answers, oldest first
+    /// (tabd answers each connection's commands in the order it sent them).
+    private var inFlight: [Pending] = []
+    /// Commands issued while there was no welcomed connection.
+    private var waiting: [Pending] = []
+    /// Answers that came while a resync was due (their command's batch did not fold):
+    /// given once the snapshot is in, so a command never returns before `state` holds
+    /// its events.
+    private var parked: [(RequestID, Result<Reply, TabdClientError>)] = []
+    private var nextRef = 0
+    private var attempt = 0
+    /// `connect` waits for the first welcome.
+    private var awaitingFirstWelcome = false
+    /// Set by a close: a drop now ends the client instead of reconnecting.
+    package private(set) var closing = false
+
+    init(endpoint: Endpoint, settings: Settings) {
+        self.endpoint = endpoint
+        self.settings = settings
+        state = Snapshot(seq: 0, selected: "", scrollToTop: 0, tabs: [], clients: [])
+        session = TabdClient.Session(client: "", room: endpoint.room ?? "main", role: "", epoch: "", server: "")
+    }
+
+    package var isClosed: Bool {
+        if case .closed = connection { return true }
+        return false
+    }
+
+    /// Whether there is a connection (welcomed or not) a close must wait for.
+    package var hasConnection: Bool { link != nil }
+
+    // MARK: Inputs
+
+    /// The first connection; `connect` waits for ``Action/firstWelcome(_:)``.
+    package mutating func start() -> [Action] {
+        awaitingFirstWelcome = true
+        return open(resume: nil)
+    }
+
+    /// A command of the program's, to be answered as `request`.
+    package mutating func request(_ command: Command, id request: RequestID) -> [Action] {
+        if case let .closed(error) = connection { return [.reply(request, .failure(error))] }
+        nextRef += 1
+        let ref = "\(nextRef)"
+        let pending = Pending(ref: ref, frame: CommandEnvelope(ref: ref, command: command).json.compactBytes, request: request)
+        if link?.welcomed == true { return transmit(pending) }
+        waiting.append(pending)
+        return []
+    }
+
+    /// A message of connection `generation`. `jitter` (0.5…1) shortens the delay of the
+    /// reconnect that follows if the message breaks the protocol.
+    package mutating func received(_ bytes: [UInt8], generation g: Int, jitter: Double = 1) -> [Action] {
+        guard let link, link.generation == g else { return [] }
+        let frame: ServerFrame
+        do {
+            let json = try JSONParser.parse(bytes)
+            // A frame type this client does not know (a newer tabd) is not its business.
+            guard let type = json["type"]?.stringValue, Self.frameTypes.contains(type) else { return [] }
+            frame = try ServerFrame(json: json)
+        } catch {
+            return violation("unreadable frame: \(error)", jitter: jitter)
+        }
+        switch frame {
+        case let .welcome(welcome, server): return welcomed(welcome, server: server, jitter: jitter)
+        case let .events(batch): return fold(batch, jitter: jitter)
+        case let .ack(ref, seq): return answer(ref, .success(.ack(seq)), jitter: jitter)
+        case let .error(ref, error): return answer(ref, .failure(.refused(error)), jitter: jitter)
+        case let .snapshot(ref, snapshot): return answer(ref, .success(.snapshot(snapshot)), jitter: jitter)
+        case let .pong(ref): return answer(ref, .success(.pong), jitter: jitter)
+        }
+    }
+
+    /// Connection `generation` is gone. `jitter` (0.5…1) shortens the reconnect's delay.
+    package mutating func closed(_ close: TransportClose, generation g: Int, jitter: Double) -> [Action] {
+        guard let link, link.generation == g else { return [] }
+        return lost(close, timedOut: false, jitter: jitter)
+    }
+
+    /// The welcome of connection `generation` is overdue: it counts as a failed
+    /// connection (dropped, then reconnected; on the first, `connect` throws).
+    package mutating func welcomeTimedOut(generation g: Int, jitter: Double) -> [Action] {
+        guard let link, link.generation == g, !link.welcomed else { return [] }
+        return [.closeConnection(code: 1000)]
+            + lost(TransportClose(code: nil, reason: "no welcome within \(settings.connectTimeout)", wasOpen: false), timedOut: true, jitter: jitter)
+    }
+
+    /// The reconnect's delay is over.
+    package mutating func reconnectDue(generation g: Int) -> [Action] {
+        guard generation == g, case .reconnecting = connection else { return [] }
+        return open(resume: session.epoch.isEmpty ? nil : (state.seq, session.epoch))
+    }
+
+    /// The program closes the client: a close frame if connected (and a timeout for
+    /// tabd's answer). Once the connection is gone (``hasConnection`` false), ``finish(_:)``.
+    package mutating func closeRequested() -> [Action] {
+        if isClosed || closing {
+            closing = true
+            return []
+        }
+        closing = true
+        return link == nil ? [] : [.closeConnection(code: 1000), .scheduleCloseTimeout]
+    }
+
+    /// tabd did not answer the close in time: end without it.
+    package mutating func closeTimedOut() -> [Action] {
+        guard closing else { return [] }
+        return finish(Self.closedByClient)
+    }
+
+    /// Closes for good: fails whatever waits, ends every subscription.
+    package mutating func finish(_ error: TabdClientError) -> [Action] {
+        if isClosed { return [] }
+        connection = .closed(error)
+        var actions: [Action] = link == nil ? [] : [.closeConnection(code: 1000)]
+        link = nil
+        generation += 1
+        actions += handOutParked()
+        actions += (inFlight + waiting).compactMap { p in p.request.map { .reply($0, .failure(error)) } }
+        inFlight = []
+        waiting = []
+        return actions + [.publish(.closed(error)), .finished(error)]
+    }
+
+    // MARK: The connection's life
+
+    private mutating func open(resume: (seq: Int, epoch: String)?) -> [Action] {
+        generation += 1
+        link = Link(generation: generation)
+        return [.open(url: endpoint.url(resume: resume), generation: generation),
+                .scheduleWelcomeTimeout(generation: generation, after: settings.connectTimeout)]
+    }
+
+    /// The connection is gone (or never came): fail what was in flight, then reconnect
+    /// or close for good.
+    private mutating func lost(_ close: TransportClose, timedOut: Bool, jitter: Double) -> [Action] {
+        link = nil
+        generation += 1
+        if closing { return finish(Self.closedByClient) }
+        var actions = handOutParked()
+        actions += inFlight.compactMap { p in p.request.map { .reply($0, .failure(.connectionLost)) } }
+        inFlight = []
+        if awaitingFirstWelcome {
+            awaitingFirstWelcome = false
+            let error: TabdClientError = timedOut ? .timedOut : Self.error(for: close)
+            return actions + finish(error) + [.firstWelcome(error)]
+        }
+        actions.append(.publish(.disconnected(close)))
+        if Self.isFinal(close) || !settings.reconnects { return actions + finish(Self.error(for: close)) }
+        attempt += 1
+        let delay = backoff(attempt) * jitter
+        connection = .reconnecting(attempt: attempt)
+        return actions + [.publish(.reconnecting(attempt: attempt, delay: delay)), .scheduleReconnect(generation: generation, after: delay)]
+    }
+
+    /// The `attempt`th delay before jitter: `initialBackoff`, doubled each time, at most `maxBackoff`.
+    package func backoff(_ attempt: Int) -> Duration {
+        var delay = settings.initialBackoff
+        for _ in 1..<min(max(attempt, 1), 30) where delay < settings.maxBackoff { delay *= 2 }
+        return min(delay, settings.maxBackoff)
+    }
+
+    /// Whether a reconnect cannot help: the room is gone, the token ran out, or tabd
+    /// refused who or where we are.
+    package static func isFinal(_ close: TransportClose) -> Bool {
+        if let status = close.httpStatus { return [400, 401, 403, 404].contains(status) }
+        return close.code == 4404 || close.code == 4001
+    }
+
+    package static func error(for close: TransportClose) -> TabdClientError {
+        if !close.wasOpen { return .connectFailed(status: close.httpStatus, reason: close.reason) }
+        return .closed(code: close.code.map(Int.init), reason: close.reason.isEmpty ? close.description : close.reason)
+    }
+
+    // MARK: Frames
+
+    private mutating func transmit(_ pending: Pending) -> [Action] {
+        inFlight.append(pending)
+        return [.send(pending.frame)]
+    }
+
+    private mutating func welcomed(_ welcome: Welcome, server: String, jitter: Double) -> [Action] {
+        guard link?.welcomed == false else { return violation("a second welcome", jitter: jitter) }
+        let sameHistory = welcome.epoch == session.epoch
+        if welcome.resumed {
+            guard sameHistory, !session.epoch.isEmpty else { return violation("a resumed welcome for a history this client does not have", jitter: jitter) }
+        } else {
+            guard let snapshot = welcome.snapshot else { return violation("a welcome with neither snapshot nor resume", jitter: jitter) }
+            state = snapshot
+        }
+        link?.welcomed = true
+        session = TabdClient.Session(client: welcome.client.id, room: welcome.room ?? endpoint.room ?? "main",
+                                     role: welcome.role ?? "control", epoch: welcome.epoch, server: server)
+        connection = .connected
+        attempt = 0
+        var actions: [Action] = [.publish(.connected(session, resumed: welcome.resumed))]
+        if !welcome.resumed { actions.append(.publish(.snapshot(state))) }
+        let queued = waiting
+        waiting = []
+        for p in queued { actions += transmit(p) }
+        if awaitingFirstWelcome {
+            awaitingFirstWelcome = false
+            actions.append(.firstWelcome(nil))
+        }
+        return actions
+    }
+
+    /// Folds one batch into `state`, all or nothing. A batch that does not follow on
+    /// (a gap) or does not fold means this client's state is wrong: it asks for a
+    /// snapshot once and skips batches until it comes.
+    private mutating func fold(_ batch: EventBatch, jitter: Double) -> [Action] {
+        guard link?.welcomed == true else { return violation("events before the welcome", jitter: jitter) }
+        if batch.lastSeq <= state.seq { return [] } // already folded
+        var next = state
+        do {
+            try next.apply(batch)
+        } catch {
+            guard link?.resyncing == false else { return [] }
+            link?.resyncing = true
+            nextRef += 1
+            return transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .sync).json.compactBytes, request: nil))
+        }
+        state = next
+        return [.publish(.events(batch))]
+    }
+
+    private mutating func answer(_ ref: String?, _ result: Result<Reply, TabdClientError>, jitter: Double) -> [Action] {
+        guard !inFlight.isEmpty else { return violation("an answer to no command (ref \(ref ?? "null"))", jitter: jitter) }
+        let pending = inFlight.removeFirst()
+        // Refusals before parsing (rate_limited, bad_json) carry no ref; the rest echo it.
+        if let ref, ref != pending.ref {
+            return (pending.request.map { [.reply($0, .failure(.connectionLost))] } ?? [])
+                + violation("answer for ref \(ref) where \(pending.ref) was due", jitter: jitter)
+        }
+        guard let request = pending.request else {
+            // The client's own sync after a batch that did not fold.
+            var actions: [Action] = []
+            if case let .success(.snapshot(snapshot)) = result {
+                state = snapshot
+                actions.append(.publish(.snapshot(snapshot)))
+            } // else refused (rate_limited): the next batch that does not fold asks again
+            link?.resyncing = false
+            return actions + handOutParked()
+        }
+        if link?.resyncing == true {
+            parked.append((request, result))
+            return []
+        }
+        return [.reply(request, result)]
+    }
+
+    private mutating func handOutParked() -> [Action] {
+        defer { parked = [] }
+        return parked.map { .reply($0.0, $0.1) }
+    }
+
+    /// tabd broke the protocol: this connection cannot be trusted. Drop it; the reconnect
+    /// starts over from a snapshot.
+    private mutating func violation(_ message: String, jitter: Double) -> [Action] {
+        guard link != nil else { return [] }
+        session.epoch = "" // no resume: the state may be wrong
+        return [.closeConnection(code: 1002)]
+            + lost(TransportClose(code: 1002, reason: "protocol violation: \(message)", wasOpen: true), timedOut: false, jitter: jitter)
+    }
+}
