@@ -2,11 +2,13 @@
 // with type="module").
 //
 // State model: `model` is the daemon's snapshot (PROTOCOL.md) with every `events` frame
-// folded into it in seq order by model.js, the same rules as the daemon's own fold.
+// folded into it in seq order by model.js (applyFrame, frame by frame), the same rules
+// as the daemon's own fold.
 // Everything on screen is derived from `model` by render(): the page never answers an
 // event with a command. Events with seq <= model.seq are ignored (already applied); any
-// other event the fold refuses (a gap, a tab or page the model does not have) asks for a
-// fresh snapshot (`sync`) — nothing is skipped; a welcome with a snapshot rebuilds.
+// other event the fold refuses (a gap, a tab or page the model does not have, a frame that
+// ends with the selection on a removed tab) asks for a fresh snapshot (`sync`) — nothing
+// is skipped; a welcome with a snapshot rebuilds.
 // What an event does on screen beyond the state (scroll animations, the log) is here.
 // The DOM keeps one panel per tab and one element per page id, all of them in the page
 // (hidden ones with visibility:hidden), so scroll offsets and typed text survive.
@@ -21,7 +23,7 @@
 // they can be read), and send() lets out nothing but `sync` and `ping` (canSend). It still
 // follows the room live. A token that runs out closes the socket with 4001: the page says
 // so and does not reconnect (the same token would be refused), like a deleted room (4404).
-import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js";
+import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js";
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
@@ -318,27 +320,33 @@ import { FoldError, MAX_CLIENTS_LISTED, applyEvent, fromWire } from "./model.js"
     if (!model) return;
     if (dropBatches > 0) { dropBatches -= 1; return; }
     // Events this model already holds (a frame held back while a snapshot that includes
-    // it was on its way) are not news. Everything else goes to the fold, which refuses
-    // what does not fit, a missing `events` array included.
-    const events = Array.isArray(f.events) ? f.events : [f.events];
-    const fresh = events.filter((e) => !(e && typeof e.seq === "number" && e.seq <= model.seq));
-    if (fresh.length === 0) return;
+    // it was on its way) are not news. Everything else goes to the fold as one frame
+    // (applyFrame, its end-of-frame check included), which refuses what does not fit, a
+    // missing `events` array included.
+    let frame = f;
+    if (Array.isArray(f.events)) {
+      const fresh = f.events.filter((e) => !(e && typeof e.seq === "number" && e.seq <= model.seq));
+      if (fresh.length === 0) return;
+      frame = Object.assign({}, f, { events: fresh });
+    }
     const live = connState === "live";
-    const effects = [];
+    const from = model.seq;
+    // Each event described just before it applies: a removed tab, a popped page or a
+    // client that left still has its name.
+    const said = [];
     let refused = null;
-    for (const e of fresh) {
-      // Described before it applies: a removed tab, a popped page or a client that
-      // left still has its name.
-      const said = describe(e);
-      const by = nameOf(f.by);
-      try {
-        applyEvent(model, e);
-      } catch (err) {
-        if (!(err instanceof FoldError)) throw err;
-        refused = err;
-        break;
-      }
-      addLog(e, by, said);
+    try {
+      applyFrame(model, frame, (e) => { said.push({ said: describe(e), by: nameOf(f.by) }); });
+    } catch (err) {
+      if (!(err instanceof FoldError)) throw err;
+      refused = err;
+    }
+    // The events applied (all of them, or those before the refused one): each moved the
+    // seq by one.
+    const effects = [];
+    for (let k = 0; k < model.seq - from; k++) {
+      const e = frame.events[k];
+      addLog(e, said[k].by, said[k].said);
       effectsOf(e, f.by, live, effects);
     }
     if (refused) {

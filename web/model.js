@@ -18,7 +18,11 @@
 //   throws FoldError and leaves `state` exactly as it was.
 // - applyFrame(state, frame) applies the frame's events in order, in place, and returns
 //   `state`. When one is refused it throws that FoldError, and `state` holds the events
-//   before it: a consistent state, at the seq of the last event applied.
+//   before it: a consistent state, at the seq of the last event applied. At the frame's
+//   end the selection must name a tab the state has (else FoldError at the last seq).
+//   applyFrame(state, frame, before) also calls before(event, state) just before each event
+//   is applied, with the state as it is then (the page names what an event changes, e.g.
+//   a tab about to be removed); `before` only reads, and must not change the state.
 // - The state never shares an object with what it was built from: pages, tabs, clients and
 //   values are copied, so events and wire objects may be reused or changed afterwards.
 // - Like the daemon's fold, the state lists every client it has seen join (a capped start
@@ -310,13 +314,18 @@ export function applyEvent(state, e) {
 /**
  * Applies every event of one `events` frame (`{type: "events", by, ref, events}`) in
  * order, in place, and returns `state`. On a refused event it throws that FoldError;
- * `state` then holds the events before it (its seq is the last one applied).
+ * `state` then holds the events before it (its seq is the last one applied). `before`,
+ * when given, is called as before(event, state) just before each event is applied
+ * (also before the one refused); it must not change `state`.
  */
-export function applyFrame(state, frame) {
+export function applyFrame(state, frame, before) {
   if (!isObject(frame) || !Array.isArray(frame.events)) {
     throw new FoldError(state.seq + 1, "not an events frame (no 'events' array)");
   }
-  for (const e of frame.events) applyEvent(state, e);
+  for (const e of frame.events) {
+    if (before) before(e, state);
+    applyEvent(state, e);
+  }
   // Within a frame the selection may name a removed tab (until the `selected` that
   // follows); at its end it must name a tab the state has.
   if (!state.tabs.some((t) => t.id === state.selected)) {

@@ -308,3 +308,32 @@ test("applyFrame: a refused event leaves the events before it applied", () => {
   assert.throws(() => applyFrame(s, { type: "events" }), (err) => err instanceof FoldError && err.seq === 6);
   assert.throws(() => applyEvent(s, null), (err) => err instanceof FoldError && err.seq === 6);
 });
+
+test("applyFrame: a frame that ends with the selection on a removed tab is refused at its last seq", () => {
+  const s = folded();
+  assert.throws(() => applyFrame(s, frame({ seq: 4, kind: "tabRemoved", tab: "home" })),
+    (err) => err instanceof FoldError && err.seq === 4 && /selected tab 'home' does not exist/.test(err.message));
+  assert.equal(s.seq, 4, "the frame's events are applied");
+  const t = folded();
+  applyFrame(t, frame({ seq: 4, kind: "tabRemoved", tab: "home" }, { seq: 5, kind: "selected", from: "home", to: "favorites" }));
+  assert.equal(t.selected, "favorites", "the selection may name a removed tab within the frame");
+});
+
+test("applyFrame's `before` sees each event, the refused one included, with the state just before it", () => {
+  const s = folded();
+  const seen = [];
+  const f = frame(
+    { seq: 4, kind: "pushed", tab: "home", page: "p4", route: "next" },
+    { seq: 5, kind: "popped", tab: "home", pages: ["p4"] },
+    { seq: 6, kind: "popped", tab: "home", pages: ["p1"] }, // the root: refused
+    { seq: 7, kind: "scrolled", tab: "home", offset: 20 });
+  const before = (e, state) => {
+    assert.equal(state, s, "the state being folded");
+    seen.push([e.seq, state.seq, state.tabs[0].stack.map((p) => p.id).join(",")]);
+  };
+  assert.throws(() => applyFrame(s, f, before), (err) => err instanceof FoldError && err.seq === 6);
+  assert.deepStrictEqual(seen, [[4, 3, "p1"], [5, 4, "p1,p4"], [6, 5, "p1"]]);
+  const all = [];
+  applyFrame(folded(), frame({ seq: 4, kind: "scrolled", tab: "home", offset: 1 }), (e) => all.push(e.seq));
+  assert.deepStrictEqual(all, [4]);
+});
