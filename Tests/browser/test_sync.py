@@ -2,6 +2,41 @@
 a daemon restart."""
 from browserkit import CONNECTION_REFUSED, SYNC, WAIT
 
+# Installed before the page's scripts run (like Browser.record_sockets): every WebSocket's
+# "message" listeners go through a filter. Once window.__cutRemoval.armed is set, the next
+# events frame holding a tabRemoved reaches the page cut just after that event (what
+# followed it, e.g. the `selected` of a removed selected tab, is left out); the filter
+# records the frame's kinds before and after, and `delivered` once the page's listener
+# returned (the page handles a frame synchronously, so by then it has answered it).
+CUT_AFTER_TAB_REMOVED = """
+(() => {
+  const cut = { armed: false, kinds: null, kept: null, delivered: false };
+  Object.defineProperty(window, "__cutRemoval", { value: cut });
+  window.WebSocket = new Proxy(window.WebSocket, {
+    construct(target, args) {
+      const sock = Reflect.construct(target, args);
+      const add = sock.addEventListener.bind(sock);
+      sock.addEventListener = (type, fn, ...rest) => add(type, type !== "message" ? fn : (ev) => {
+        let f;
+        try { f = JSON.parse(ev.data); } catch (e) { return fn(ev); }
+        const i = cut.armed && f && f.type === "events" && Array.isArray(f.events)
+          ? f.events.findIndex((e) => e && e.kind === "tabRemoved") : -1;
+        if (i < 0) return fn(ev);
+        cut.armed = false;
+        cut.kinds = f.events.map((e) => e.kind);
+        f.events = f.events.slice(0, i + 1);
+        cut.kept = f.events.map((e) => e.kind);
+        try {
+          return fn(new MessageEvent("message", { data: JSON.stringify(f) }));
+        } finally {
+          cut.delivered = true;
+        }
+      }, ...rest);
+      return sock;
+    },
+  });
+})();"""
+
 
 def test_two_windows_an_action_in_one_shows_in_the_other_within_a_second(daemon, browsers, remote):
     a = browsers().open(daemon)
@@ -154,3 +189,40 @@ def test_the_page_passes_its_token_along(make_daemon, browsers):
     b.driver.get(d.http + "?token=s3cret")
     b.wait_live()
     assert b.tabs()[0]["id"] == "home"
+
+
+def test_a_frame_that_leaves_the_selection_on_a_removed_tab_is_refused_and_the_page_syncs(daemon, browsers, remote):
+    # The end-of-frame rule (model.js applyFrame): after a frame, the selected tab exists.
+    # The removal of the selected tab comes as tabRemoved then selected in one frame; the
+    # page gets it cut after tabRemoved, so only the rule tells it something is missing.
+    b = browsers()
+    b.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": CUT_AFTER_TAB_REMOVED})
+    b.open(daemon)
+    r = remote(daemon)
+    before = b.wait_in_sync_with(r)
+    victim = before["selected"]
+    rebuilds = b.js("return window.__tabd.rebuilds")
+    b.count_sent()
+    b.js("window.__cutRemoval.armed = true")
+
+    r.command("removeTab", tab=victim)
+    snap = r.snapshot()
+    assert snap["selected"] != victim and victim not in [t["id"] for t in snap["tabs"]]
+    b.wait(lambda: b.js("return window.__cutRemoval.delivered"), WAIT, "the cut frame reached the page")
+    cut = b.js("return window.__cutRemoval")
+    assert cut["kinds"][:cut["kinds"].index("tabRemoved") + 1] == cut["kept"] and cut["kept"][-1] == "tabRemoved"
+    assert "selected" in cut["kinds"][len(cut["kept"]):], f"the real frame reselects after the removal: {cut['kinds']}"
+
+    # The page answered the frame while handling it: refused it (logged) and asked for a sync.
+    assert b.sent("sync") == 1, f"the page took a frame ending with '{victim}' (removed) selected without asking for a sync"
+    rows = b.js("return Array.from(document.querySelectorAll('#log-list li')).map(li => [li.dataset.kind, li.querySelector('.log-text').textContent])")
+    assert any(kind == "refused" and text.endswith(f"after the frame, the selected tab '{victim}' does not exist")
+               for kind, text in rows), rows
+
+    # The snapshot answering it puts the page in step with tabd: model, selection and tab bar.
+    b.wait(lambda: b.js("return window.__tabd.rebuilds") == rebuilds + 1, WAIT, "rebuilt from the sync's snapshot")
+    b.wait_in_sync_with(r)
+    b.wait_selected(snap["selected"])
+    assert [t["id"] for t in b.tabs()] == [t["id"] for t in snap["tabs"]]
+    assert [t["id"] for t in b.tabs() if t["selected"] == "true"] == [snap["selected"]]
+    assert b.sent("sync") == 1
