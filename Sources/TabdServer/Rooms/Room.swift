@@ -1,7 +1,6 @@
 import Cluster
 import Coordinator
 import Locking
-import StateStore
 import Synchronization
 import WebSockets
 
@@ -74,12 +73,10 @@ actor Room: DirectoryRoom {
     /// once it has finished, so incarnations never keep each other in memory).
     private var predecessor: Room?
     private var coordinator: Coordinator?
-    private var roomStore: RoomStore?
+    /// The room as its home loaded it (its stream in a cluster; how to unload it).
+    private var loaded: LoadedRoom?
     /// Cluster: the room's stream in the engine.
-    private var clusterRoom: ClusterRoom?
-    /// Cluster: whether this incarnation created the room (a `PUT` of a room another
-    /// node created first is 409).
-    private var createdHere = false
+    private var clusterRoom: ClusterRoom? { loaded?.stream }
     /// The client of every welcomed connection.
     private var clients: [ConnectionID: ClientID] = [:]
     /// Clients whose departure could not be stored yet; retried with the next presence.
@@ -119,7 +116,6 @@ actor Room: DirectoryRoom {
         guard let coordinator = await load() else {
             registry.failed(self)
             await refuseEverything(code: .internalError, reason: "room unavailable")
-            roomStore = nil
             registry.retired(self)
             return
         }
@@ -190,83 +186,31 @@ actor Room: DirectoryRoom {
         _ = await coordinator.snapshot()
     }
 
-    /// Loads the room from the state file (or creates it), or makes it in memory.
+    /// Loads the room from its home (``RoomHome``: memory, the state file or the engine),
+    /// or creates it there, and starts serving it.
     private func load() async -> Coordinator? {
         if let predecessor {
             await predecessor.finished.wait()
             self.predecessor = nil
         }
-        let settings = registry.settings
-        let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow)
-        if let cluster = registry.cluster { return await loadFromEngine(cluster, configuration: configuration) }
-        guard let store = registry.store else {
-            do {
-                let coordinator = try Coordinator(tabs: template ?? settings.template, configuration: configuration)
-                publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
-                await attach(coordinator)
-                return coordinator
-            } catch {
-                log.error("room '\(id)': \(error.message)")
-                return nil
-            }
+        let configuration = Coordinator.Configuration(resumeWindow: registry.settings.resumeWindow)
+        let loaded: LoadedRoom
+        do { loaded = try await registry.home.load(id, template: template, configuration: configuration) } catch {
+            log.error(error.description)
+            return nil
         }
-        do {
-            let opened: RoomStore?
-            if let template { opened = try await store.createRoom(id, tabs: template) } else { opened = try await store.openRoom(id) }
-            guard let opened else {
-                log.error("room '\(id)' is not in the state file")
-                return nil
-            }
-            roomStore = opened
-            let coordinator = Coordinator(restoring: opened.loaded, durability: opened, configuration: configuration)
-            try await coordinator.start()
-            publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
-            log.info(template == nil
-                ? "room '\(id)' loaded: epoch \(coordinator.epoch), continuing at seq \(opened.loaded.snapshot.seq)"
-                : "room '\(id)' created: epoch \(coordinator.epoch)")
-            await attach(coordinator)
-            return coordinator
-        } catch let error as StoreError {
-            log.error("room '\(id)': \(error.message)")
-        } catch {
-            log.error("room '\(id)': \(error)")
-        }
-        if let roomStore { await roomStore.unload() }
-        return nil
-    }
-
-    /// Cluster: creates the room in the engine if it is to be created (another node may
-    /// have been first), reads it, and follows its stream; clients of dead nodes, and of
-    /// this node in an earlier life, leave.
-    private func loadFromEngine(_ cluster: ClusterNode, configuration: Coordinator.Configuration) async -> Coordinator? {
-        let (id, template, window) = (id, template, registry.settings.resumeWindow)
-        do {
-            let (room, created) = try await offPool { () throws(ClusterNode.Failure) -> (ClusterRoom, Bool) in
-                var created = false
-                if let template { created = try cluster.createRoom(id, tabs: template) }
-                return (try cluster.openRoom(id, resumeWindow: window), created)
-            }
-            clusterRoom = room
-            createdHere = created
-            let coordinator = Coordinator(restoring: room.committedState(), durability: room, configuration: configuration)
+        self.loaded = loaded
+        let coordinator = loaded.coordinator
+        publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
+        if let summary = loaded.summary { log.info(summary) }
+        await attach(coordinator)
+        if let stream = loaded.stream {
+            // Other nodes' batches from now on, and those that arrived while loading.
             let inbox = inbox
-            room.onForeignBatches { inbox.put([.absorb]) }
-            try await coordinator.start(forgetting: room.orphans(includingOwn: true))
-            let seq = await coordinator.currentSeq
-            publishedSeq.store(seq, ordering: .relaxed)
-            log.info("room '\(id)' \(created ? "created" : "loaded") from the engine: epoch \(coordinator.epoch), at seq \(seq)")
-            await attach(coordinator)
-            // Batches that arrived while loading.
+            stream.onForeignBatches { inbox.put([.absorb]) }
             await coordinator.absorb()
-            return coordinator
-        } catch let error as ClusterNode.Failure {
-            log.error("room '\(id)': \(error)")
-        } catch {
-            log.error("room '\(id)': \(error)")
         }
-        clusterRoom?.close()
-        clusterRoom = nil
-        return nil
+        return coordinator
     }
 
     /// Hands every publication to the sockets of this room's channel: the batches' frames
@@ -324,7 +268,7 @@ actor Room: DirectoryRoom {
             ])))
             released(1)
         case let .created(responder):
-            if clusterRoom != nil, !createdHere {
+            if loaded?.created == false {
                 responder.respond(RoomsAPI.error(409, "room_exists", "room '\(id)' exists"))
                 break
             }
@@ -400,13 +344,12 @@ actor Room: DirectoryRoom {
         // A deleted room's stream is gone: what it still publishes can never be answered.
         if code == .roomGone { clusterRoom?.close() }
         _ = await coordinator.snapshot() // settles what is still committing
-        await roomStore?.unload()
-        clusterRoom?.close()
+        await loaded?.unload()
         server.removeChannel(channel, code: code, reason: reason)
         await refuseEverything(code: code, reason: reason)
         // Nothing of the room stays in memory, even while a connection still refers to it.
         self.coordinator = nil
-        roomStore = nil
+        loaded = nil
         clients = [:]
         registry.retired(self)
     }

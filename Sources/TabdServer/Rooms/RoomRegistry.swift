@@ -63,7 +63,8 @@ final class RoomRegistry: Sendable {
     }
 
     let settings: Settings
-    let store: StateStore?
+    /// Where rooms live: memory, the state file or the cluster's engine.
+    let home: any RoomHome
     /// Set when this tabd is a node of a cluster: rooms live in the engine.
     let cluster: ClusterNode?
     let metrics: Metrics
@@ -72,7 +73,13 @@ final class RoomRegistry: Sendable {
 
     init(settings: Settings, store: StateStore?, cluster: ClusterNode? = nil, existing: [RoomID], metrics: Metrics, log: Log) {
         self.settings = settings
-        self.store = store
+        if let cluster {
+            home = EngineHome(cluster: cluster, resumeWindow: settings.resumeWindow)
+        } else if let store {
+            home = StateFileHome(store: store)
+        } else {
+            home = MemoryHome(defaultTabs: settings.template)
+        }
         self.cluster = cluster
         self.metrics = metrics
         self.log = log
@@ -96,7 +103,7 @@ final class RoomRegistry: Sendable {
     var counts: (loaded: Int, stored: Int) { state.withLock { ($0.directory.loadedCount, $0.directory.existing.count) } }
 
     /// Whether rooms outlive their time in memory (a state file or a cluster's engine).
-    var persistent: Bool { store != nil || cluster != nil }
+    var persistent: Bool { home.persistent }
 
     /// In a cluster, a room another node created is unknown here until asked: asks the
     /// engine, and remembers the room if it exists. Not while the engine is unreachable:
@@ -184,19 +191,11 @@ final class RoomRegistry: Sendable {
             await loaded.finished.wait()
         }
         if let retiring { await retiring.finished.wait() }
-        if let cluster {
-            do { _ = try await offPool { () throws(ClusterNode.Failure) in try cluster.deleteRoom(id) } } catch {
-                log.error("room '\(id)' could not be deleted: \(error)")
-                state.withLock { $0.directory.endDeletion(id, deleted: false) }
-                return .failed(error.description)
-            }
-        } else if let store {
-            do { _ = try await store.deleteRoom(id) } catch {
-                // Its clients are gone, its state is not: it stays, and can be loaded again.
-                log.error("room '\(id)' could not be deleted: \(error.message)")
-                state.withLock { $0.directory.endDeletion(id, deleted: false) }
-                return .failed(error.message)
-            }
+        do { try await home.delete(id) } catch {
+            // Its clients are gone, its state is not: it stays, and can be loaded again.
+            log.error("room '\(id)' could not be deleted: \(error)")
+            state.withLock { $0.directory.endDeletion(id, deleted: false) }
+            return .failed(error.description)
         }
         state.withLock { $0.directory.endDeletion(id, deleted: true) }
         log.info("room '\(id)' deleted")
@@ -235,13 +234,10 @@ final class RoomRegistry: Sendable {
     // MARK: Listing
 
     /// The rooms after `after`, in id order, at most `limit`, and whether more follow.
-    func list(after: RoomID?, limit: Int) async throws(StoreError) -> (rooms: [RoomListing], more: Bool) {
+    func list(after: RoomID?, limit: Int) async throws(RoomLoadError) -> (rooms: [RoomListing], more: Bool) {
         var rows: [(id: RoomID, seq: Int?)]
-        if let cluster {
-            let ids = (try? await offPool { () throws(ClusterNode.Failure) in try cluster.roomIDs() }) ?? []
-            rows = ids.filter { after == nil || $0 > after! }.prefix(limit + 1).map { ($0, nil) }
-        } else if let store {
-            rows = try await store.listRooms(after: after, limit: limit + 1).map { ($0.id, $0.seq) }
+        if home.persistent {
+            rows = try await home.list(after: after, limit: limit + 1)
         } else {
             rows = state.withLock { s in s.directory.existing.filter { after == nil || $0 > after! }.sorted().prefix(limit + 1).map { ($0, nil) } }
         }
