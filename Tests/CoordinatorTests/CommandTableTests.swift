@@ -166,7 +166,7 @@ import Testing
         expected.seq = 10
         expected.tabs[0].stack.removeLast()
         expected.tabs[0].stack[0].appearCount = 2
-        #expect(await c.snapshot() == expected, "the counter and the scroll offset are untouched by the first tap")
+        #expect(await c.snapshot() == expected, "the scroll-to-top counter and the scroll offset are untouched by the first tap")
     }
 
     @Test func tapOnSelectedTabAtRootScrollsToTop() async throws {
