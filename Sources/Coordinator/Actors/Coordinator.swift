@@ -289,7 +289,7 @@ public actor Coordinator {
         // one of them was waiting for).
         var ownCommitted = stored.snapshot.seq
         var held: [AnswerQueues.Redo] = []
-        if durability.isSharedLog {
+        if durability.hasOtherWriters {
             ownCommitted = publishedSeq
             for entry in unpublished {
                 guard case .some(nil) = entry.wait.value else { break }
@@ -315,7 +315,7 @@ public actor Coordinator {
         publishedCount = stored.snapshot.scrollToTop
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
-        if durability.isSharedLog {
+        if durability.hasOtherWriters {
             await redecide(held)
         } else {
             answers.rollBack(to: stored.snapshot.seq, error: error)
