@@ -7,7 +7,7 @@
 //              scroll, values }],
 //     clientCount, clients: [{ id, name }] }
 // and the rules are exactly those of the daemon's own fold, `Snapshot.apply` in
-// Sources/Coordinator/Fold/ (Snapshot+Apply.swift and the TabState, TabBar, SharedCount
+// Sources/Coordinator/Fold/ (Snapshot+Apply.swift and the TabState, TabBar, ScrollCounter
 // and Roster `apply` it calls): an event that does not fit the state (a seq
 // that is not the next one, a tab or page the state does not have, …) is refused with a
 // FoldError naming its seq. Nothing is skipped or repaired.

@@ -197,7 +197,8 @@ public final class ClusterRoom: Durability, Sendable {
         step { $0.close() }
     }
 
-    public var isSharedLog: Bool { true }
+    /// Other nodes append to the room's stream too.
+    public var hasOtherWriters: Bool { true }
 
     /// The clients whose node is dead (or is this node in an earlier life, when
     /// `includingOwn`): they left without anyone saying so.

@@ -3,7 +3,7 @@ import Coordinator
 /// Checks the lifecycle rules of SEMANTICS.md over a stream, batch by batch, and keeps
 /// the replayed state: appear/disappear alternate, one visible page (the selected tab's
 /// top) at the end of every batch, firstAppear once per page and right before its first
-/// appear, the counter never decreasing, seqs gap-free.
+/// appear, the scroll-to-top counter never decreasing, seqs gap-free.
 public struct StreamChecker {
     public private(set) var state: Snapshot
     private var shown: (tab: TabID, page: PageID)?

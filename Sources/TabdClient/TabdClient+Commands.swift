@@ -9,7 +9,7 @@ extension TabdClient {
     public func select(_ tab: TabID) async throws(TabdClientError) -> Int { try await perform(.select(tab: tab)) }
 
     /// A tap on `tab`'s item, as a native tab bar reacts: selects it; on the selected tab
-    /// pops to its root; at the root, scrolls to the top (the shared counter goes up).
+    /// pops to its root; at the root, scrolls to the top (the scroll-to-top counter goes up).
     @discardableResult
     public func tap(_ tab: TabID) async throws(TabdClientError) -> Int { try await perform(.tap(tab: tab)) }
 

@@ -23,7 +23,7 @@ struct BenchOptions: Sendable {
     /// Whether `--senders` was given (with `--rooms`, the default is one sender per active room).
     var sendersGiven = false
     /// `--rooms K`: clients spread over rooms `bench-0…bench-(K-1)`; nil: no `room` parameter
-    /// (tabd's room `main`), exactly as before rooms.
+    /// (tabd's room `main`), one room for every client.
     var rooms: Int?
     var activeRooms: Int?
     /// Which room each client joins and who sends (set by `parse`).
@@ -111,7 +111,7 @@ struct BenchOptions: Sendable {
     ROOMS (tabd)
       --rooms K                spread the clients evenly over K rooms bench-0…bench-(K-1)
                                (client i joins room i mod K, ?room=bench-…); without it
-                               the clients join no room (tabd's room main), as before
+                               the clients name no room: all are in tabd's room main
       --active-rooms A         only the first A rooms get senders (default: all K); the others
                                stay connected and idle
       --senders M              with --rooms: senders over all active rooms, a multiple of A

@@ -58,6 +58,11 @@ struct TwoNodesTests {
         async let s0: Void = c0.start(forgetting: [])
         async let s1: Void = c1.start(forgetting: [])
         _ = try await (s0, s1)
+        // One client joins each node at once: the roster is part of the state compared below.
+        async let j0 = c0.connect(.init(name: "on n0"))
+        async let j1 = c1.connect(.init(name: "on n1"))
+        let joined = try await [j0.client, j1.client]
+        #expect(Set(joined.map(\.id)).count == 2, "two clients, two ids")
 
         // 2 nodes × 4 clients × 40 random commands, all at once.
         let perClient = 40
@@ -80,17 +85,24 @@ struct TwoNodesTests {
         try await eventually("both nodes at the stream's end") {
             let a = await coordinators[0].currentSeq, b = await coordinators[1].currentSeq
             return a == b && a == rooms[0].committedState().snapshot.seq && a == rooms[1].committedState().snapshot.seq
+                && logs.allSatisfy { $0.batches.withLock { $0.last?.lastSeq } == a }
         }
 
-        // One order: both nodes published the same batches, gap-free, that fold to each one's state.
+        // One order: both nodes published the same batches, gap-free, that fold to each one's
+        // whole state (seq, selection, tabs with their stacks, scroll and values, the
+        // scroll-to-top counter, clients), which is the engine's for both.
         let streams = logs.map { $0.batches.withLock { $0 } }
         #expect(streams[0] == streams[1])
+        #expect(coordinators[0].origin == coordinators[1].origin && coordinators[0].epoch == coordinators[1].epoch)
         var checker = StreamChecker(origin: coordinators[0].origin)
         for batch in streams[0] { try checker.check(batch) }
-        for coordinator in coordinators {
-            let snapshot = await coordinator.snapshot()
-            #expect(checker.state.seq == snapshot.seq)
-            #expect(checker.state.tabs == snapshot.tabs && checker.state.selected == snapshot.selected)
+        let snapshots = [await coordinators[0].snapshot(), await coordinators[1].snapshot()]
+        #expect(snapshots[0] == snapshots[1])
+        #expect(Set(snapshots[0].clients) == Set(joined))
+        for (n, snapshot) in snapshots.enumerated() {
+            #expect(checker.state == snapshot, "node \(n)'s state is not the fold of the stream")
+            #expect(rooms[n].committedState().snapshot == snapshot, "node \(n)'s state is not the engine's")
+            #expect(coordinators[n].counter.value == snapshot.scrollToTop, "node \(n)'s published scroll-to-top counter")
         }
         // Every command answered once, in order, never `unavailable` (a conflict is decided
         // again, not answered); every ack names the end of a batch of its own ref.

@@ -166,7 +166,7 @@ import Testing
         expected.seq = 10
         expected.tabs[0].stack.removeLast()
         expected.tabs[0].stack[0].appearCount = 2
-        #expect(await c.snapshot() == expected, "the counter and the scroll offset are untouched by the first tap")
+        #expect(await c.snapshot() == expected, "the scroll-to-top counter and the scroll offset are untouched by the first tap")
     }
 
     @Test func tapOnSelectedTabAtRootScrollsToTop() async throws {
@@ -323,8 +323,31 @@ import Testing
 
     @Test func syncAnswersWithTheSnapshotAndPingWithPong() async throws {
         let c = try freshCoordinator()
-        #expect(try await c.execute(.sync) == .snapshot(await c.snapshot()))
-        #expect(try await c.execute(.ping) == .pong)
-        #expect(await c.currentSeq == 2)
+        // Seq 1–2: home's root p1 appears. Then every part of the state moves once.
+        let ann = try await c.connect(.init(name: "ann"))                         // 3: clientJoined c1
+        try await run(c, .scroll(tab: nil, offset: 80))                            // 4: home scrolled
+        try await run(c, .tap(tab: "home"))                                        // 5: scrollToTop 1, home at 0
+        try await run(c, .push(tab: "favorites", route: "detail"))                 // 6: p4 on favorites
+        try await run(c, .select(tab: "favorites"))                                // 7–10: p4 first appears
+        try await run(c, .scroll(tab: nil, offset: 42.5))                          // 11: favorites scrolled
+        try await run(c, .set(tab: "profile", key: "theme", value: .string("dark"))) // 12
+        #expect(ann.client == ClientInfo(id: "c1", name: "ann"))
+
+        let (home, favorites, profile) = (TabInfo.defaults[0], TabInfo.defaults[1], TabInfo.defaults[2])
+        let expected = Snapshot(
+            seq: 12, selected: "favorites", scrollToTop: 1,
+            tabs: [
+                TabState(info: home, stack: [Page(id: "p1", route: "root", appeared: true, appearCount: 1)], scroll: 0),
+                TabState(info: favorites, stack: [
+                    Page(id: "p2", route: "root"),
+                    Page(id: "p4", route: "detail", appeared: true, appearCount: 1),
+                ], scroll: 42.5),
+                TabState(info: profile, stack: [Page(id: "p3", route: "root")], values: ["theme": .string("dark")]),
+            ],
+            clients: [ClientInfo(id: "c1", name: "ann")], clientCount: 1)
+        #expect(try await c.execute(.sync, by: "c1", ref: "s") == .snapshot(expected))
+        #expect(try await c.execute(.ping, by: "c1", ref: "p") == .pong)
+        #expect(await c.currentSeq == 12, "sync and ping record nothing")
+        #expect(await c.snapshot() == expected)
     }
 }

@@ -171,7 +171,7 @@ final class ScriptedStore: Durability {
         #expect(await c.snapshot().seq == 2)
         #expect(await c.snapshot().tabs[0].stack.count == 1)
         try await run(c, .tap(tab: "home"))
-        #expect(c.counter.value == 1, "the counter was rolled back and counts on from the committed value")
+        #expect(c.counter.value == 1, "the scroll-to-top counter was rolled back and counts on from the committed value")
     }
 
     /// Reports of commits and of a failure behind them, seen in one pass: what committed

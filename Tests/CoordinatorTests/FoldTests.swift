@@ -51,11 +51,11 @@ import Testing
         #expect(t.top.appearCount == 2)
     }
 
-    @Test func theCounterOnlyGoesUp() throws {
+    @Test func theScrollToTopCounterOnlyGoesUp() throws {
         var value = 3
-        #expect(throws: FoldError.self) { try SharedCount.apply(.scrollToTop(tab: "t", count: 3), to: &value) }
+        #expect(throws: FoldError.self) { try ScrollCounter.apply(.scrollToTop(tab: "t", count: 3), to: &value) }
         #expect(value == 3)
-        try SharedCount.apply(.scrollToTop(tab: "t", count: 4), to: &value)
+        try ScrollCounter.apply(.scrollToTop(tab: "t", count: 4), to: &value)
         #expect(value == 4)
     }
 

@@ -44,8 +44,8 @@ import Testing
     }
 
     /// Seed 003: tapping the selected tab pops to its first page; tapping again
-    /// increments the shared counter, which all tabs share and which never resets.
-    @Test func tapPopsToRootThenScrollsToTopThroughTheSharedCounter() async throws {
+    /// increments the scroll-to-top counter, which all tabs share and which never resets.
+    @Test func tapPopsToRootThenScrollsToTopThroughTheScrollToTopCounter() async throws {
         let c = try freshCoordinator()
         let changes = c.counter.changes()
         try await run(c, .push(tab: "home", route: "next"))
@@ -70,7 +70,7 @@ import Testing
             seen.append(value)
             if seen.count == 3 { break }
         }
-        #expect(seen == [1, 2, 3], "observers of the counter see each change")
+        #expect(seen == [1, 2, 3], "observers of the scroll-to-top counter see each change")
         #expect(await c.snapshot().scrollToTop == 3)
     }
 }

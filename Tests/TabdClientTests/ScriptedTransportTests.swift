@@ -118,7 +118,7 @@ enum Frames {
         ServerFrame.snapshot(ref: ref, snapshot(seq: seq, count: count)).json.compactString
     }
 
-    /// `scrollToTop` on home: the shared counter goes to `count`.
+    /// `scrollToTop` on home: the scroll-to-top counter goes to `count`.
     static func scrollToTop(seq: Int, count: Int) -> String {
         ServerFrame.events(EventBatch(by: "c9", ref: nil, events: [SequencedEvent(seq: seq, event: .scrollToTop(tab: "home", count: count))]))
             .json.compactString

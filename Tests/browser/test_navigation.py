@@ -33,7 +33,7 @@ def test_seed_003_push_back_tap_to_root_then_scroll_to_top(daemon, browsers, rem
     assert (root["depth"], root["appearCount"]) == (1, 2)
     assert abs(b.scroll_top("home") - scrolled) < 1
 
-    # Second tap: the shared counter changes and the list scrolls smoothly to the top.
+    # Second tap: the scroll-to-top counter changes and the list scrolls smoothly to the top.
     b.js("""window.__scrollCalls = [];
             const orig = Element.prototype.scrollTo;
             Element.prototype.scrollTo = function (o) { window.__scrollCalls.push(o && o.behavior); return orig.apply(this, arguments); };""")

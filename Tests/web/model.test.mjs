@@ -222,7 +222,7 @@ test("popped: the top pages, top first, and never the root", () => {
   assert.deepStrictEqual(s.tabs[0].stack.map((p) => p.id), ["p1"]);
 });
 
-test("scrollToTop: the counter only goes up, and that tab's offset goes to 0", () => {
+test("scrollToTop: the scroll-to-top counter only goes up, and that tab's offset goes to 0", () => {
   const s = folded({ kind: "scrolled", tab: "profile", offset: 120.5 }, { kind: "scrolled", tab: "home", offset: 7 });
   refuses(s, { kind: "scrollToTop", tab: "profile", count: 0 }, /counter went from 0 to 0/);
   applyEvent(s, { seq: 6, kind: "scrollToTop", tab: "profile", count: 1 });

@@ -173,7 +173,7 @@ extension Coordinator {
             let tab = try tab(id)
             guard id == bar.selected else { return await selectEvents(id, tab) }
             // The selected tab (seed 003): the first tap goes back to the root page,
-            // the next one scrolls to the top through the shared counter.
+            // the next one scrolls to the top through the scroll-to-top counter.
             let popped = await tab.state.popToRootEvents(visible: true)
             if !popped.isEmpty { return popped }
             return [.scrollToTop(tab: id, count: await counter.working + 1)]

@@ -4,7 +4,7 @@ import Synchronization
 /// a time, stamps their events with gap-free seqs and publishes each command's events
 /// as one batch.
 ///
-/// Tab state lives in one ``TabActor`` per tab and the shared counter in
+/// Tab state lives in one ``TabActor`` per tab and the scroll-to-top counter in
 /// ``ScrollCounter``. Applying a command awaits those actors, and an actor is
 /// reentrant while it awaits, so every operation that reads or changes state runs
 /// inside a FIFO gate (``enter()``/``leave()``): commands never interleave, and a
@@ -26,7 +26,7 @@ public actor Coordinator {
 
     /// Names this history; see PROTOCOL.md's `epoch`.
     public nonisolated let epoch: String
-    /// The shared scroll-to-top counter.
+    /// The scroll-to-top counter.
     public nonisolated let counter: ScrollCounter
     /// The state this coordinator started from (seq 0 for a new history): replaying
     /// every batch published since reproduces the current snapshot.
@@ -38,8 +38,8 @@ public actor Coordinator {
     private(set) var seq: Int
     /// The last seq published.
     private(set) var publishedSeq: Int
-    /// The shared counter as of ``publishedSeq`` (what ``ScrollCounter/value`` shows),
-    /// folded by ``SharedCount`` like every other reading of the counter.
+    /// The scroll-to-top counter as of ``publishedSeq`` (what ``ScrollCounter/value``
+    /// shows), folded by ``ScrollCounter/apply(_:to:)`` like every other reading of it.
     private var publishedCount: Int
     /// The next page and client numbers.
     var ids: IDCounters
@@ -289,7 +289,7 @@ public actor Coordinator {
         // one of them was waiting for).
         var ownCommitted = stored.snapshot.seq
         var held: [AnswerQueues.Redo] = []
-        if durability.isSharedLog {
+        if durability.hasOtherWriters {
             ownCommitted = publishedSeq
             for entry in unpublished {
                 guard case .some(nil) = entry.wait.value else { break }
@@ -315,7 +315,7 @@ public actor Coordinator {
         publishedCount = stored.snapshot.scrollToTop
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
-        if durability.isSharedLog {
+        if durability.hasOtherWriters {
             await redecide(held)
         } else {
             answers.rollBack(to: stored.snapshot.seq, error: error)
@@ -355,7 +355,7 @@ public actor Coordinator {
             publishedSeq = batch.lastSeq
             history.append(batch)
             for e in batch.events {
-                do { try SharedCount.apply(e.event, to: &publishedCount) } catch {
+                do { try ScrollCounter.apply(e.event, to: &publishedCount) } catch {
                     preconditionFailure("a published event does not fold: \(error)")
                 }
             }

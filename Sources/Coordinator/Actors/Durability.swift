@@ -43,14 +43,16 @@ public protocol Durability: Sendable {
     func committedState() -> StoredState
     /// Accepts batches of `generation` (and later) again; fails what is left of older ones.
     func reset(generation: Int)
-    /// Whether other writers append to the same log (a cluster's engine): then
-    /// ``committedState()``'s history holds every batch past what this coordinator
-    /// published, other writers' included, and a conflict is decided again.
-    var isSharedLog: Bool { get }
+    /// Whether other writers append to the same log (a cluster's other nodes, through its
+    /// engine). Then a conflict is decided again (its commands get the answers of their
+    /// new decisions, not `unavailable`), and ``committedState()``'s history holds every
+    /// batch past what this coordinator published, other writers' batches included. A
+    /// store of its own (false) only ever holds this coordinator's batches.
+    var hasOtherWriters: Bool { get }
 }
 
 extension Durability {
-    public var isSharedLog: Bool { false }
+    public var hasOtherWriters: Bool { false }
 }
 
 /// A batch's commit, reported once from the store's thread: nil when durable, else why

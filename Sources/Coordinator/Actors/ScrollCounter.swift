@@ -1,8 +1,9 @@
 import Locking
 
 
-/// The one counter every tab shares (seed 003's `ValuesModel.count`): it starts at 0,
-/// goes up by one for each scroll-to-top and never goes down within an epoch.
+/// The scroll-to-top counter, one for every tab (the idea is seed 003's
+/// `ValuesModel.count`): it starts at 0, goes up by one for each scroll-to-top and never
+/// goes down within an epoch. Its rule is ``apply(_:to:)`` (`Fold/Counters.swift`).
 ///
 /// Only the ``Coordinator`` changes it, inside a command, so the `scrollToTop` event and
 /// the new value agree. ``value`` and ``changes()`` show published values only: with a
@@ -21,10 +22,10 @@ public actor ScrollCounter {
     /// The last published value.
     public nonisolated var value: Int { observers.latest }
 
-    /// Moves the working value by a decided `scrollToTop` (``SharedCount``'s rule).
+    /// Moves the working value by a decided `scrollToTop` (the rule ``apply(_:to:)``).
     func apply(_ event: Event) {
-        do { try SharedCount.apply(event, to: &working) } catch {
-            preconditionFailure("scroll counter: a decided event does not fold: \(error)")
+        do { try Self.apply(event, to: &working) } catch {
+            preconditionFailure("scroll-to-top counter: a decided event does not fold: \(error)")
         }
     }
 

@@ -17,7 +17,7 @@ public struct ReplayError: Error, Sendable, CustomStringConvertible {
 extension Event {
     /// The tab whose own state (stack, scroll, values, info) the event changes or
     /// concerns; nil for events of the bar (order, selection) and of presence.
-    /// `scrollToTop` is both: the shared counter, and its tab's scroll.
+    /// `scrollToTop` is both: the scroll-to-top counter, and its tab's scroll.
     public var tabScope: TabID? {
         switch self {
         case let .firstAppear(t, _), let .appear(t, _), let .disappear(t, _), let .pushed(t, _, _),

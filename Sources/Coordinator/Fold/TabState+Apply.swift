@@ -34,7 +34,7 @@ extension TabState {
             }
             stack.removeLast(pages.count)
         case .scrollToTop:
-            // Seed 003: the list goes back to the top; the counter is the bar's.
+            // Seed 003: the list goes back to the top; the scroll-to-top counter is the bar's.
             scroll = 0
         case let .scrolled(_, offset):
             scroll = offset

@@ -9,7 +9,7 @@ public enum Event: Sendable, Equatable {
     case pushed(tab: TabID, page: PageID, route: String)
     /// Removed pages, top first.
     case popped(tab: TabID, pages: [PageID])
-    /// `count` is the shared counter's new value.
+    /// `count` is the scroll-to-top counter's new value.
     case scrollToTop(tab: TabID, count: Int)
     case scrolled(tab: TabID, offset: Double)
     /// `value == .null` removed the key.

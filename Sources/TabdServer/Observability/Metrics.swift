@@ -55,7 +55,7 @@ final class Metrics: Sendable {
         # HELP tabd_seq The last event sequence number of room main.
         # TYPE tabd_seq gauge
         tabd_seq \(s.seq)
-        # HELP tabd_scroll_to_top_count The shared scroll-to-top counter of room main.
+        # HELP tabd_scroll_to_top_count The scroll-to-top counter of room main.
         # TYPE tabd_scroll_to_top_count gauge
         tabd_scroll_to_top_count \(s.scrollToTop)
         # HELP tabd_events_total Events published.

@@ -11,15 +11,14 @@
 /// broadcast does (append, wake-up, sweep) touches its channel's members only. A channel
 /// without members and frames is *idle*: it keeps only its last seq (`idleChannels`).
 ///
-/// Pending connections. Which channel a pending connection will join is not known, yet it must
-/// get the broadcasts made while it waits (its welcome was computed before them), as when the
-/// table had one log that a pending connection's cursor held. So every channel also keeps the
-/// broadcasts made since the oldest pending connection opened, if among the last `queueLimit`
-/// of the whole table (by `clock`; the *horizon*): a sweep does not trim them, and a channel
-/// without members holds them (`held` lists them oldest first, to drop each once it falls
-/// behind the horizon or nobody is pending). That is at most `queueLimit` frames more in all,
-/// and none while no connection is pending: a channel without members then drops a broadcast
-/// at once, as the empty table did.
+/// Pending connections. Which channel a pending connection will join is not known, yet it must get
+/// the broadcasts made while it waits (its welcome was computed before them). So every channel also
+/// keeps the broadcasts made since the oldest pending connection opened, if among the last
+/// `queueLimit` of the whole table (by `clock`; the *horizon*): a sweep does not trim them, and a
+/// channel without members holds them (`held` lists them oldest first, to drop each once it falls
+/// behind the horizon or nobody is pending). That is at most `queueLimit` frames more in all, and
+/// none while no connection is pending: a channel without members then drops a broadcast at once
+/// (nobody can need it).
 ///
 /// Ordering model. Within a channel, each log entry has an absolute *position*. A member has a
 /// `cursor` (the position of the next broadcast it gets) and a FIFO of direct frames, each
