@@ -18,6 +18,7 @@ let targets: [String: @Sendable ([UInt8]) -> Void] = [
     "statefile": StateFileTarget.run,
     "http": HTTPTarget.run,
     "frames": FramesTarget.run,
+    "api": APITarget.run,
 ]
 
 nonisolated(unsafe) var selected: (@Sendable ([UInt8]) -> Void)?

@@ -215,6 +215,20 @@ func status(_ text: String) -> Int? {
         #expect(try RequestTarget("/x#frag").path == "/x")
     }
 
+    @Test func theQueryStringAloneSplitsAndDecodes() throws {
+        func q(_ text: String) throws -> [String: String] { try RequestTarget.query(Array(text.utf8)) }
+        #expect(try q("") == [:])
+        #expect(try q("&&;") == [:], "empty parts are skipped")
+        #expect(try q("a=b=c") == ["a": "b=c"], "split at the first =")
+        #expect(try q("=v&k=") == ["": "v", "k": ""])
+        #expect(try q("room=a&room=b") == ["room": "b"], "the last of a name wins")
+        #expect(try q("t=a%2Bb+c&n%61me=x") == ["t": "a+b c", "name": "x"], "names decode too; + is a space, %2B a plus")
+        #expect(try q("token=abc%26room%3Dx") == ["token": "abc&room=x"], "an encoded & does not split")
+        for bad in ["a=%", "a=%G0", "a=%00", "a%FF=1"] {
+            #expect(throws: HTTPError.self, "\(bad)") { try q(bad) }
+        }
+    }
+
     @Test(arguments: ["*", "http://host/x", "/%zz", "/%4", "/a%00b", "/%FF", "/?q=%C3"])
     func badTargetsAreRefused(target: String) {
         #expect(throws: HTTPError.self) { try RequestTarget(target) }

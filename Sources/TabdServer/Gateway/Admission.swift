@@ -49,7 +49,7 @@ package enum Admission {
         if let origin, !originAllowed(origin, host: host, allowOrigins: context.allowOrigins) {
             return Refusal(403, "origin '\(Log.printable(origin))' does not match host '\(Log.printable(host ?? ""))'")
         }
-        guard Limits.isRoomID(room) else { return Refusal(400, "'\(room.prefix(80))' is not a room id") }
+        guard Limits.isRoomID(room) else { return Refusal(400, "'\(Log.printable(room, limit: 80))' is not a room id") }
         if let granted, granted.role(in: room) == nil {
             return Refusal(403, "its token is for \(granted.scope.map { "room '\($0)'" } ?? "no room"), not '\(room)'", ofCredentials: true)
         }

@@ -25,10 +25,25 @@ public final class Log: Sendable {
         guard enabled(l) else { return }
         let time = Date().formatted(.iso8601)
         let line = switch format {
-        case .text: "\(time) \(l.rawValue.uppercased()) \(message())\n"
+        case .text: "\(time) \(l.rawValue.uppercased()) \(Self.oneLine(message()))\n"
         case .json: JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)), ("message", .string(message()))]).compactString + "\n"
         }
         lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
+    }
+
+    /// `text` on one line: control characters (a line break a peer put in a tab id or a
+    /// room name, a terminal escape) written as `\xNN`, so no message forges another line.
+    static func oneLine(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16, uppercase: true)
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 
     /// A peer's text made safe for one log line: at most `limit` characters, anything
