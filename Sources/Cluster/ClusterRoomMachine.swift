@@ -182,7 +182,6 @@ package struct ClusterRoomMachine: Sendable {
         while inFlight == nil, !queue.isEmpty {
             let next = queue.removeFirst()
             published += 1
-            if closed { actions.append(.report(next.waiter, closedError)); continue }
             if let failure { actions += fail(next.waiter, failure); continue }
             if next.generation < generation { actions.append(.report(next.waiter, .unavailable("rolled back"))); continue }
             guard let expected = streamSeqOf[next.batch.firstSeq - 1] else {
@@ -201,7 +200,8 @@ package struct ClusterRoomMachine: Sendable {
     /// Whether `publication` is still to be sent (not answered, not failed by a close).
     package func isInFlight(_ publication: Publication) -> Bool { inFlight == publication.waiter && !closed }
 
-    /// The engine's answer to `publication`, at `now`.
+    /// The engine's answer to `publication`, at `now`. An answer after a close (which
+    /// failed the publication's wait already) changes nothing.
     package mutating func published(_ publication: Publication, _ outcome: PublishOutcome, now: UInt64) -> [Action] {
         guard inFlight == publication.waiter else { return [] }
         var again = publication
@@ -211,9 +211,7 @@ package struct ClusterRoomMachine: Sendable {
             inFlight = nil
             streamSeqOf[publication.batch.lastSeq] = seq
             var actions: [Action] = []
-            if closed {
-                actions.append(.report(publication.waiter, closedError))
-            } else if delivered >= seq {
+            if delivered >= seq {
                 actions.append(.report(publication.waiter, nil))
             } else {
                 awaiting[seq] = publication.waiter
@@ -229,19 +227,14 @@ package struct ClusterRoomMachine: Sendable {
             conflicts += 1
             return failAll(first: publication.waiter, .conflict(), after: publication.expectedLastSeq) + advance()
         case let .unknown(why):
-            if closed {
-                inFlight = nil
-                return [.report(publication.waiter, closedError)] + advance()
-            }
             let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
                 ? [.log("room '\(room)': no answer from the engine for a batch (\(why)); asking again")] : []
             // Elections answer "no responders" at once: a short pause between attempts.
             return log + [.publishLater(again, after: .milliseconds(min(50 * again.attempt, 250)))]
         case let .failed(why):
-            if closed || again.attempt >= Self.refusedAttempts {
+            if again.attempt >= Self.refusedAttempts {
                 inFlight = nil
-                let error: CommandError = closed ? closedError : .unavailable("the engine refused the batch: \(why)")
-                return failAll(first: publication.waiter, error, after: nil) + advance()
+                return failAll(first: publication.waiter, .unavailable("the engine refused the batch: \(why)"), after: nil) + advance()
             }
             let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
                 ? [.log("room '\(room)': the engine refused a batch (\(why)); trying again")] : []
