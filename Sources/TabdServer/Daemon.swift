@@ -150,6 +150,12 @@ public final class Daemon: Sendable {
         return configuration
     }
 
+    /// What `SIGHUP` asks for: reading the TLS certificate and key again. tabd serves plain
+    /// HTTP here, so there is nothing to read: it says so and changes nothing.
+    public func reload() {
+        log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again; nothing changed")
+    }
+
     /// Stops cleanly: refuses new work, gives clients `closeTimeout` to take their 1001
     /// (then drops the rest), lets every room write its last batches, and closes the
     /// state. The caller bounds the whole (the executable exits after 4.7 s regardless).

@@ -14,6 +14,8 @@ public struct UpgradeRequest: Sendable {
     public let subprotocol: String?
     /// The peer's address, e.g. `127.0.0.1`.
     public let peer: String
+    /// What a reverse proxy in front may have said about the client.
+    public let forwarding: ForwardingHeaders
 
     public init(
         path: String,
@@ -22,7 +24,8 @@ public struct UpgradeRequest: Sendable {
         host: String? = nil,
         authorization: String? = nil,
         subprotocol: String? = nil,
-        peer: String = ""
+        peer: String = "",
+        forwarding: ForwardingHeaders = .init()
     ) {
         self.path = path
         self.query = query
@@ -31,7 +34,28 @@ public struct UpgradeRequest: Sendable {
         self.authorization = authorization
         self.subprotocol = subprotocol
         self.peer = peer
+        self.forwarding = forwarding
     }
+}
+
+/// The headers reverse proxies describe the client with, as sent (several lines of one
+/// joined with `, `). Whether to believe them is the handler's decision.
+public struct ForwardingHeaders: Sendable, Equatable {
+    /// `Forwarded` (RFC 7239).
+    public var forwarded: String?
+    public var xForwardedFor: String?
+    public var xForwardedHost: String?
+    public var xForwardedProto: String?
+
+    public init(forwarded: String? = nil, xForwardedFor: String? = nil, xForwardedHost: String? = nil, xForwardedProto: String? = nil) {
+        self.forwarded = forwarded
+        self.xForwardedFor = xForwardedFor
+        self.xForwardedHost = xForwardedHost
+        self.xForwardedProto = xForwardedProto
+    }
+
+    /// Whether any of them was sent.
+    public var any: Bool { forwarded != nil || xForwardedFor != nil || xForwardedHost != nil || xForwardedProto != nil }
 }
 
 /// A handler's answer to an `UpgradeRequest`.

@@ -3,8 +3,9 @@ import Locking
 import Dispatch
 import Foundation
 
-/// SIGINT and SIGTERM, caught from the moment this is created: a signal that arrives
-/// while tabd starts is kept for ``Mailbox/wait()``, not lost and not fatal. The handler
+/// SIGINT, SIGTERM and SIGHUP, caught from the moment this is created: a stop signal that
+/// arrives while tabd starts is kept for ``Mailbox/wait()``, not lost and not fatal; a
+/// SIGHUP goes to ``onHangup(_:)``'s handler (kept until there is one), never ends tabd. The handler
 /// (CSignals) only writes the signal's number to a pipe; a thread of its own reads it and
 /// delivers it here.
 ///
@@ -12,19 +13,39 @@ import Foundation
 /// manager thread, so a signal in between found no handler; and Dispatch parks the main
 /// thread with every signal unblocked, so no mask can keep signals off it.
 final class TerminationSignals: Sendable {
-    /// The first signal received; ``Mailbox/wait()`` returns it.
+    /// The first stop signal received; ``Mailbox/wait()`` returns it.
     let mailbox = Mailbox()
+    private let hangup = Locked<(handler: (@Sendable () -> Void)?, pending: Bool)>((nil, false))
+
+    /// Calls `handler` on every SIGHUP from now on (on the signals' thread), and at once
+    /// for one that came before.
+    func onHangup(_ handler: @escaping @Sendable () -> Void) {
+        let pending = hangup.withLock { h -> Bool in
+            h.handler = handler
+            defer { h.pending = false }
+            return h.pending
+        }
+        if pending { handler() }
+    }
 
     init() {
-        let caught = [SIGINT, SIGTERM]
+        let caught = [SIGINT, SIGTERM, SIGHUP]
         guard tabd_signals_catch(caught, Int32(caught.count)) == 0 else {
-            fatalError("cannot catch SIGINT and SIGTERM: \(String(cString: strerror(errno)))")
+            fatalError("cannot catch SIGINT, SIGTERM and SIGHUP: \(String(cString: strerror(errno)))")
         }
-        let thread = Thread { [mailbox] in
+        let thread = Thread { [mailbox, hangup] in
             while true {
                 let sig = tabd_signals_next()
                 guard sig > 0 else { return }
-                mailbox.deliver(sig)
+                if sig == SIGHUP {
+                    let handler = hangup.withLock { h -> (@Sendable () -> Void)? in
+                        if h.handler == nil { h.pending = true }
+                        return h.handler
+                    }
+                    handler?()
+                } else {
+                    mailbox.deliver(sig)
+                }
             }
         }
         thread.name = "tabd-signals"

@@ -36,6 +36,7 @@ do { daemon = try await Daemon.start(options, log: log) } catch {
     log.error(error.description)
     exit(1)
 }
+termination.onHangup { daemon.reload() }
 // The first line on stdout, written unbuffered: scripts wait for it.
 FileHandle.standardOutput.write(Data("tabd listening on \(daemon.url)\n".utf8))
 

@@ -104,12 +104,22 @@ final class Gateway: WebSocketServerHandler {
                                         connections: connections.load(ordering: .relaxed), maxClients: options.maxClients,
                                         maxRooms: registry.settings.maxRooms)
         let room = Admission.room(query: request.query)
+        let client = forwarding(of: request, logging: true)
         guard let refusal = Admission.decide(grant: auth.grant(query: request.query, authorization: request.authorization),
-                                             origin: request.origin, host: request.host, room: room, context: context,
+                                             origin: request.origin, host: client.host, room: room, context: context,
                                              roomRefusal: { registry.admission(room) }) else { return .accept }
         if refusal.ofCredentials { metrics.authRefused(status: refusal.status) }
-        if let why = refusal.why { log.warn("refused upgrade from \(request.peer): \(why) (\(refusal.status))") }
+        if let why = refusal.why { log.warn("refused upgrade from \(client.client): \(why) (\(refusal.status))") }
         return .reject(status: refusal.status)
+    }
+
+    /// The client behind the request: from a `--trusted-proxy`, as its forwarding headers
+    /// say (``Forwarding``); from anyone else, the peer and its `Host`.
+    private func forwarding(of request: UpgradeRequest, logging: Bool) -> Forwarding {
+        let f = Forwarding.resolve(peer: request.peer, host: request.host, scheme: "http", headers: request.forwarding,
+                                   trusted: options.trustedProxies)
+        if logging, let problem = f.problem { log.warn("upgrade from \(request.peer): \(problem)") }
+        return f
     }
 
     // MARK: Connections
@@ -144,7 +154,7 @@ final class Gateway: WebSocketServerHandler {
         let resume = request.query["resume"].flatMap { Int($0) }
         let name = grant?.name ?? request.query["name"]
         let join = Join(connection: id, request: .init(name: name, resume: resume, epoch: request.query["epoch"]),
-                        peer: request.peer, role: role ?? .control)
+                        peer: forwarding(of: request, logging: false).client, role: role ?? .control)
         state.withLock { s in
             s.connections[id] = Connection(room: room, role: role ?? .control, client: nil, limiter: limiter)
             if let room { s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].joins.append(join) }

@@ -19,6 +19,8 @@ public struct Options: Sendable {
     /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
     public var rateLimitBytes: Int?
     public var allowOrigins: [String] = []
+    /// `--trusted-proxy`: peers whose forwarding headers are believed.
+    var trustedProxies = TrustedProxies()
     /// `--token`: an admin credential for every room.
     public var token: String?
     /// `--token-file`: the same, read from a file.
@@ -81,6 +83,10 @@ public struct Options: Sendable {
                              when --rate-limit is 0)
       --max-clients N        connections beyond it are refused with 503 (default 10000)
       --allow-origin ORIGIN  also accept browsers from this origin (repeatable)
+      --trusted-proxy ADDR   a reverse proxy (an address or CIDR, repeatable) whose
+                             Forwarded or X-Forwarded-For/-Host/-Proto headers give
+                             the client's address, host and scheme; from any other
+                             peer they are ignored
       --auth-secret-file FILE
                              accept signed tokens (HS256 JWTs with room and role)
                              signed with the key in FILE (at least 32 bytes);
@@ -172,7 +178,7 @@ public struct Options: Sendable {
     }
 
     /// Options that may be given more than once; their variables hold comma-separated lists.
-    private static let repeatable: Set<String> = ["--allow-origin"]
+    private static let repeatable: Set<String> = ["--allow-origin", "--trusted-proxy"]
 
     /// The options one of which excludes the other, both ways.
     private static func excluded(by option: String) -> [String] {
@@ -232,6 +238,12 @@ public struct Options: Sendable {
         case "--rate-limit": rateLimit = try int(min: 0)
         case "--rate-limit-bytes": rateLimitBytes = try int(min: 0)
         case "--allow-origin": allowOrigins.append(try value())
+        case "--trusted-proxy":
+            let v = try value()
+            guard let range = TrustedProxies.range(v) else {
+                throw UsageError("\(name) takes an IPv4 or IPv6 address or CIDR range (10.0.0.0/8, ::1), got '\(v.prefix(80))'")
+            }
+            trustedProxies.add(range)
         case "--token":
             let t = try value()
             guard !t.isEmpty else { throw UsageError("\(name) must not be empty") }
