@@ -27,7 +27,14 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
-  const TOKEN = PARAMS.get("token");
+  // A token comes in the fragment (`#token=…`, which browsers never send to a server, so
+  // it is in no access log) or, as older links have it, in the query.
+  const FRAGMENT = new URLSearchParams(location.hash.replace(/^#/, ""));
+  const TOKEN = FRAGMENT.get("token") || PARAMS.get("token");
+  // The token goes in the WebSocket handshake as a second subprotocol (`tabd.token.<token>`)
+  // when it can be one (an HTTP token, as every signed token is), so no URL tabd or a proxy
+  // sees holds it; a token of other characters goes in the query as before.
+  const TOKEN_AS_PROTOCOL = TOKEN !== null && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(TOKEN);
   const NAME = (PARAMS.get("name") || "browser").slice(0, 64);
   const DEFAULT_ROOM = "main";
   const ROOM = PARAMS.has("room") ? PARAMS.get("room") : DEFAULT_ROOM;
@@ -103,7 +110,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
       q.set("resume", String(model.seq));
       q.set("epoch", epoch);
     }
-    if (TOKEN) q.set("token", TOKEN);
+    if (TOKEN && !TOKEN_AS_PROTOCOL) q.set("token", TOKEN);
     u.search = q.toString();
     return u.toString();
   }
@@ -137,7 +144,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
     setConn(attempt > 0 || model ? "reconnecting" : "connecting", attempt > 0 ? "Reconnecting…" : "Connecting…");
     let sock;
     try {
-      sock = new WebSocket(wsURL());
+      sock = TOKEN_AS_PROTOCOL ? new WebSocket(wsURL(), ["tabd.v1", "tabd.token." + TOKEN]) : new WebSocket(wsURL());
     } catch (e) {
       scheduleReconnect();
       return;

@@ -17,8 +17,9 @@ package struct ClientMachine: Sendable {
     }
 
     package enum Action: Sendable, Equatable {
-        /// Open a connection to `url`; its events come back tagged with `generation`.
-        case open(url: String, generation: Int)
+        /// Open a connection to `url` with this `Authorization` header; its events come
+        /// back tagged with `generation`.
+        case open(url: String, authorization: String?, generation: Int)
         /// After `after`, tell ``welcomeTimedOut(generation:)`` (if no welcome came).
         case scheduleWelcomeTimeout(generation: Int, after: Duration)
         /// Send a frame on the current connection.
@@ -208,7 +209,7 @@ package struct ClientMachine: Sendable {
     private mutating func open(resume: (seq: Int, epoch: String)?) -> [Action] {
         generation += 1
         link = Link(generation: generation)
-        return [.open(url: endpoint.url(resume: resume), generation: generation),
+        return [.open(url: endpoint.url(resume: resume), authorization: endpoint.authorization, generation: generation),
                 .scheduleWelcomeTimeout(generation: generation, after: settings.connectTimeout)]
     }
 

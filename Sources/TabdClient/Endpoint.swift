@@ -7,7 +7,11 @@ struct Endpoint: Sendable {
     var extraQuery: String
     var room: String?
     var name: String?
+    /// Sent as `Authorization: Bearer`, never in the URL (proxies log URLs).
     var token: String?
+
+    /// The handshake's `Authorization` header, when there is a token.
+    var authorization: String? { token.map { "Bearer \($0)" } }
 
     /// Accepts `ws://HOST:PORT[/PATH][?QUERY]` and `http://…` (the address tabd prints);
     /// an empty path or `/` becomes `/ws`.
@@ -39,7 +43,6 @@ struct Endpoint: Sendable {
         }
         add("room", room)
         add("name", name)
-        add("token", token)
         if let resume {
             add("resume", String(resume.seq))
             add("epoch", resume.epoch)

@@ -260,8 +260,8 @@ public actor TabdClient {
     private func perform(_ actions: [ClientMachine.Action]) {
         for action in actions {
             switch action {
-            case let .open(url, generation):
-                let connection = transport.open(url)
+            case let .open(url, authorization, generation):
+                let connection = transport.open(url, authorization: authorization)
                 current = connection
                 Task { [weak self] in
                     for await event in connection.events {

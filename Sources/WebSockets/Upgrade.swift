@@ -12,6 +12,8 @@ public struct UpgradeRequest: Sendable {
     public let authorization: String?
     /// `Configuration.subprotocol` when the client offered it, nil when it offered none.
     public let subprotocol: String?
+    /// Every subprotocol the client offered, in order (one may carry a credential).
+    public let offeredSubprotocols: [String]
     /// The peer's address, e.g. `127.0.0.1`.
     public let peer: String
     /// What a reverse proxy in front may have said about the client.
@@ -24,6 +26,7 @@ public struct UpgradeRequest: Sendable {
         host: String? = nil,
         authorization: String? = nil,
         subprotocol: String? = nil,
+        offeredSubprotocols: [String] = [],
         peer: String = "",
         forwarding: ForwardingHeaders = .init()
     ) {
@@ -33,6 +36,7 @@ public struct UpgradeRequest: Sendable {
         self.host = host
         self.authorization = authorization
         self.subprotocol = subprotocol
+        self.offeredSubprotocols = offeredSubprotocols
         self.peer = peer
         self.forwarding = forwarding
     }

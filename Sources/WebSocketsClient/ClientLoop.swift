@@ -177,6 +177,18 @@ final class ClientLoop: @unchecked Sendable {
                 }
             }
             return 0
+        case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER:
+            // `input` is lws' write position in the handshake's buffer, `length` what is left.
+            guard let session = session(wsi), let value = session.authorization, let input else { return 0 }
+            let position = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
+            guard let start = position.pointee else { return -1 }
+            let name = Array("authorization:".utf8)
+            let failed = name.withUnsafeBufferPointer { n in
+                value.withUnsafeBufferPointer { v in
+                    lws_add_http_header_by_name(wsi, n.baseAddress, v.baseAddress, Int32(v.count), position, start + length)
+                }
+            }
+            return failed == 0 ? 0 : -1
         case LWS_CALLBACK_CLIENT_ESTABLISHED:
             guard let session = session(wsi) else { return -1 }
             session.open = true
@@ -219,6 +231,7 @@ final class ClientLoop: @unchecked Sendable {
 
     private func open(_ request: ClientTable.Connect) {
         let session = ClientSession(id: request.id)
+        session.authorization = request.authorization.map { Array($0.utf8) }
         sessions[request.id] = session
         var info = lws_client_connect_info()
         info.context = context
@@ -337,6 +350,8 @@ final class ClientSession {
     var wsi: OpaquePointer?
     var open = false
     var subprotocol: String?
+    /// The `Authorization` header to send with the handshake, if any.
+    var authorization: [UInt8]?
     var reported = false
     var message: [UInt8] = []
     var localClose: ClientTable.CloseRequest?
@@ -372,7 +387,8 @@ func tabdLWSClientCallback(
     _ length: Int
 ) -> Int32 {
     switch reason {
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_CLIENT_FILTER_PRE_ESTABLISH, LWS_CALLBACK_CLIENT_ESTABLISHED, LWS_CALLBACK_CLIENT_RECEIVE,
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_CLIENT_FILTER_PRE_ESTABLISH, LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER,
+        LWS_CALLBACK_CLIENT_ESTABLISHED, LWS_CALLBACK_CLIENT_RECEIVE,
         LWS_CALLBACK_CLIENT_WRITEABLE, LWS_CALLBACK_WS_PEER_INITIATED_CLOSE, LWS_CALLBACK_CLIENT_CONNECTION_ERROR,
         LWS_CALLBACK_CLIENT_CLOSED:
         guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return 0 }

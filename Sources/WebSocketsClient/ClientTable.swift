@@ -10,6 +10,8 @@ struct ClientTable: Sendable {
         let url: WebSocketURL
         let subprotocols: String?
         let origin: String?
+        /// The `Authorization` header's value, when given.
+        let authorization: String?
     }
 
     struct CloseRequest: Sendable, Equatable {
@@ -51,12 +53,12 @@ struct ClientTable: Sendable {
     var count: Int { connections.count }
 
     /// Registers a connection to open; the service thread opens it on its next wake-up.
-    mutating func connect(url: WebSocketURL, subprotocols: String?, origin: String?) -> (ConnectionID, wake: Bool) {
+    mutating func connect(url: WebSocketURL, subprotocols: String?, origin: String?, authorization: String? = nil) -> (ConnectionID, wake: Bool) {
         let id = ConnectionID(rawValue: nextID)
         nextID += 1
         guard !stopping else { return (id, false) }
         connections[id] = Connection()
-        work.connects.append(Connect(id: id, url: url, subprotocols: subprotocols, origin: origin))
+        work.connects.append(Connect(id: id, url: url, subprotocols: subprotocols, origin: origin, authorization: authorization))
         return (id, requestWake())
     }
 

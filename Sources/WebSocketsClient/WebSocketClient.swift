@@ -17,11 +17,13 @@ public final class WebSocketClient: Sendable {
         loop.start()
     }
 
-    /// Opens a connection to `url`, offering `subprotocols` (comma-separated) when given and
-    /// sending `origin` as the `Origin` header when given (browsers do; scripts do not).
+    /// Opens a connection to `url`, offering `subprotocols` (comma-separated) when given,
+    /// sending `origin` as the `Origin` header when given (browsers do; scripts do not) and
+    /// `authorization` as the `Authorization` header (a token kept out of the URL, and so out
+    /// of every proxy's access log).
     @discardableResult
-    public func connect(_ url: WebSocketURL, subprotocols: String? = nil, origin: String? = nil) -> ConnectionID {
-        loop.update { t in t.connect(url: url, subprotocols: subprotocols, origin: origin) }
+    public func connect(_ url: WebSocketURL, subprotocols: String? = nil, origin: String? = nil, authorization: String? = nil) -> ConnectionID {
+        loop.update { t in t.connect(url: url, subprotocols: subprotocols, origin: origin, authorization: authorization) }
     }
 
     /// Sends one text message (the UTF-8 bytes are sent as they are). Ignored once the

@@ -19,6 +19,7 @@ let targets: [String: @Sendable ([UInt8]) -> Void] = [
     "http": HTTPTarget.run,
     "frames": FramesTarget.run,
     "api": APITarget.run,
+    "forwarded": ForwardedTarget.run,
 ]
 
 nonisolated(unsafe) var selected: (@Sendable ([UInt8]) -> Void)?

@@ -45,7 +45,7 @@ import Testing
     @Test func theFirstConnectionIsWelcomedAndCommandsWaitForIt() throws {
         var m = try Self.machine()
         let start = m.start()
-        #expect(start == [.open(url: "ws://127.0.0.1:9/ws?room=kiosk", generation: 1), .scheduleWelcomeTimeout(generation: 1, after: .seconds(3))])
+        #expect(start == [.open(url: "ws://127.0.0.1:9/ws?room=kiosk", authorization: nil, generation: 1), .scheduleWelcomeTimeout(generation: 1, after: .seconds(3))])
         #expect(m.request(.tap(tab: "home"), id: 7).isEmpty, "nothing is sent before the welcome")
         let welcomed = m.received(Self.welcome(), generation: 1)
         #expect(welcomed.first == .publish(.connected(m.session, resumed: false)))
@@ -95,7 +95,7 @@ import Testing
         #expect(m.request(.select(tab: "profile"), id: 2).isEmpty)
         #expect(m.reconnectDue(generation: 1).isEmpty, "a stale timer does nothing")
         let reopen = m.reconnectDue(generation: 2)
-        #expect(reopen.first == .open(url: "ws://127.0.0.1:9/ws?room=kiosk&resume=4&epoch=e1", generation: 3))
+        #expect(reopen.first == .open(url: "ws://127.0.0.1:9/ws?room=kiosk&resume=4&epoch=e1", authorization: nil, generation: 3))
         let resumed = m.received(Self.welcome(resumed: true), generation: 3)
         #expect(resumed.first == .publish(.connected(m.session, resumed: true)))
         #expect(!resumed.contains(.publish(.snapshot(Self.origin))), "a resume keeps the state")
@@ -146,7 +146,7 @@ import Testing
         let violation = m.received(Array(#"{"type":"ack","ref":"9","seq":5}"#.utf8), generation: 1, jitter: 1)
         #expect(violation.first == .closeConnection(code: 1002), "an answer to no command")
         let reopen = m.reconnectDue(generation: 2)
-        #expect(reopen.first == .open(url: "ws://127.0.0.1:9/ws?room=kiosk", generation: 3), "no resume: the state may be wrong")
+        #expect(reopen.first == .open(url: "ws://127.0.0.1:9/ws?room=kiosk", authorization: nil, generation: 3), "no resume: the state may be wrong")
         // A frame type this client does not know is ignored; an unreadable one is a violation.
         _ = m.received(Self.welcome(), generation: 3)
         #expect(m.received(Array(#"{"type":"presenceCounted","count":3}"#.utf8), generation: 3).isEmpty)

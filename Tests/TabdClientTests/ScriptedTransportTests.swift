@@ -9,6 +9,8 @@ import Testing
 final class ScriptedTransport: TabdTransport {
     final class Connection: TabdConnection {
         let url: String
+        /// The handshake's `Authorization` header.
+        let authorization: String?
         let events: AsyncStream<TransportEvent>
         let server: AsyncStream<TransportEvent>.Continuation
         private let sent = Locked<[JSONValue]>([])
@@ -16,8 +18,9 @@ final class ScriptedTransport: TabdTransport {
         private let arrivals: AsyncStream<JSONValue>.Continuation
         let frames: AsyncStream<JSONValue>
 
-        init(url: String) {
+        init(url: String, authorization: String?) {
             self.url = url
+            self.authorization = authorization
             (events, server) = AsyncStream.makeStream(of: TransportEvent.self)
             (frames, arrivals) = AsyncStream.makeStream(of: JSONValue.self)
         }
@@ -69,8 +72,10 @@ final class ScriptedTransport: TabdTransport {
 
     init() { (openingStream, openings) = AsyncStream.makeStream(of: Connection.self) }
 
-    func open(_ url: String) -> any TabdConnection {
-        let c = Connection(url: url)
+    func open(_ url: String) -> any TabdConnection { open(url, authorization: nil) }
+
+    func open(_ url: String, authorization: String?) -> any TabdConnection {
+        let c = Connection(url: url, authorization: authorization)
         opened.withLock { $0.append(c) }
         c.server.yield(.opened)
         openings.yield(c)
@@ -136,15 +141,17 @@ struct ScriptedTransportTests {
         return (try await client, connection)
     }
 
-    @Test func theURLCarriesRoomNameAndTokenEncodedAndAReconnectResumesFromTheLastSeq() async throws {
+    @Test func theURLCarriesRoomAndNameEncodedTheTokenGoesInAuthorizationAndAReconnectResumesFromTheLastSeq() async throws {
         let transport = ScriptedTransport()
         let (client, first) = try await connect(transport)
-        #expect(first.url == "ws://example.test:8080/ws?room=main&name=a%20b&token=t.o%2Bk")
+        #expect(first.url == "ws://example.test:8080/ws?room=main&name=a%20b", "no token in the URL: proxies log URLs")
+        #expect(first.authorization == "Bearer t.o+k")
         first.reply(Frames.scrollToTop(seq: 6, count: 1))
         try await waitForSeq(client, 6)
         first.drop()
         let second = try await transport.nextConnection()
-        #expect(second.url == "ws://example.test:8080/ws?room=main&name=a%20b&token=t.o%2Bk&resume=6&epoch=e1")
+        #expect(second.url == "ws://example.test:8080/ws?room=main&name=a%20b&resume=6&epoch=e1")
+        #expect(second.authorization == "Bearer t.o+k")
         await client.close()
     }
 

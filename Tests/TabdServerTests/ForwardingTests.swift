@@ -63,6 +63,8 @@ import WebSockets
         #expect(resolve("127.0.0.1", ForwardingHeaders(forwarded: "For=\"192.0.2.43\" ; Proto=HTTPS")).scheme == "https",
                 "names are case-insensitive, spaces around ; allowed")
         #expect(resolve("127.0.0.1", ForwardingHeaders(forwarded: #"for=192.0.2.1;host="a\"b""#)).host == #"a"b"#)
+        #expect(resolve("127.0.0.1", ForwardingHeaders(forwarded: ", for=198.51.100.3,, ")).client == "198.51.100.3",
+                "empty elements are skipped")
     }
 
     @Test func aForwardedHeaderThatCannotBeParsedIsIgnoredWithAReason() {

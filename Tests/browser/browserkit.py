@@ -172,16 +172,43 @@ class Browser:
 
     def record_sockets(self):
         """From the next page load on, window.__sockets lists the URL of every WebSocket
-        the page opens (set up before any of the page's scripts run)."""
+        the page opens, and window.__socketProtocols, in the same order, the subprotocols
+        each was opened with (the constructor's second argument as a list: a lone string
+        is a list of one, none is []); window.__socketObjects holds the sockets themselves
+        (what the server selected: socket_selected). Set up before any of the page's
+        scripts run."""
         self.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
             (() => {
-              const urls = [];
+              const urls = [], protocols = [], objects = [];
               Object.defineProperty(window, "__sockets", { value: urls });
+              Object.defineProperty(window, "__socketProtocols", { value: protocols });
+              Object.defineProperty(window, "__socketObjects", { value: objects });
               window.WebSocket = new Proxy(window.WebSocket, {
-                construct(target, args) { urls.push(String(args[0])); return Reflect.construct(target, args); },
+                construct(target, args) {
+                  urls.push(String(args[0]));
+                  const p = args[1];
+                  protocols.push(p === undefined ? [] : typeof p === "string" ? [p] : Array.from(p, String));
+                  let socket = null;  // stays null where the constructor throws
+                  try {
+                    socket = Reflect.construct(target, args);
+                    return socket;
+                  } finally {
+                    objects.push(socket);
+                  }
+                },
               });
             })();"""})
         return self
+
+    def socket_protocols(self):
+        """The subprotocols of every WebSocket the page opened (record_sockets), in order."""
+        return self.js("return window.__socketProtocols")
+
+    def socket_selected(self):
+        """The subprotocol the server selected for every WebSocket the page opened
+        (record_sockets), in order ("" where none or not open yet, None where the
+        constructor threw)."""
+        return self.js("return window.__socketObjects.map(s => s && s.protocol)")
 
     def grant_clipboard(self, daemon):
         """Lets pages of this daemon read and write the clipboard without asking (reading

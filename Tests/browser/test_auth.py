@@ -1,5 +1,7 @@
 """Tokens and roles on the page: tabd started with --auth-secret-file, the page opened with
-?room=ID&token=JWT (minted by `tabd token`).
+?room=ID&token=JWT or /?room=ID#token=JWT (minted by `tabd token`). A signed token is an
+HTTP token: the page offers it as a second WebSocket subprotocol (`tabd.token.<JWT>`, tabd
+selects `tabd.v1`) and puts it in no WebSocket URL; the share button never copies it.
 
 A view token: the page says it is read-only, its tabs and buttons are aria-disabled (still
 focusable), nothing the user does sends a command (only sync and ping leave the page), and
@@ -61,6 +63,22 @@ def sockets(b):
     return [parse_qs(urlsplit(u).query) for u in b.js("return window.__sockets")]
 
 
+def offered(token):
+    """The subprotocols the page opens its WebSocket with when it holds `token` (an HTTP token)."""
+    return ["tabd.v1", f"tabd.token.{token}"]
+
+
+def assert_token_offered_not_in_urls(b, token):
+    """Every WebSocket the page opened (record_sockets) offered `token` as its second
+    subprotocol, tabd selected tabd.v1, and no WebSocket URL holds the token."""
+    urls = b.js("return window.__sockets")
+    assert urls, "the page opened a WebSocket"
+    for url in urls:
+        assert token not in url and "token" not in parse_qs(urlsplit(url).query), url
+    assert b.socket_protocols() == [offered(token)] * len(urls)
+    assert b.socket_selected() == ["tabd.v1"] * len(urls)
+
+
 def toast(b):
     return b.js("const t = document.getElementById('toast'); return t.hidden ? null : t.textContent")
 
@@ -99,12 +117,15 @@ def stays(b, predicate, seconds, message):
 
 
 def test_a_view_token_watches_and_sends_nothing(auth_daemon, mint, browsers, remote):
-    view = browsers().record_sockets().open(auth_daemon, f"?room={ROOM}&token={mint('view')}")
+    token = mint("view")
+    view = browsers().record_sockets().open(auth_daemon, f"?room={ROOM}&token={token}")
     ctl = remote(auth_daemon, "ctl", room=ROOM, token=mint("control"))
     assert ctl.welcome["role"] == "control"
     assert view.js("return [window.__tabd.role, window.__tabd.readOnly]") == ["view", True]
+    # A signed token is an HTTP token: it goes in the handshake, not in the WebSocket URL.
     (q,) = sockets(view)
-    assert q["room"] == [ROOM] and "token" in q
+    assert q["room"] == [ROOM] and "token" not in q
+    assert_token_offered_not_in_urls(view, token)
 
     # Said in the header, with the why (also its tooltip, and the tabs' description).
     assert notice(view) == {"label": "View only", "title": "You can watch this tab bar; you cannot change it",
@@ -292,3 +313,62 @@ def test_a_link_whose_token_has_already_expired_is_said_without_connecting(auth_
     b.wait(lambda: b.status()[0] == "error", WAIT, "the expiry shown")
     assert b.driver.find_element(By.ID, "status-text").text == EXPIRED
     stays(b, lambda: len(sockets(b)) == 0, 0.5, "the page connected with an expired token")
+
+
+def test_a_token_in_the_fragment_is_used_and_kept_out_of_every_url(auth_daemon, mint, browsers, remote):
+    """/?room=R#token=JWT (the fragment never reaches a server): the page connects with that
+    token as it does with ?token=, offers it in the handshake only, and never shares it."""
+    token = mint("view")
+    view = browsers().record_sockets().grant_clipboard(auth_daemon)
+    view.open(auth_daemon, f"?room={ROOM}#token={token}")
+    ctl = remote(auth_daemon, "ctl", room=ROOM, token=mint("control"))
+    # Read-only, as with ?token=: said so, the tabs marked, a click sends nothing.
+    assert view.js("return [window.__tabd.role, window.__tabd.readOnly]") == ["view", True]
+    assert notice(view)["label"] == "View only"
+    assert all(c["ariaDisabled"] == "true" for c in controls(view))
+    view.count_sent()
+    view.click_tab("favorites")
+    stays(view, lambda: "tap" not in sent(view), 0.3, f"the page sent {sent(view)}")
+    view.wait_selected("home")
+    (q,) = sockets(view)
+    assert q["room"] == [ROOM] and "token" not in q
+    assert_token_offered_not_in_urls(view, token)
+    # It follows the room live.
+    ctl.command("select", tab="favorites")
+    view.wait_selected("favorites", SYNC)
+
+    # A reconnect (with resume) offers the token the same way, and puts it in no URL either.
+    view.js("window.__tabd.disconnect()")
+    view.wait(lambda: view.js("return window.__tabd.connections") == 2, message="reconnected")
+    view.wait_live()
+    first, second = sockets(view)
+    assert "resume" in second and "token" not in second
+    assert_token_offered_not_in_urls(view, token)
+    assert view.js("return window.__tabd.role") == "view"
+
+    # The share button copies the room's link: no token in its query nor its fragment.
+    assert view.set_clipboard("before") is True
+    view.driver.find_element(By.ID, "share").click()
+    want = auth_daemon.http + f"?room={ROOM}"
+    view.wait(lambda: view.clipboard() != "before", message="the link copied")
+    link = view.clipboard()
+    parts = urlsplit(link)
+    assert "token" not in parse_qs(parts.query) and "token" not in parse_qs(parts.fragment), link
+    assert token not in link and link == want
+    assert token not in view.driver.find_element(By.TAG_NAME, "body").text
+
+
+def test_a_control_token_in_the_fragment_sends_commands(auth_daemon, mint, browsers, remote):
+    token = mint("control")
+    b = browsers().record_sockets().open(auth_daemon, f"?room={ROOM}#token={token}")
+    ctl = remote(auth_daemon, "ctl", room=ROOM, token=mint("control"))
+    assert b.js("return [window.__tabd.role, window.__tabd.readOnly]") == ["control", False]
+    assert notice(b) is None
+    assert_token_offered_not_in_urls(b, token)
+    assert ctl.snapshot()["selected"] == "home"
+    b.count_sent()
+    b.click_tab("favorites")
+    b.wait(lambda: ctl.snapshot()["selected"] == "favorites", SYNC, "another client sees the selection")
+    b.wait_selected("favorites", SYNC)
+    assert sent(b).get("tap") == 1
+    assert toast(b) is None

@@ -7,7 +7,7 @@ A deleted room (close code 4404) is said in the status area and not reconnected 
 reconnect would silently make a new, empty room of the same id.
 """
 import urllib.request
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -123,16 +123,30 @@ def test_the_page_asks_for_its_room_and_main_without_one(make_daemon, browsers):
     assert b.js("return window.__tabd.room") == "main"
     assert b.driver.title == "Home · tabd", "no room in the title of main"
     (q,) = sockets(b)
-    assert q["room"] == ["main"] and q["token"] == ["s3cret"] and q["name"] == ["browser"]
+    # s3cret is an HTTP token: offered in the handshake, in no URL.
+    assert q["room"] == ["main"] and "token" not in q and q["name"] == ["browser"]
+    assert b.socket_protocols() == [["tabd.v1", "tabd.token.s3cret"]]
 
     b.driver.get(d.http + "?room=Team_7-x&token=s3cret&name=kiosk")
     b.wait_live()
     assert b.room_shown() == "Team_7-x"
     assert b.driver.title == "Home · Team_7-x · tabd"
     q = sockets(b)[-1]
-    assert q["room"] == ["Team_7-x"] and q["token"] == ["s3cret"] and q["name"] == ["kiosk"]
+    assert q["room"] == ["Team_7-x"] and "token" not in q and q["name"] == ["kiosk"]
+    assert b.socket_protocols()[-1] == ["tabd.v1", "tabd.token.s3cret"]
     b.click_tab("favorites")
     b.wait(lambda: b.driver.title == "Favorites · Team_7-x · tabd", message="title follows the selected tab")
+
+
+def test_a_token_that_cannot_be_a_subprotocol_goes_in_the_query(make_daemon, browsers):
+    """A subprotocol is an HTTP token; one with other characters ('/', '=', a space) goes
+    in the WebSocket URL's query as before, and the page offers only tabd's subprotocol."""
+    token = "s3cr/t= 7"
+    d = make_daemon("--token", token)
+    b = browsers().record_sockets().open(d, "?room=a#token=" + quote(token, safe=""))
+    (q,) = sockets(b)
+    assert q["room"] == ["a"] and q["token"] == [token]
+    assert b.socket_protocols() == [[]]
 
 
 def test_share_copies_the_room_link_without_the_token(make_daemon, browsers):

@@ -12,9 +12,18 @@ public protocol TabdTransport: Sendable {
     /// `closed`.
     func open(_ url: String) -> any TabdConnection
 
+    /// The same, sending `authorization` as the handshake's `Authorization` header (a
+    /// token, which then appears in no URL). A transport that cannot send headers opens
+    /// the connection without it (the server then refuses it with 401 if it needs one).
+    func open(_ url: String, authorization: String?) -> any TabdConnection
+
     /// Releases what the transport holds (threads, sockets). Called once, when the client
     /// that owns the transport is closed; connections still open are dropped.
     func shutdown() async
+}
+
+extension TabdTransport {
+    public func open(_ url: String, authorization: String?) -> any TabdConnection { open(url) }
 }
 
 /// One WebSocket connection of a ``TabdTransport``.

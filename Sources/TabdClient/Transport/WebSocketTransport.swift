@@ -17,7 +17,9 @@ public final class WebSocketTransport: TabdTransport {
             handler: router)
     }
 
-    public func open(_ url: String) -> any TabdConnection {
+    public func open(_ url: String) -> any TabdConnection { open(url, authorization: nil) }
+
+    public func open(_ url: String, authorization: String?) -> any TabdConnection {
         let (events, continuation) = AsyncStream.makeStream(of: TransportEvent.self)
         func refuse(_ reason: String) -> any TabdConnection {
             continuation.yield(.closed(TransportClose(code: nil, reason: reason, wasOpen: false)))
@@ -27,7 +29,7 @@ public final class WebSocketTransport: TabdTransport {
         // After shutdown the client opens nothing and would report no `closed`.
         guard !isShutDown.withLock({ $0 }) else { return refuse("the transport is shut down") }
         guard let target = WebSocketURL(url) else { return refuse("not a ws:// URL: \(url)") }
-        let id = client.connect(target, subprotocols: "tabd.v1")
+        let id = client.connect(target, subprotocols: "tabd.v1", authorization: authorization)
         router.attach(id, continuation)
         return Connection(id: id, client: client, events: events)
     }

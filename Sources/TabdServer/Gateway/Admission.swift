@@ -33,6 +33,20 @@ package enum Admission {
         }
     }
 
+    /// A browser offers its token as a second subprotocol, `tabd.token.<token>`, so that no
+    /// URL holds it (every proxy logs URLs).
+    package static let tokenSubprotocolPrefix = "tabd.token."
+
+    /// The parameters credentials are read from: the query, with a token offered as a
+    /// subprotocol taken as its `token` (over one in the query; `Authorization` still wins
+    /// over both).
+    package static func credentialQuery(_ query: [String: String], offeredSubprotocols: [String]) -> [String: String] {
+        guard let offered = offeredSubprotocols.first(where: { $0.hasPrefix(tokenSubprotocolPrefix) }) else { return query }
+        var query = query
+        query["token"] = String(offered.dropFirst(tokenSubprotocolPrefix.count))
+        return query
+    }
+
     /// The room a connection asks for: its `room` parameter, else `main`.
     package static func room(query: [String: String]) -> RoomID { query["room"] ?? Limits.defaultRoom }
 

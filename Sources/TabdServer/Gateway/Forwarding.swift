@@ -127,6 +127,10 @@ package struct Forwarding: Sendable, Equatable {
     /// Why a forwarding header was ignored (for a log line), if one was.
     package var problem: String?
 
+    package init(client: String, host: String?, scheme: String, problem: String?) {
+        self.client = client; self.host = host; self.scheme = scheme; self.problem = problem
+    }
+
     /// What the headers of a request from `peer` say, believed only when `peer` is trusted.
     package static func resolve(peer: String, host: String?, scheme: String, headers: ForwardingHeaders,
                                 trusted: TrustedProxies) -> Forwarding {
@@ -222,6 +226,12 @@ package struct Forwarding: Sendable, Equatable {
         while true {
             skipSpace()
             guard i < s.endIndex else { break }
+            // An empty element (`, ,` or a leading `,`, as a proxy that appends to an absent
+            // header writes): skipped, as RFC 9110's list rule asks.
+            if s[i] == ",", hop == Hop() {
+                i = s.index(after: i)
+                continue
+            }
             var name = ""
             while i < s.endIndex, isToken(s[i]) { name.unicodeScalars.append(s[i]); i = s.index(after: i) }
             guard !name.isEmpty, i < s.endIndex, s[i] == "=" else { return .failure(ForwardedError("a pair without name=value")) }

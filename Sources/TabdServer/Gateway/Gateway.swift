@@ -105,7 +105,8 @@ final class Gateway: WebSocketServerHandler {
                                         maxRooms: registry.settings.maxRooms)
         let room = Admission.room(query: request.query)
         let client = forwarding(of: request, logging: true)
-        guard let refusal = Admission.decide(grant: auth.grant(query: request.query, authorization: request.authorization),
+        let credentials = Admission.credentialQuery(request.query, offeredSubprotocols: request.offeredSubprotocols)
+        guard let refusal = Admission.decide(grant: auth.grant(query: credentials, authorization: request.authorization),
                                              origin: request.origin, host: client.host, room: room, context: context,
                                              roomRefusal: { registry.admission(room) }) else { return .accept }
         if refusal.ofCredentials { metrics.authRefused(status: refusal.status) }
@@ -130,7 +131,8 @@ final class Gateway: WebSocketServerHandler {
         let roomID = Admission.room(query: request.query)
         let limiter = RateLimiter(rate: options.rateLimit, byteRate: options.byteRateLimit)
         // Checked again: the token may have run out since the upgrade was decided.
-        let checked = auth.grant(query: request.query, authorization: request.authorization)
+        let checked = auth.grant(query: Admission.credentialQuery(request.query, offeredSubprotocols: request.offeredSubprotocols),
+                                 authorization: request.authorization)
         let grant = (try? checked.get()) ?? nil
         let role = Admission.role(checked, in: roomID)
         let room: Room?

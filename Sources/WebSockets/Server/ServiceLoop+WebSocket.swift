@@ -35,7 +35,7 @@ extension ServiceLoop {
         let request = UpgradeRequest(
             path: target.path, query: target.query, origin: head.value("origin"), host: head.value("host"),
             authorization: head.value("authorization"), subprotocol: offered.isEmpty ? nil : configuration.subprotocol,
-            peer: peerAddress(connection),
+            offeredSubprotocols: offered, peer: peerAddress(connection),
             forwarding: ForwardingHeaders(forwarded: head.value("forwarded"), xForwardedFor: head.value("x-forwarded-for"),
                                           xForwardedHost: head.value("x-forwarded-host"), xForwardedProto: head.value("x-forwarded-proto")))
         if case let .reject(status) = handler.shouldAccept(request) {
