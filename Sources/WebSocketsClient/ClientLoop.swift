@@ -182,7 +182,8 @@ final class ClientLoop: @unchecked Sendable {
             guard let session = session(wsi), let value = session.authorization, let input else { return 0 }
             let position = input.assumingMemoryBound(to: UnsafeMutablePointer<UInt8>?.self)
             guard let start = position.pointee else { return -1 }
-            let name = Array("authorization:".utf8)
+            // lws reads the name as a C string: it needs its NUL.
+            let name = Array("authorization:".utf8) + [0]
             let failed = name.withUnsafeBufferPointer { n in
                 value.withUnsafeBufferPointer { v in
                     lws_add_http_header_by_name(wsi, n.baseAddress, v.baseAddress, Int32(v.count), position, start + length)

@@ -184,7 +184,7 @@ package struct Forwarding: Sendable, Equatable {
     static func xForwarded(_ headers: ForwardingHeaders) -> [Hop]? {
         var hops: [Hop] = (headers.xForwardedFor ?? "").split(separator: ",").map { element in
             let value = element.trimmingCharacters(in: [" ", "\t"])
-            return Hop(for: node(value, allowPort: false))
+            return Hop(for: node(value))
         }
         func last(_ value: String?) -> String? {
             value?.split(separator: ",").last.map { $0.trimmingCharacters(in: [" ", "\t"]) }.flatMap { $0.isEmpty ? nil : $0 }
@@ -199,7 +199,7 @@ package struct Forwarding: Sendable, Equatable {
 
     /// A node as `for=` or `X-Forwarded-For` writes it: `192.0.2.1`, `192.0.2.1:4711`,
     /// `[2001:db8::1]:4711`, `2001:db8::1` (X-Forwarded-For), `unknown`, `_obfuscated`.
-    static func node(_ value: String, allowPort: Bool = true) -> Node {
+    static func node(_ value: String) -> Node {
         if value.lowercased() == "unknown" || value.hasPrefix("_") { return .hidden }
         if value.hasPrefix("[") {
             guard let close = value.firstIndex(of: "]") else { return .hidden }
