@@ -226,6 +226,8 @@ def test_the_unit_names_only_variables_tabd_reads_and_starts_with_exactly_them(s
     state_dir = re.search(r"^StateDirectory=(\S+)$", text, re.M).group(1)
     assert variables["TABD_STATE"][0].startswith(f"/var/lib/{state_dir}/")
     assert re.search(r"^ExecStart=/usr/local/bin/tabd$", text, re.M)
+    # A reload is a SIGHUP to tabd itself, which tabd survives (test_forwarding's SIGHUP test).
+    assert re.search(r"^ExecReload=/bin/kill -HUP \$MAINPID$", text, re.M)
 
     live = {name: value for name, (value, commented) in variables.items() if not commented}
     live.update(TABD_STATE=str(tmp_path / "state.sqlite"), TABD_PORT="0")   # a place of the test's own, a free port
