@@ -4,11 +4,9 @@
 
 The peers are real loopback addresses: 127.0.0.1 is the trusted proxy, 127.0.0.2 a client
 that forges the same headers (the socket binds it as its source)."""
-import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 
 import pytest
@@ -17,48 +15,18 @@ import rawws
 from conftest import TABD, WAIT
 
 
-def upgrade(d, headers=(), source="127.0.0.1", room="main"):
-    """(status line, socket) of a WebSocket upgrade to `d` from `source` with extra headers."""
-    host, port = d.host.rsplit(":", 1)
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(WAIT)
-    s.bind((source, 0))
-    s.connect((host, int(port)))
-    key = base64.b64encode(os.urandom(16)).decode()
-    extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
-    s.sendall((f"GET /ws?room={room} HTTP/1.1\r\nHost: {d.host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        head += chunk
-    return head.split(b"\r\n", 1)[0].decode(), s
-
-
-def welcomed(s):
-    """The welcome frame on an upgraded socket."""
-    while True:
-        opcode, data = rawws.recv_frame(s)
-        if opcode == 1:
-            frame = json.loads(data)
-            assert frame["type"] == "welcome", frame
-            return frame
-
-
 def test_a_trusted_proxys_headers_name_the_client_and_a_forgers_are_ignored(make_daemon):
     d = make_daemon("--trusted-proxy", "127.0.0.1", "--trusted-proxy", "10.0.0.0/8")
-    status, proxied = upgrade(d, [("X-Forwarded-For", "203.0.113.7, 10.1.2.3")])
+    status, _, proxied = rawws.handshake(d.host, [("X-Forwarded-For", "203.0.113.7, 10.1.2.3")])
     assert status.startswith("HTTP/1.1 101"), status
-    a = welcomed(proxied)["client"]
-    status, forged = upgrade(d, [("X-Forwarded-For", "198.51.100.66")], source="127.0.0.2")
+    a = rawws.welcome(proxied)["client"]
+    status, _, forged = rawws.handshake(d.host, [("X-Forwarded-For", "198.51.100.66")], source="127.0.0.2")
     assert status.startswith("HTTP/1.1 101"), status
-    b = welcomed(forged)["client"]
-    status, rfc = upgrade(d, [("Forwarded", 'for="[2001:db8:cafe::17]:4711";proto=https, for=10.9.9.9;by=10.0.0.1'),
+    b = rawws.welcome(forged)["client"]
+    status, _, rfc = rawws.handshake(d.host, [("Forwarded", 'for="[2001:db8:cafe::17]:4711";proto=https, for=10.9.9.9;by=10.0.0.1'),
                               ("X-Forwarded-For", "192.0.2.99")])
     assert status.startswith("HTTP/1.1 101"), status
-    c = welcomed(rfc)["client"]
+    c = rawws.welcome(rfc)["client"]
     for s in (proxied, forged, rfc):
         s.close()
     d.stop()
@@ -71,21 +39,21 @@ def test_a_trusted_proxys_headers_name_the_client_and_a_forgers_are_ignored(make
 def test_the_origin_is_checked_against_the_forwarded_public_host(make_daemon):
     d = make_daemon("--trusted-proxy", "127.0.0.1")
     public = [("Origin", "https://tabd.example"), ("X-Forwarded-Host", "tabd.example"), ("X-Forwarded-Proto", "https")]
-    status, s = upgrade(d, public)
+    status, _, s = rawws.handshake(d.host, public)
     assert status.startswith("HTTP/1.1 101"), f"a browser behind the proxy is let in: {status}"
-    welcomed(s)
+    rawws.welcome(s)
     s.close()
-    status, s = upgrade(d, public, source="127.0.0.2")
+    status, _, s = rawws.handshake(d.host, public, source="127.0.0.2")
     assert status.startswith("HTTP/1.1 403"), f"a forged X-Forwarded-Host from an untrusted peer: {status}"
     s.close()
-    status, s = upgrade(d, [("Origin", "https://evil.example"), ("X-Forwarded-Host", "tabd.example")])
+    status, _, s = rawws.handshake(d.host, [("Origin", "https://evil.example"), ("X-Forwarded-Host", "tabd.example")])
     assert status.startswith("HTTP/1.1 403"), status
     s.close()
     # Ports count: the public host with a port must be the origin's, 443 implied by https.
-    status, s = upgrade(d, [("Origin", "https://tabd.example"), ("Forwarded", 'host="tabd.example:443";proto=https')])
+    status, _, s = rawws.handshake(d.host, [("Origin", "https://tabd.example"), ("Forwarded", 'host="tabd.example:443";proto=https')])
     assert status.startswith("HTTP/1.1 101"), status
     s.close()
-    status, s = upgrade(d, [("Origin", "https://tabd.example"), ("Forwarded", 'host="tabd.example:8443"')])
+    status, _, s = rawws.handshake(d.host, [("Origin", "https://tabd.example"), ("Forwarded", 'host="tabd.example:8443"')])
     assert status.startswith("HTTP/1.1 403"), status
     s.close()
     d.stop()
@@ -94,9 +62,9 @@ def test_the_origin_is_checked_against_the_forwarded_public_host(make_daemon):
 
 def test_a_forwarded_header_that_cannot_be_parsed_is_ignored_with_a_log_line(make_daemon):
     d = make_daemon("--trusted-proxy", "127.0.0.1")
-    status, s = upgrade(d, [("Forwarded", 'for="unterminated'), ("X-Forwarded-For", "203.0.113.8")])
+    status, _, s = rawws.handshake(d.host, [("Forwarded", 'for="unterminated'), ("X-Forwarded-For", "203.0.113.8")])
     assert status.startswith("HTTP/1.1 101"), status
-    me = welcomed(s)["client"]
+    me = rawws.welcome(s)["client"]
     s.close()
     d.stop()
     assert "a Forwarded header that cannot be parsed" in d.stderr, d.stderr
@@ -113,9 +81,9 @@ def test_a_trusted_proxy_that_is_not_an_address_is_a_usage_error(value):
 
 def test_trusted_proxies_from_the_environment(make_daemon):
     d = make_daemon(env={**os.environ, "TABD_TRUSTED_PROXY": "10.0.0.1, 127.0.0.1"})
-    status, s = upgrade(d, [("X-Forwarded-For", "203.0.113.9")])
+    status, _, s = rawws.handshake(d.host, [("X-Forwarded-For", "203.0.113.9")])
     assert status.startswith("HTTP/1.1 101"), status
-    me = welcomed(s)["client"]
+    me = rawws.welcome(s)["client"]
     s.close()
     d.stop()
     assert f"from 203.0.113.9 is client {me} " in d.stderr, d.stderr
@@ -123,9 +91,9 @@ def test_trusted_proxies_from_the_environment(make_daemon):
 
 def test_sighup_is_caught_and_changes_nothing_without_tls(make_daemon):
     d = make_daemon()
-    status, s = upgrade(d)
+    status, _, s = rawws.handshake(d.host)
     assert status.startswith("HTTP/1.1 101"), status
-    welcomed(s)
+    rawws.welcome(s)
     d.proc.send_signal(signal.SIGHUP)
     d.proc.send_signal(signal.SIGHUP)  # the kernel may merge the two: one line or two
     # Still serving: the open connection answers, and a new one is welcomed.
@@ -134,9 +102,9 @@ def test_sighup_is_caught_and_changes_nothing_without_tls(make_daemon):
         opcode, data = rawws.recv_frame(s)
         if opcode == 1 and json.loads(data).get("ref") == "after-hup":
             break
-    status, again = upgrade(d)
+    status, _, again = rawws.handshake(d.host)
     assert status.startswith("HTTP/1.1 101"), status
-    welcomed(again)
+    rawws.welcome(again)
     assert d.proc.poll() is None, "SIGHUP ended tabd"
     s.close()
     again.close()

@@ -2,7 +2,6 @@
 own on a free port with the configuration docs/DEPLOYING.md gives: the page, WebSockets and
 tabctl through it; the client's address and the public host believed from nginx only with
 --trusted-proxy; tokens never in nginx's access log."""
-import base64
 import json
 import os
 import shutil
@@ -117,44 +116,15 @@ def nginx(tmp_path):
         n.stop()
 
 
-def upgrade(host, headers=(), source="127.0.0.1", query="room=main"):
-    """(status line, socket) of a WebSocket upgrade to `host` from `source`."""
-    h, port = host.rsplit(":", 1)
-    s = socket.socket()
-    s.settimeout(WAIT)
-    s.bind((source, 0))
-    s.connect((h, int(port)))
-    key = base64.b64encode(os.urandom(16)).decode()
-    extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
-    s.sendall((f"GET /ws?{query} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        head += chunk
-    return head.split(b"\r\n", 1)[0].decode(), s
-
-
-def welcome(s):
-    while True:
-        opcode, data = rawws.recv_frame(s)
-        if opcode == 1:
-            frame = json.loads(data)
-            assert frame["type"] == "welcome", frame
-            return frame
-
-
 def test_the_page_and_websockets_through_nginx_name_the_real_client(make_daemon, nginx):
     d = make_daemon("--trusted-proxy", "127.0.0.1")
     n = nginx(d.host)
     with urllib.request.urlopen(f"http://{n.host}/", timeout=WAIT) as r:
         assert r.status == 200 and b"<html" in r.read().lower()
     # A browser on the proxy's address: its Origin is the proxy's, and so is the Host nginx forwards.
-    status, s = upgrade(n.host, [("Origin", f"http://{n.host}")], source="127.0.0.3")
+    status, _, s = rawws.handshake(n.host, [("Origin", f"http://{n.host}")], source="127.0.0.3")
     assert status.startswith("HTTP/1.1 101"), status
-    me = welcome(s)["client"]
+    me = rawws.welcome(s)["client"]
     rawws.send_text(s, b'{"type":"push","route":"through-nginx","ref":"p"}')
     while True:
         opcode, data = rawws.recv_frame(s)
@@ -170,26 +140,26 @@ def test_nginxs_default_host_works_only_with_a_trusted_proxy(make_daemon, nginx)
     # X-Forwarded-Host, which tabd believes from a --trusted-proxy alone.
     plain = make_daemon()
     n = nginx(plain.host, host="")
-    status, s = upgrade(n.host, [("Origin", f"http://{n.host}")])
+    status, _, s = rawws.handshake(n.host, [("Origin", f"http://{n.host}")])
     assert status.startswith("HTTP/1.1 403"), f"without --trusted-proxy the origin cannot match: {status}"
     s.close()
     trusting = make_daemon("--trusted-proxy", "127.0.0.1")
     m = nginx(trusting.host, host="")
-    status, s = upgrade(m.host, [("Origin", f"http://{m.host}")])
+    status, _, s = rawws.handshake(m.host, [("Origin", f"http://{m.host}")])
     assert status.startswith("HTTP/1.1 101"), status
-    welcome(s)
+    rawws.welcome(s)
     s.close()
 
 
 def test_a_forwarded_hop_a_client_forges_is_not_believed(make_daemon, nginx):
     d = make_daemon("--trusted-proxy", "127.0.0.1")
     n = nginx(d.host, forwarded='proxy_set_header Forwarded "$http_forwarded, for=$remote_addr;host=\\"$http_host\\";proto=$scheme";')
-    status, s = upgrade(n.host, [("Forwarded", "for=198.51.100.1;host=evil.example"), ("Origin", f"http://{n.host}")],
+    status, _, s = rawws.handshake(n.host, [("Forwarded", "for=198.51.100.1;host=evil.example"), ("Origin", f"http://{n.host}")],
                         source="127.0.0.4")
     assert status.startswith("HTTP/1.1 101"), status
-    me = welcome(s)["client"]
+    me = rawws.welcome(s)["client"]
     s.close()
-    status, s = upgrade(n.host, [("Origin", "http://evil.example")], source="127.0.0.4")
+    status, _, s = rawws.handshake(n.host, [("Origin", "http://evil.example")], source="127.0.0.4")
     assert status.startswith("HTTP/1.1 403"), f"the forged host is not the public one: {status}"
     s.close()
     d.stop()

@@ -1,8 +1,6 @@
 """Tokens stay out of URLs and logs: a browser offers its token as a second WebSocket
 subprotocol (`tabd.token.<token>`), the command-line and Swift clients send
 `Authorization: Bearer`, and tabd writes no token to its logs."""
-import base64
-import json
 import os
 import socket
 import subprocess
@@ -17,19 +15,8 @@ TABCTL = os.environ.get("TABCTL_BIN", os.path.join(os.path.dirname(TABD), "tabct
 
 def handshake(d, protocols, query="room=main"):
     """(response head, socket) of an upgrade offering `protocols`."""
-    host, port = d.host.rsplit(":", 1)
-    s = socket.create_connection((host, int(port)), timeout=WAIT)
-    key = base64.b64encode(os.urandom(16)).decode()
-    offer = f"Sec-WebSocket-Protocol: {protocols}\r\n" if protocols else ""
-    s.sendall((f"GET /ws?{query} HTTP/1.1\r\nHost: {d.host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-               f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{offer}\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = s.recv(1)
-        if not chunk:
-            break
-        head += chunk
-    return head.decode(), s
+    _, head, s = rawws.handshake(d.host, [("Sec-WebSocket-Protocol", protocols)] if protocols else [], query=query)
+    return head, s
 
 
 def test_a_token_offered_as_a_subprotocol_is_the_credential(make_daemon):
@@ -37,11 +24,7 @@ def test_a_token_offered_as_a_subprotocol_is_the_credential(make_daemon):
     head, s = handshake(d, f"tabd.v1, tabd.token.{TOKEN}")
     assert head.startswith("HTTP/1.1 101"), head
     assert "sec-websocket-protocol: tabd.v1\r\n" in head.lower(), "tabd selects tabd.v1, never the token"
-    while True:
-        opcode, data = rawws.recv_frame(s)
-        if opcode == 1:
-            assert json.loads(data)["type"] == "welcome"
-            break
+    rawws.welcome(s)
     s.close()
     for offer, why in [(None, "no credential"), ("tabd.v1, tabd.token.wrong", "a wrong token"),
                        ("tabd.v1", "the plain subprotocol only")]:
@@ -74,13 +57,7 @@ class Recorder:
     def run(self):
         conn, _ = self.sock.accept()
         conn.settimeout(WAIT)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(4096)
-            if not chunk:
-                break
-            data += chunk
-        self.head = data.decode(errors="replace")
+        self.head = rawws.read_head(conn)
         conn.close()
 
 
