@@ -1,3 +1,4 @@
+import Foundation
 import TabdServer
 import WebSockets
 
@@ -19,7 +20,9 @@ enum ForwardedTarget {
         let f = Forwarding.resolve(peer: "127.0.0.1", host: "tabd:8080", scheme: "http", headers: headers, trusted: trusted)
         require(f.client == "127.0.0.1" || bytes.count >= f.client.utf8.count, "a client address longer than the input")
         if f.client != "127.0.0.1" {
-            let named = (part(0) ?? "") + "," + (part(1) ?? "")
+            // A quoted value may escape any character (`\d` is `d`): compared without the
+            // backslashes (an address holds none).
+            let named = ((part(0) ?? "") + "," + (part(1) ?? "")).replacingOccurrences(of: "\\", with: "")
             require(named.contains(f.client), "client '\(f.client)' is not in the headers")
         }
         require(f.scheme == "http" || f.scheme == "https", "scheme '\(f.scheme)'")
