@@ -40,6 +40,9 @@ let package = Package(
         // SIGINT and SIGTERM for the daemon: a handler that only writes to a pipe, read by a
         // thread (C, because a signal handler must be async-signal-safe).
         .target(name: "CSignals"),
+        // TLS over Debian's OpenSSL (libssl-dev): the server's certificate store, replaced on
+        // SIGHUP; TLS 1.2 and later; a client's trust (the system's store and an extra CA).
+        .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
         .target(name: "Auth", dependencies: ["Coordinator", "CCrypto"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
@@ -66,9 +69,9 @@ let package = Package(
         // what the server and the client share (the service thread, close frames, limits),
         .target(name: "WebSocketEngine", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
         // the server (HTTP + WebSocket), which is all the daemon links,
-        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "Locking"], swiftSettings: strict),
+        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "Locking"], swiftSettings: strict),
         // and the client (many connections on one thread) for tests, tools and client libraries.
-        .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "Locking"], swiftSettings: strict),
+        .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "Locking"], swiftSettings: strict),
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
@@ -78,7 +81,7 @@ let package = Package(
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
-        .target(name: "TabdClient", dependencies: ["Coordinator", "WebSocketsClient", "Locking"], swiftSettings: strict),
+        .target(name: "TabdClient", dependencies: ["Coordinator", "CTLS", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
         .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.

@@ -105,10 +105,22 @@ static inline void tabd_lws_abort_socket(struct lws *wsi) {
 
 /// Hands an accepted, non-blocking socket to lws as a raw socket of `protocol` (lws reads
 /// and writes it; tabd parses HTTP and WebSocket itself). On failure lws has closed `fd`.
-static inline struct lws *tabd_adopt_socket(struct lws_vhost *vh, int fd, const char *protocol) {
+/// With `tls`, lws does the TLS handshake first and then moves the decrypted bytes.
+static inline struct lws *tabd_adopt_socket(struct lws_vhost *vh, int fd, const char *protocol, int tls) {
 	lws_sock_file_fd_type d;
 	d.sockfd = fd;
-	return lws_adopt_descriptor_vhost(vh, LWS_ADOPT_SOCKET, d, protocol, NULL);
+	return lws_adopt_descriptor_vhost(vh, tls ? LWS_ADOPT_SOCKET | LWS_ADOPT_ALLOW_SSL : LWS_ADOPT_SOCKET, d,
+					  protocol, NULL);
+}
+
+/// The lws options for TLS (64-bit masks the Swift importer leaves as macros): the
+/// context's OpenSSL initialization, and a vhost SSL_CTX whose certificate tabd sets itself.
+static inline uint64_t tabd_option_ssl_global_init(void) { return LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT; }
+static inline uint64_t tabd_option_vhost_ssl_ctx(void) { return LWS_SERVER_OPTION_CREATE_VHOST_SSL_CTX; }
+/// A connection whose first byte is printable (not a TLS record) goes on without TLS; tabd
+/// answers it only with a redirect to https (lws_is_ssl tells it apart).
+static inline uint64_t tabd_option_http_on_https(void) {
+	return LWS_SERVER_OPTION_ALLOW_NON_SSL_ON_SSL_PORT | LWS_SERVER_OPTION_ALLOW_HTTP_ON_HTTPS_LISTENER;
 }
 
 /// Hands tabd's listening socket to lws as a raw descriptor: lws only reports it readable

@@ -1,7 +1,7 @@
 /// Where a client connects and as whom: the `/ws` URL with its query, built again for
 /// each (re)connection with the `resume` point.
 struct Endpoint: Sendable {
-    /// `ws://host:port/path`, without a query.
+    /// `ws://host:port/path` or `wss://…`, without a query.
     var base: String
     /// Query parameters the caller's URL already had, kept as they are.
     var extraQuery: String
@@ -13,23 +13,23 @@ struct Endpoint: Sendable {
     /// The handshake's `Authorization` header, when there is a token.
     var authorization: String? { token.map { "Bearer \($0)" } }
 
-    /// Accepts `ws://HOST:PORT[/PATH][?QUERY]` and `http://…` (the address tabd prints);
-    /// an empty path or `/` becomes `/ws`.
+    /// Accepts `ws://HOST:PORT[/PATH][?QUERY]` and `http://…` (the address tabd prints),
+    /// and `wss://` and `https://` for TLS; an empty path or `/` becomes `/ws`.
     init(url: String, room: String?, name: String?, token: String?) throws(TabdClientError) {
         var rest: Substring
-        if url.hasPrefix("ws://") { rest = url.dropFirst(5) } else if url.hasPrefix("http://") { rest = url.dropFirst(7) } else {
-            if url.hasPrefix("wss://") || url.hasPrefix("https://") {
-                throw .invalidURL("'\(url)': TLS is not supported; put a TLS proxy in front of tabd or connect over ws://")
-            }
-            throw .invalidURL("'\(url)' does not start with ws:// or http://")
-        }
+        let secure: Bool
+        if url.hasPrefix("ws://") { (rest, secure) = (url.dropFirst(5), false) }
+        else if url.hasPrefix("http://") { (rest, secure) = (url.dropFirst(7), false) }
+        else if url.hasPrefix("wss://") { (rest, secure) = (url.dropFirst(6), true) }
+        else if url.hasPrefix("https://") { (rest, secure) = (url.dropFirst(8), true) }
+        else { throw .invalidURL("'\(url)' does not start with ws://, wss://, http:// or https://") }
         let authority = rest.prefix { $0 != "/" && $0 != "?" }
         guard !authority.isEmpty else { throw .invalidURL("'\(url)' names no host") }
         rest = rest.dropFirst(authority.count)
         var path = String(rest.prefix { $0 != "?" })
         let query = rest.dropFirst(path.count).dropFirst()
         if path.isEmpty || path == "/" { path = "/ws" }
-        base = "ws://\(authority)\(path)"
+        base = "\(secure ? "wss" : "ws")://\(authority)\(path)"
         extraQuery = String(query)
         self.room = room; self.name = name; self.token = token
         guard Self.isValid(self.url(resume: nil)) else { throw .invalidURL("'\(url)'") }
@@ -68,7 +68,7 @@ struct Endpoint: Sendable {
 
     private static func isValid(_ url: String) -> Bool {
         // host:port must parse the way the transport will read it
-        let authority = url.dropFirst(5).prefix { $0 != "/" }
+        let authority = url.drop { $0 != "/" }.dropFirst(2).prefix { $0 != "/" }
         if let colon = authority.lastIndex(of: ":"), !authority.hasSuffix("]") {
             guard let port = Int(authority[authority.index(after: colon)...]), (1...65_535).contains(port) else { return false }
         }

@@ -38,11 +38,14 @@ public actor TabdClient {
         public var connectTimeout: Duration
         /// How to reach tabd; nil: ``WebSocketTransport`` (libwebsockets).
         public var transport: (any TabdTransport)?
+        /// Whom a `wss://` (or `https://`) tabd's certificate must chain to: the system's
+        /// store, and the CAs ``TLSTrust`` adds (for the default transport).
+        public var tls: TLSTrust
 
         public init(reconnects: Bool = true, initialBackoff: Duration = .milliseconds(100), maxBackoff: Duration = .seconds(5),
-                    connectTimeout: Duration = .seconds(10), transport: (any TabdTransport)? = nil) {
+                    connectTimeout: Duration = .seconds(10), transport: (any TabdTransport)? = nil, tls: TLSTrust = .system) {
             self.reconnects = reconnects; self.initialBackoff = initialBackoff; self.maxBackoff = maxBackoff
-            self.connectTimeout = connectTimeout; self.transport = transport
+            self.connectTimeout = connectTimeout; self.transport = transport; self.tls = tls
         }
     }
 
@@ -131,7 +134,7 @@ public actor TabdClient {
             transport = given
         } else {
             let seconds = max(1, Int(options.connectTimeout.components.seconds))
-            do { transport = try WebSocketTransport(connectTimeoutSeconds: seconds) } catch {
+            do { transport = try WebSocketTransport(connectTimeoutSeconds: seconds, tls: options.tls) } catch {
                 throw .connectFailed(status: nil, reason: error.description)
             }
         }

@@ -3,7 +3,8 @@ public enum TabdClientError: Error, Sendable, Equatable, CustomStringConvertible
     /// tabd answered the command with an error and changed nothing. `code` is the
     /// protocol's (`unknown_tab`, `invalid`, `forbidden`, `rate_limited`, ...).
     case refused(CommandError)
-    /// The URL is not one the client can use (`ws://` or `http://` host and port; no TLS).
+    /// The URL is not one the client can use (`ws://`, `wss://`, `http://` or `https://`
+    /// with a host and port).
     case invalidURL(String)
     /// The connection could not be opened: `status` is the HTTP status when tabd refused
     /// the upgrade (400 not a room id, 401 credentials, 403 role or origin, 404 unknown room
@@ -35,6 +36,7 @@ public enum TabdClientError: Error, Sendable, Equatable, CustomStringConvertible
         switch self {
         case let .refused(error): "\(error.code.rawValue): \(error.message)"
         case let .invalidURL(message): "invalid URL: \(message)"
+        case .connectFailed(301, _): "tabd answered with a redirect to https (HTTP 301): it serves TLS on that port; use https:// or wss://"
         case let .connectFailed(status?, reason): "tabd refused the connection (HTTP \(status))" + (reason.isEmpty ? "" : ": \(reason)")
         case let .connectFailed(nil, reason): "could not reach tabd" + (reason.isEmpty ? "" : ": \(reason)")
         case .connectionLost: "the connection dropped while the command was in flight; it may or may not have taken effect"

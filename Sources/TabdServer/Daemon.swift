@@ -30,8 +30,10 @@ public final class Daemon: Sendable {
     /// The port it listens on (the one picked, for `--port 0`).
     public var port: Int { server.port }
 
-    /// The URL it prints once listening: `http://HOST:PORT/`.
-    public var url: String { "http://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(port)/" }
+    /// The URL it prints once listening: `http://HOST:PORT/`, or `https://` with TLS.
+    public var url: String {
+        "\(server.usesTLS ? "https" : "http")://\(options.host.contains(":") ? "[\(options.host)]" : options.host):\(port)/"
+    }
 
     /// Reads the tabs, credentials and web root, opens the state, and starts serving.
     public static func start(_ options: Options, log: Log) async throws(StartError) -> Daemon {
@@ -106,6 +108,9 @@ public final class Daemon: Sendable {
         let daemon = Daemon(options: options, log: log, registry: registry, gateway: gateway, server: server,
                             store: store, cluster: cluster, clusterSweep: clusterSweep)
         log.info("network: \(options.eventLoop.description) event loop; HTTP/1.1 and WebSocket read by tabd over libwebsockets' raw sockets")
+        if let certificate = server.certificateSummary {
+            log.info("TLS 1.2 and later only (plain HTTP to this port is only redirected to https); certificate \(options.tlsCertificate ?? ""): \(certificate)")
+        }
         log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms); "
             + (authenticator.isOn ? "credentials required (\(authenticator.describe))" : "no credentials required"))
         return daemon
@@ -147,13 +152,27 @@ public final class Daemon: Sendable {
         )
         configuration.requestTimeoutSeconds = options.requestTimeout
         configuration.fitsOpenFileLimit = true
+        configuration.tls = options.tls
         return configuration
     }
 
-    /// What `SIGHUP` asks for: reading the TLS certificate and key again. tabd serves plain
-    /// HTTP here, so there is nothing to read: it says so and changes nothing.
-    public func reload() {
-        log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again; nothing changed")
+    /// What `SIGHUP` asks for: reading the TLS certificate and key again. Handshakes from
+    /// then on use the new pair; open connections keep theirs; a bad pair is refused with a
+    /// log line and the old one keeps serving. Without TLS it says so and changes nothing.
+    /// Returns whether a new pair is in use.
+    @discardableResult
+    public func reload() -> Bool {
+        do throws(TLSError) {
+            guard let summary = try server.reloadTLS() else {
+                log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again; nothing changed")
+                return false
+            }
+            log.info("received SIGHUP: TLS certificate and key read again; new connections use \(summary)")
+            return true
+        } catch {
+            log.error("received SIGHUP: \(error); the certificate in use keeps serving")
+            return false
+        }
     }
 
     /// Stops cleanly: refuses new work, gives clients `closeTimeout` to take their 1001

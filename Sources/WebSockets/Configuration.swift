@@ -54,6 +54,9 @@ public struct Configuration: Sendable {
     /// at every close). For a process that is the server alone (tabd); the limit is the
     /// process's.
     public var fitsOpenFileLimit = false
+    /// Serve HTTPS and WSS only, with this certificate and key (read at creation, and
+    /// again by `WebSocketServer.reloadTLS()`); nil: plain HTTP and WebSocket.
+    public var tls: TLSFiles? = nil
 
     public init(
         host: String = "127.0.0.1",

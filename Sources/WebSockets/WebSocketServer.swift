@@ -20,6 +20,19 @@ public final class WebSocketServer: Sendable {
     /// The port really listened on (the chosen one when `Configuration.port` is 0).
     public var port: Int { loop.port }
 
+    /// It serves HTTPS and WSS only (`Configuration.tls`).
+    public var usesTLS: Bool { loop.tls != nil }
+
+    /// The certificate in use (subject, issuer, expiry), for the log; nil without TLS.
+    public var certificateSummary: String? { loop.tls?.summary }
+
+    /// Reads the certificate and key files again; if they make a good pair (both PEM, the key
+    /// the certificate's), handshakes from now on use it and the summary of it is returned.
+    /// Open connections keep theirs. A bad pair throws and changes nothing. Nil without TLS.
+    public func reloadTLS() throws(TLSError) -> String? {
+        try loop.tls?.reload()
+    }
+
     /// Starts the service thread. Calling it again, or after `shutdown`, does nothing.
     public func start() {
         _ = loop.start()

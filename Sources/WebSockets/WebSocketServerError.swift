@@ -12,6 +12,8 @@ public enum WebSocketServerError: Error, Sendable, Equatable, CustomStringConver
     case invalidConfiguration(String)
     /// libwebsockets refused to create its context for another reason (see its log on stderr).
     case libwebsocketsFailed(String)
+    /// The TLS certificate or key cannot be used (the message names the file).
+    case tls(TLSError)
 
     public var description: String {
         switch self {
@@ -27,6 +29,8 @@ public enum WebSocketServerError: Error, Sendable, Equatable, CustomStringConver
             return "invalid configuration: \(message)"
         case let .libwebsocketsFailed(message):
             return "libwebsockets failed: \(message)"
+        case let .tls(error):
+            return error.description
         }
     }
 }

@@ -16,6 +16,8 @@ public struct ClientConfiguration: Sendable {
     /// 10 s after that without an answer. nil: never (a load client: libwebsockets keeps
     /// these timers in one sorted list, which every new connection walks).
     public var keepAliveSeconds: Int? = 300
+    /// Whom `wss://` connections trust: the system's store by default.
+    public var tls: TLSTrust = .system
 
     public init(
         maxConnections: Int = 1024,
@@ -34,23 +36,28 @@ public struct ClientConfiguration: Sendable {
     }
 }
 
-/// Where a client connects: `ws://HOST:PORT/PATH?QUERY` (no TLS).
+/// Where a client connects: `ws://HOST:PORT/PATH?QUERY`, or `wss://` over TLS.
 public struct WebSocketURL: Sendable, Equatable, CustomStringConvertible {
     public var host: String
     public var port: Int
     /// The path with its query, e.g. `/ws?name=kiosk`.
     public var path: String
+    /// `wss://`: TLS, verified against `ClientConfiguration.tls`.
+    public var secure: Bool
 
-    public init(host: String, port: Int, path: String = "/") {
+    public init(host: String, port: Int, path: String = "/", secure: Bool = false) {
         self.host = host
         self.port = port
         self.path = path.hasPrefix("/") ? path : "/" + path
+        self.secure = secure
     }
 
-    /// Parses `ws://host:port/path?query`; nil for anything else (`wss:` included).
+    /// Parses `ws://host:port/path?query` (port 80 by default) and `wss://…` (443); nil
+    /// for anything else.
     public init?(_ text: String) {
-        guard text.hasPrefix("ws://") else { return nil }
-        let rest = text.dropFirst(5)
+        let secure = text.hasPrefix("wss://")
+        guard secure || text.hasPrefix("ws://") else { return nil }
+        let rest = text.dropFirst(secure ? 6 : 5)
         let authority = rest.prefix { $0 != "/" && $0 != "?" }
         var path = String(rest.dropFirst(authority.count))
         if path.isEmpty || path.hasPrefix("?") { path = "/" + path }
@@ -69,18 +76,18 @@ public struct WebSocketURL: Sendable, Equatable, CustomStringConvertible {
             portText = nil
         }
         guard !host.isEmpty else { return nil }
-        let port = portText.map { Int($0) } ?? 80
+        let port = portText.map { Int($0) } ?? (secure ? 443 : 80)
         guard let port, (1...65_535).contains(port) else { return nil }
-        self.init(host: String(host), port: port, path: path)
+        self.init(host: String(host), port: port, path: path, secure: secure)
     }
 
     /// The same server with another path and query.
-    public func with(path: String) -> WebSocketURL { WebSocketURL(host: host, port: port, path: path) }
+    public func with(path: String) -> WebSocketURL { WebSocketURL(host: host, port: port, path: path, secure: secure) }
 
     /// The `Host` header: `host:port`.
     public var hostHeader: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
-    public var description: String { "ws://\(hostHeader)\(path)" }
+    public var description: String { "\(secure ? "wss" : "ws")://\(hostHeader)\(path)" }
 }
 
 /// How a client connection ended.

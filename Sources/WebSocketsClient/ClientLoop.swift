@@ -1,4 +1,5 @@
 import Locking
+import CTLS
 import CWebSockets
 import Foundation
 import Synchronization
@@ -32,6 +33,8 @@ final class ClientLoop: @unchecked Sendable {
     /// The keep-alive policy every connection is opened with (freed with `allocations`).
     private let retry: UnsafeMutablePointer<lws_retry_bo_t>
     private var destroyed = false
+    /// Why the TLS context could not be set up (set while the context is created).
+    var tlsProblem: String?
 
     // Service thread only.
     private var sessions: [ConnectionID: ClientSession] = [:]
@@ -82,6 +85,9 @@ final class ClientLoop: @unchecked Sendable {
         // No fd_limit_per_thread below the open-file limit: lws would then find every socket by
         // a scan of its whole table instead of an index.
         _ = fdLimit
+        // TLS for wss:// (the client SSL_CTX is set up at
+        // LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS, from `configuration.tls`).
+        info.options = tabd_option_ssl_global_init()
         info.timeout_secs = UInt32(configuration.connectTimeoutSeconds)
         info.connect_timeout_secs = UInt32(configuration.connectTimeoutSeconds)
         // info.extensions stays nil: no permessage-deflate.
@@ -96,6 +102,7 @@ final class ClientLoop: @unchecked Sendable {
                 : "lws_create_context failed")
         }
         context = ctx
+        if let tlsProblem { throw .invalidConfiguration("TLS: \(tlsProblem)") }
     }
 
     deinit {
@@ -207,7 +214,11 @@ final class ClientLoop: @unchecked Sendable {
             session(wsi)?.peerClose = LWS.parseClose(UnsafeRawBufferPointer(start: input, count: input == nil ? 0 : length))
             return 0
         case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
-            let message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? "connection failed"
+            var message = input.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) } ?? "connection failed"
+            // lws says "connect SSL err 1: …" for a certificate that does not verify: say why.
+            if let refused = tabd_tls_verify_error(UnsafeRawPointer(lws_get_ssl(wsi))) {
+                message = "TLS: the server's certificate was refused: \(String(cString: refused))"
+            }
             let status = Int(lws_http_client_http_response(wsi))
             finish(wsi, failure: message, httpStatus: status > 0 ? status : nil)
             return 0
@@ -243,7 +254,9 @@ final class ClientLoop: @unchecked Sendable {
         info.origin = request.origin.map { session.keep($0) }
         info.protocol = request.subprotocols.map { session.keep($0) }
         info.local_protocol_name = session.keep(Self.protocolName)
-        info.ssl_connection = 0
+        // A redirect is an answer, not a new address to try: it fails the connection with its
+        // status (a plain ws:// to a TLS tabd gets 301 to https, which the caller reports).
+        info.ssl_connection = Int32(LCCSCF_HTTP_NO_FOLLOW_REDIRECT.rawValue) | (request.url.secure ? Int32(LCCSCF_USE_SSL.rawValue) : 0)
         info.retry_and_idle_policy = UnsafePointer(retry)
         info.opaque_user_data = Unmanaged.passUnretained(session).toOpaque()
         let wsi = lws_client_connect_via_info(&info)
@@ -388,6 +401,12 @@ func tabdLWSClientCallback(
     _ length: Int
 ) -> Int32 {
     switch reason {
+    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_CLIENT_VERIFY_CERTS:
+        // While the context is created: `user` is the client SSL_CTX.
+        guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return 0 }
+        let loop = Unmanaged<ClientLoop>.fromOpaque(contextUser).takeUnretainedValue()
+        loop.tlsProblem = loop.configuration.tls.configure(user)
+        return 0
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_CLIENT_FILTER_PRE_ESTABLISH, LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER,
         LWS_CALLBACK_CLIENT_ESTABLISHED, LWS_CALLBACK_CLIENT_RECEIVE,
         LWS_CALLBACK_CLIENT_WRITEABLE, LWS_CALLBACK_WS_PEER_INITIATED_CLOSE, LWS_CALLBACK_CLIENT_CONNECTION_ERROR,

@@ -6,6 +6,8 @@ struct Invocation {
     var room: String?
     var token: String?
     var name: String?
+    /// `--ca-file`: a CA trusted besides the system's, for https:// and wss://.
+    var caFile: String?
     var json = false
     var help = false
     /// The subcommand and its positional arguments.
@@ -101,8 +103,11 @@ struct Subcommand {
 extension Invocation {
     static let globalOptions = """
     GLOBAL OPTIONS:
-      --url URL        tabd's address: http://HOST:PORT or ws://HOST:PORT
+      --url URL        tabd's address: http://HOST:PORT or ws://HOST:PORT, or
+                       https:// and wss:// for a tabd with TLS
                        (default $TABD_URL, else http://127.0.0.1:8080)
+      --ca-file FILE   also trust the CA certificates in FILE (PEM) for https://
+                       and wss://, besides the system's (default $TABD_CA_FILE)
       --room ID        the room (default $TABD_ROOM, else tabd's 'main')
       --token TOKEN    a token, when tabd requires one (default $TABD_TOKEN)
       --name NAME      the name other clients see (default tabctl)
@@ -126,11 +131,12 @@ extension Invocation {
         \(globalOptions)
 
         EXIT STATUS: 0 done; 1 tabd refused the command (its error code is printed);
-        2 usage error; 3 tabd could not be reached or closed the connection.
+        2 usage error; 3 tabd could not be reached or closed the connection (a TLS
+        certificate that does not verify included).
         """
     }
 
-    static let globals: Set<String> = ["--url", "--room", "--token", "--name"]
+    static let globals: Set<String> = ["--url", "--room", "--token", "--name", "--ca-file"]
 
     /// Reads the arguments; options may come before or after the command.
     static func parse(_ args: [String], environment: [String: String]) throws(UsageError) -> Invocation {
@@ -138,6 +144,7 @@ extension Invocation {
         if let url = environment["TABD_URL"], !url.isEmpty { inv.url = url }
         if let room = environment["TABD_ROOM"], !room.isEmpty { inv.room = room }
         if let token = environment["TABD_TOKEN"], !token.isEmpty { inv.token = token }
+        if let caFile = environment["TABD_CA_FILE"], !caFile.isEmpty { inv.caFile = caFile }
         var line = Arguments(args)
         var words: [String] = []
         func value(_ name: String) throws(UsageError) -> String { try line.value(of: name) }
@@ -149,6 +156,7 @@ extension Invocation {
             case "--room": inv.room = try value(arg)
             case "--token": inv.token = try value(arg)
             case "--name": inv.name = try value(arg)
+            case "--ca-file": inv.caFile = try value(arg)
             case "--": words += line.rest()
             default:
                 if arg.hasPrefix("--") {

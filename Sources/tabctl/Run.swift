@@ -15,6 +15,12 @@ struct Run {
     }
 
     func main() async -> Int32 {
+        if let caFile = invocation.caFile {
+            do { _ = try TLSTrust(caFile: caFile) } catch {
+                printError("--ca-file: \(error)")
+                return Exit.usage
+            }
+        }
         do throws(TabdClientError) {
             switch invocation.command!.name {
             case "rooms": return try await rooms()
@@ -28,7 +34,7 @@ struct Run {
 
     private func connect() async throws(TabdClientError) -> TabdClient {
         try await TabdClient.connect(url: invocation.url, room: invocation.room, token: invocation.token,
-                                     name: invocation.name ?? "tabctl", options: .init(reconnects: invocation.command?.name == "watch"))
+                                     name: invocation.name ?? "tabctl", options: .init(reconnects: invocation.command?.name == "watch", tls: trust))
     }
 
     // MARK: One command
@@ -168,7 +174,7 @@ struct Run {
     // MARK: rooms
 
     private func rooms() async throws(TabdClientError) -> Int32 {
-        let api = try TabdAPI(url: invocation.url, token: invocation.token)
+        let api = try TabdAPI(url: invocation.url, token: invocation.token, tls: trust)
         let args = invocation.positional
         switch args.first ?? "list" {
         case "list":
@@ -227,6 +233,9 @@ struct Run {
     private func milliseconds(_ d: Duration) -> Double {
         ((Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15) * 10).rounded() / 10
     }
+
+    /// The system's CAs, and `--ca-file`'s (read and checked in `main`).
+    private var trust: TLSTrust { invocation.caFile.flatMap { try? TLSTrust(caFile: $0) } ?? .system }
 
     private func usage(_ message: String) -> Int32 {
         printError(message)

@@ -187,7 +187,7 @@ struct TabdClientTests {
         #expect(await connectError(tabd.url, room: "nowhere") == .status(404))
         #expect(await connectError(tabd.url, room: "not a room id") == .status(400))
         #expect(await connectError("ws://127.0.0.1:1") == .unreachable)
-        for url in ["wss://127.0.0.1:8080", "https://example.com", "127.0.0.1:8080", "ws://", "ws://host:99999"] {
+        for url in ["ftp://127.0.0.1:8080", "127.0.0.1:8080", "ws://", "wss://", "https://host:99999", "ws://host:99999"] {
             #expect(await connectError(url) == .invalidURL, "\(url)")
         }
     }

@@ -126,7 +126,8 @@ private func nextElement<Element: Sendable>(
         #expect(WebSocketURL("ws://localhost") == WebSocketURL(host: "localhost", port: 80, path: "/"))
         #expect(WebSocketURL("ws://[::1]:9/x") == WebSocketURL(host: "::1", port: 9, path: "/x"))
         #expect(WebSocketURL("ws://h:9?q=1")?.path == "/?q=1")
-        #expect(WebSocketURL("wss://h/") == nil)
+        #expect(WebSocketURL("wss://h/") == WebSocketURL(host: "h", port: 443, path: "/", secure: true))
+        #expect(WebSocketURL("http://h/") == nil)
         #expect(WebSocketURL("ws://h:0/") == nil)
         #expect(WebSocketURL(host: "::1", port: 9).hostHeader == "[::1]:9")
     }

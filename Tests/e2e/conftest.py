@@ -28,7 +28,7 @@ class Daemon:
     tests of the options themselves. `cwd` and `env` are the process's own (the tests' by
     default)."""
 
-    def __init__(self, *args, binary=None, cwd=ROOT, env=None, bare=False):
+    def __init__(self, *args, binary=None, cwd=ROOT, env=None, bare=False, ssl_context=None):
         if not bare:
             if "--state" not in args and "--cluster" not in args:
                 args = ("--state", ":memory:", *args)  # each test its own history
@@ -38,19 +38,38 @@ class Daemon:
                                      text=True, errors="replace", cwd=cwd, env=env)
         ready, _, _ = select.select([self.proc.stdout], [], [], WAIT)
         line = self.proc.stdout.readline() if ready else ""
-        m = re.match(r"tabd listening on http://([^/]+)/$", line.strip())
+        m = re.match(r"tabd listening on (https?)://([^/]+)/$", line.strip())
         if not m:
             self.proc.kill()
             raise RuntimeError(f"tabd did not start: {line!r} {self.proc.communicate(timeout=WAIT)[1]}")
-        self.host = m.group(1)
-        self.http = f"http://{self.host}"
-        self.ws = f"ws://{self.host}/ws"
+        self.host = m.group(2)
+        self.http = f"{m.group(1)}://{self.host}"
+        self.ws = f"{'wss' if m.group(1) == 'https' else 'ws'}://{self.host}/ws"
+        self.ssl_context = ssl_context  # what fetch() verifies an https tabd with
+        self._log = b""  # stderr read so far by wait_for_log
+
+    def wait_for_log(self, text, timeout=WAIT):
+        """Reads tabd's stderr until `text` appears in it (after what earlier calls read);
+        returns the lines read. Fails after `timeout` seconds."""
+        fd = self.proc.stderr.fileno()
+        deadline = time.monotonic() + timeout
+        start = len(self._log)
+        while text.encode() not in self._log[start:]:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([fd], [], [], max(0, left))
+            if not ready:
+                raise AssertionError(f"tabd did not log {text!r} within {timeout} s; it logged {self._log[start:]!r}")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                raise AssertionError(f"tabd ended without logging {text!r}: {self._log[start:]!r}")
+            self._log += chunk
+        return self._log[start:].decode(errors="replace")
 
     def fetch(self, path, headers=None):
         """(status, body bytes) of an HTTP GET."""
         req = urllib.request.Request(self.http + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=WAIT) as r:
+            with urllib.request.urlopen(req, timeout=WAIT, context=self.ssl_context) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
@@ -78,6 +97,7 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 _, self.stderr = self.proc.communicate()
+            self.stderr = self._log.decode(errors="replace") + self.stderr
         return self.proc.returncode
 
 

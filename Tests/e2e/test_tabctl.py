@@ -72,7 +72,7 @@ def test_help_lists_every_command_and_each_command_has_its_own_help():
     (["move-tab", "home", "x"], "INDEX must be a whole number"),
     (["add-tab", "news", "--title", "News"], "add-tab needs --title, --icon and --color"),
     (["watch", "--count", "0"], "--count must be a whole number 1 or more"),
-    (["--url", "https://example.com", "state"], "TLS is not supported"),
+    (["--url", "ftp://example.com", "state"], "does not start with ws://, wss://, http:// or https://"),
     (["--url"], "--url needs a value"),
 ])
 def test_usage_errors_exit_2_and_say_what_is_wrong(daemon, args, message):

@@ -1,4 +1,6 @@
+import CTLS
 import Foundation
+import WebSocketsClient
 
 /// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
 /// for tabd's HTTP API and `/metrics` (``TabdAPI`` runs it off the caller's thread; the
@@ -21,9 +23,13 @@ public struct HTTPRequest: Sendable {
     public var body: [UInt8]
     /// Extra header lines, e.g. `("Authorization", "Bearer …")`.
     public var headers: [(String, String)]
+    /// HTTPS, verified against this trust (nil: plain HTTP).
+    public var tls: TLSTrust?
 
-    public init(method: String, host: String, port: Int, path: String, body: [UInt8] = [], headers: [(String, String)] = []) {
+    public init(method: String, host: String, port: Int, path: String, body: [UInt8] = [], headers: [(String, String)] = [],
+                tls: TLSTrust? = nil) {
         self.method = method; self.host = host; self.port = port; self.path = path; self.body = body; self.headers = headers
+        self.tls = tls
     }
 
     /// Sends the request and reads the whole answer (its `Content-Length`, or up to the close).
@@ -50,6 +56,8 @@ public struct HTTPRequest: Sendable {
         }
         guard fd >= 0 else { throw Failure(description: "connect to \(host):\(port): \(String(cString: strerror(lastErrno)))") }
         defer { close(fd) }
+        let stream = try Stream(fd: fd, host: host, tls: tls)
+        defer { stream.close() }
         let hostHeader = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
         var head = "\(method) \(path) HTTP/1.1\r\nHost: \(hostHeader)\r\nConnection: close\r\n"
         head += "Content-Length: \(body.count)\r\n"
@@ -58,17 +66,15 @@ public struct HTTPRequest: Sendable {
         let request = Array((head + "\r\n").utf8) + body
         var sent = 0
         while sent < request.count {
-            let n = request[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            guard n > 0 else { throw Failure(description: "send: errno \(errno)") }
-            sent += n
+            sent += try stream.send(request[sent...])
         }
         var answer: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_384, alignment: 8)
+        defer { buffer.deallocate() }
         var expected: Int?
         while expected.map({ answer.count < $0 }) ?? true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let n = try stream.receive(into: buffer)
             if n == 0 { break }
-            guard n > 0 else { throw Failure(description: "recv: errno \(errno)") }
             answer += buffer[0..<n]
             if expected == nil, let end = Self.headerEnd(answer) {
                 let header = String(decoding: answer[0..<end], as: UTF8.self).lowercased()
@@ -89,5 +95,48 @@ public struct HTTPRequest: Sendable {
         guard b.count >= 4 else { return nil }
         for i in 0...(b.count - 4) where b[i] == 13 && b[i + 1] == 10 && b[i + 2] == 13 && b[i + 3] == 10 { return i }
         return nil
+    }
+
+    /// The connection's bytes: as they are, or through TLS.
+    private final class Stream {
+        let fd: Int32
+        let tls: OpaquePointer?
+
+        init(fd: Int32, host: String, tls trust: TLSTrust?) throws(Failure) {
+            self.fd = fd
+            guard let trust else { tls = nil; return }
+            var reason = [CChar](repeating: 0, count: 256)
+            let client = trust.withExtra { pem, count in
+                tabd_tls_client_connect(fd, host, trust.bundle, pem, count, &reason, reason.count)
+            }
+            guard let client else { throw Failure(description: "TLS with \(host): \(Self.text(reason))") }
+            tls = client
+        }
+
+        func send(_ bytes: ArraySlice<UInt8>) throws(Failure) -> Int {
+            var reason = [CChar](repeating: 0, count: 256)
+            let n = bytes.withUnsafeBytes { bytes in
+                tls.map { tabd_tls_client_write($0, bytes.baseAddress, bytes.count, &reason, reason.count) }
+                    ?? Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL))
+            }
+            guard n > 0 else { throw Failure(description: tls == nil ? "send: \(String(cString: strerror(errno)))" : "TLS: \(Self.text(reason))") }
+            return n
+        }
+
+        func receive(into bytes: UnsafeMutableRawBufferPointer) throws(Failure) -> Int {
+            var reason = [CChar](repeating: 0, count: 256)
+            let n = tls.map { tabd_tls_client_read($0, bytes.baseAddress, bytes.count, &reason, reason.count) }
+                ?? recv(fd, bytes.baseAddress, bytes.count, 0)
+            guard n >= 0 else { throw Failure(description: tls == nil ? "recv: \(String(cString: strerror(errno)))" : "TLS: \(Self.text(reason))") }
+            return n
+        }
+
+        func close() {
+            if let tls { tabd_tls_client_free(tls) }
+        }
+
+        static func text(_ reason: [CChar]) -> String {
+            String(decoding: reason.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
     }
 }

@@ -21,15 +21,19 @@ public struct TabdAPI: Sendable {
     private let host: String
     private let port: Int
     private let token: String?
+    /// Set for `https://` (and `wss://`): the trust the server's certificate is checked against.
+    private let tls: TLSTrust?
 
     /// `url` is tabd's address, `http://HOST:PORT/` or `ws://HOST:PORT/…` (only host and
-    /// port are used).
-    public init(url: String, token: String? = nil) throws(TabdClientError) {
+    /// port are used), or `https://`/`wss://` for TLS, verified against `tls` (the system's
+    /// store by default; ``TLSTrust`` adds a private CA).
+    public init(url: String, token: String? = nil, tls: TLSTrust = .system) throws(TabdClientError) {
         let endpoint = try Endpoint(url: url, room: nil, name: nil, token: nil)
         guard let target = WebSocketURL(endpoint.base) else { throw .invalidURL("'\(url)'") }
         host = target.host
         port = target.port
         self.token = token
+        self.tls = target.secure ? tls : nil
     }
 
     /// One page of rooms in id order, after `after`, at most `limit` (1–1000; tabd's
@@ -104,7 +108,7 @@ public struct TabdAPI: Sendable {
     private func call(_ method: String, _ path: String, body: [UInt8] = [], expect: Int) async throws(TabdClientError) -> JSONValue {
         var headers: [(String, String)] = []
         if let token { headers.append(("Authorization", "Bearer \(token)")) }
-        let request = HTTPRequest(method: method, host: host, port: port, path: path, body: body, headers: headers)
+        let request = HTTPRequest(method: method, host: host, port: port, path: path, body: body, headers: headers, tls: tls)
         let result = await withCheckedContinuation { (done: CheckedContinuation<Result<HTTPRequest.Response, HTTPRequest.Failure>, Never>) in
             DispatchQueue.global().async { done.resume(returning: Result { () throws(HTTPRequest.Failure) in try request.send() }) }
         }

@@ -9,12 +9,14 @@ public final class WebSocketTransport: TabdTransport {
 
     /// Starts the service thread. `connectTimeoutSeconds` bounds opening a connection.
     /// `logLevel` is libwebsockets' (process-wide; nil leaves it as it is): by default only
-    /// its errors reach stderr, not its notices about every refused connection.
-    public init(connectTimeoutSeconds: Int = 10, logLevel: WebSocketLogLevel? = .error) throws(WebSocketClientError) {
+    /// its errors reach stderr, not its notices about every refused connection. `wss://`
+    /// connections verify the server against `tls`.
+    public init(connectTimeoutSeconds: Int = 10, logLevel: WebSocketLogLevel? = .error, tls: TLSTrust = .system) throws(WebSocketClientError) {
         router = Router()
-        client = try WebSocketClient(
-            configuration: .init(maxConnections: 8, logLevel: logLevel, connectTimeoutSeconds: connectTimeoutSeconds, threadName: "tabd-client"),
-            handler: router)
+        var configuration = ClientConfiguration(maxConnections: 8, logLevel: logLevel, connectTimeoutSeconds: connectTimeoutSeconds,
+                                                threadName: "tabd-client")
+        configuration.tls = tls
+        client = try WebSocketClient(configuration: configuration, handler: router)
     }
 
     public func open(_ url: String) -> any TabdConnection { open(url, authorization: nil) }
@@ -28,7 +30,7 @@ public final class WebSocketTransport: TabdTransport {
         }
         // After shutdown the client opens nothing and would report no `closed`.
         guard !isShutDown.withLock({ $0 }) else { return refuse("the transport is shut down") }
-        guard let target = WebSocketURL(url) else { return refuse("not a ws:// URL: \(url)") }
+        guard let target = WebSocketURL(url) else { return refuse("not a ws:// or wss:// URL: \(url)") }
         let id = client.connect(target, subprotocols: "tabd.v1", authorization: authorization)
         router.attach(id, continuation)
         return Connection(id: id, client: client, events: events)

@@ -117,7 +117,7 @@ final class Gateway: WebSocketServerHandler {
     /// The client behind the request: from a `--trusted-proxy`, as its forwarding headers
     /// say (``Forwarding``); from anyone else, the peer and its `Host`.
     private func forwarding(of request: UpgradeRequest, logging: Bool) -> Forwarding {
-        let f = Forwarding.resolve(peer: request.peer, host: request.host, scheme: "http", headers: request.forwarding,
+        let f = Forwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https", headers: request.forwarding,
                                    trusted: options.trustedProxies)
         if logging, let problem = f.problem { log.warn("upgrade from \(request.peer): \(problem)") }
         return f

@@ -41,6 +41,15 @@ public struct Options: Sendable {
     public var cluster: [String] = []
     /// `--node-name`: this node's name in the cluster (default: host name and port).
     public var nodeName: String?
+    /// `--tls-cert` and `--tls-key`: serve HTTPS and WSS only (both or neither).
+    public var tlsCertificate: String?
+    public var tlsKey: String?
+
+    /// The TLS files, when both are given.
+    public var tls: TLSFiles? {
+        guard let tlsCertificate, let tlsKey else { return nil }
+        return TLSFiles(certificateFile: tlsCertificate, keyFile: tlsKey)
+    }
 
     /// The bytes per second a connection may send (0: no limit).
     public var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
@@ -82,6 +91,10 @@ public struct Options: Sendable {
                              0 = no limit (default 1048576, or no limit
                              when --rate-limit is 0)
       --max-clients N        connections beyond it are refused with 503 (default 10000)
+      --tls-cert FILE        serve HTTPS and WSS only, with the certificate in FILE
+                             (PEM, the chain after it, as Let's Encrypt's fullchain.pem);
+                             with --tls-key; SIGHUP reads both again
+      --tls-key FILE         the certificate's private key (PEM, not encrypted)
       --allow-origin ORIGIN  also accept browsers from this origin (repeatable)
       --trusted-proxy ADDR   a reverse proxy (an address or CIDR, repeatable) whose
                              Forwarded or X-Forwarded-For/-Host/-Proto headers give
@@ -123,6 +136,7 @@ public struct Options: Sendable {
 
     With any token or key set, /ws, the HTTP API and /metrics need credentials.
     The first line on stdout once listening is: tabd listening on http://HOST:PORT/
+    (https:// with --tls-cert).
     """
 
     /// Every option at its default.
@@ -168,6 +182,10 @@ public struct Options: Sendable {
                 }
             }
             if let a = given["--token"], let b = given["--token-file"] { throw UsageError("give \(a) or \(b), not both") }
+            if (o.tlsCertificate == nil) != (o.tlsKey == nil) {
+                let set = given["--tls-cert"] ?? given["--tls-key"] ?? "--tls-cert"
+                throw UsageError("\(set) needs \(given["--tls-cert"] == nil ? "--tls-cert" : "--tls-key") too: TLS takes a certificate and its key")
+            }
             if let a = given["--state"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
@@ -249,6 +267,14 @@ public struct Options: Sendable {
             guard !t.isEmpty else { throw UsageError("\(name) must not be empty") }
             token = t
         case "--token-file": tokenFile = try value()
+        case "--tls-cert":
+            let v = try value()
+            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
+            tlsCertificate = v
+        case "--tls-key":
+            let v = try value()
+            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
+            tlsKey = v
         case "--auth-secret-file": authSecretFile = try value()
         case "--ping-interval": pingInterval = try int(min: 1, max: 3600)
         case "--request-timeout": requestTimeout = try int(min: 1, max: 3600)

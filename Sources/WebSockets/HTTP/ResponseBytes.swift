@@ -47,6 +47,7 @@ enum ResponseBytes {
         case 200: return "OK"
         case 201: return "Created"
         case 204: return "No Content"
+        case 301: return "Moved Permanently"
         case 304: return "Not Modified"
         case 400: return "Bad Request"
         case 401: return "Unauthorized"

@@ -38,6 +38,11 @@ final class Connection {
     var waitingForOutput = false
     /// The head of at least one request arrived whole (an HTTP request or the upgrade).
     var sawRequest = false
+    /// A TLS server's connection whose peer spoke plain HTTP (its requests are only
+    /// redirected to https or refused); known from its first bytes.
+    var plainOnTLSPort = false
+    /// Whether `plainOnTLSPort` has been decided (at the first bytes read).
+    var transportKnown = false
 
     init(socket: UInt64, wsi: OpaquePointer) {
         self.socket = socket

@@ -25,23 +25,28 @@ final class LWSContext {
     static let readBufferSize = 64 * 1024
 
     /// Creates the context; `user` becomes the context user pointer (see ServiceLoop).
+    /// With `tls`, the vhost has an SSL_CTX (its certificate is set at the
+    /// LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS callback, see RawCallbacks.swift).
     init(eventLoop: WebSocketEventLoop, logLevel: WebSocketLogLevel,
-         logSink: (@Sendable (WebSocketLogLevel, String) -> Void)?, user: UnsafeMutableRawPointer) throws(WebSocketServerError) {
+         logSink: (@Sendable (WebSocketLogLevel, String) -> Void)?, tls: Bool, user: UnsafeMutableRawPointer) throws(WebSocketServerError) {
         let loop: EventLoop
         do { loop = try EventLoop(eventLoop) } catch { throw .libwebsocketsFailed(error.message) }
         LWS.setLogging(logLevel, sink: logSink)
 
         let name = strdup("tabd-raw")!
+        // ALPN: tabd speaks HTTP/1.1 only (lws would offer h2, which browsers pick).
+        let alpn = strdup("http/1.1")!
         let protocols = UnsafeMutablePointer<lws_protocols>.allocate(capacity: 2)
         protocols.initialize(repeating: lws_protocols(), count: 2)
         protocols[0].name = UnsafePointer(name)
         protocols[0].callback = tabdRawCallback
         protocols[0].per_session_data_size = MemoryLayout<UnsafeMutableRawPointer?>.size
-        let allocations = [UnsafeMutableRawPointer(name), UnsafeMutableRawPointer(protocols)]
+        let allocations = [UnsafeMutableRawPointer(name), UnsafeMutableRawPointer(protocols), UnsafeMutableRawPointer(alpn)]
         func freeAll() { for pointer in allocations { free(pointer) } }
 
         var info = lws_context_creation_info()
         info.options = UInt64(LWS_SERVER_OPTION_EXPLICIT_VHOSTS)
+        if tls { info.options |= tabd_option_ssl_global_init() }
         info.port = CONTEXT_PORT_NO_LISTEN
         // No fd_limit_per_thread: lws sizes its fd table by the open-file limit and finds a
         // socket by indexing it (a smaller limit would make every lookup a scan of the table).
@@ -59,13 +64,18 @@ final class LWSContext {
         }
         var vhostInfo = lws_context_creation_info()
         vhostInfo.options = info.options
+        if tls {
+            // Plain HTTP to the TLS port reaches tabd, marked as such, to be redirected.
+            vhostInfo.options |= tabd_option_vhost_ssl_ctx() | tabd_option_http_on_https()
+            vhostInfo.alpn = UnsafePointer(alpn)
+        }
         vhostInfo.port = CONTEXT_PORT_NO_LISTEN_SERVER
         vhostInfo.vhost_name = UnsafePointer(name)
         vhostInfo.protocols = UnsafePointer(protocols)
         guard let vhost = lws_create_vhost(context, &vhostInfo) else {
             loop.destroy(context)
             freeAll()
-            throw .libwebsocketsFailed("lws_create_vhost failed")
+            throw .libwebsocketsFailed(tls ? "lws_create_vhost failed (its TLS context could not be set up)" : "lws_create_vhost failed")
         }
         self.context = context
         self.vhost = vhost

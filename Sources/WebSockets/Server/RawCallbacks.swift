@@ -11,6 +11,11 @@ func tabdRawCallback(
     _ length: Int
 ) -> Int32 {
     switch reason {
+    case LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS:
+        // While the vhost is created (before `ServiceLoop.lws` is set): `user` is its SSL_CTX.
+        guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return 1 }
+        let loop = Unmanaged<ServiceLoop>.fromOpaque(contextUser).takeUnretainedValue()
+        return loop.tls?.configure(serverContext: user) == true ? 0 : 1
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED, LWS_CALLBACK_RAW_ADOPT, LWS_CALLBACK_RAW_RX, LWS_CALLBACK_RAW_WRITEABLE,
         LWS_CALLBACK_RAW_CLOSE, LWS_CALLBACK_RAW_RX_FILE:
         guard let wsi, let contextUser = lws_context_user(lws_get_context(wsi)) else { return 0 }
@@ -57,6 +62,11 @@ extension ServiceLoop {
 
     private func received(_ connection: Connection, _ bytes: UnsafeRawBufferPointer) -> Int32 {
         guard !connection.killed else { return -1 }
+        if !connection.transportKnown {
+            // lws looked at the first bytes: a TLS hello, or plain text it let through.
+            connection.transportKnown = true
+            connection.plainOnTLSPort = tls != nil && lws_is_ssl(connection.wsi) == 0
+        }
         switch connection.phase {
         case .http:
             connection.input.append(bytes)

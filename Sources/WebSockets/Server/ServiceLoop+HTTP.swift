@@ -1,4 +1,5 @@
 import CWebSockets
+import Foundation
 
 /// HTTP/1.1 on a connection: its requests read one at a time, in order, each answered before
 /// the next is looked at (so any number of requests in one packet, with or without bodies,
@@ -108,6 +109,10 @@ extension ServiceLoop {
             refuse(connection, error)
             return
         }
+        if connection.plainOnTLSPort {
+            refusePlainHTTP(connection, head)
+            return
+        }
         if head.tokens("upgrade").contains("websocket") {
             upgrade(connection, head, target, framing)
             return
@@ -194,6 +199,21 @@ extension ServiceLoop {
     }
 
     /// Answers a request that cannot be served with its error, and closes the connection.
+    /// A plain-HTTP request to a TLS server: nothing is served in plain text. A GET or HEAD
+    /// (a WebSocket upgrade included) is sent to the same host and path over https; anything
+    /// else is refused. The connection closes after the answer.
+    private func refusePlainHTTP(_ connection: Connection, _ head: RequestHead) {
+        let host = head.value("host") ?? ""
+        let hostIsPlain = !host.isEmpty && host.utf8.count <= 255
+            && host.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-:[]".unicodeScalars.contains($0)) }
+        guard (head.method == "GET" || head.method == "HEAD"), hostIsPlain, head.target.hasPrefix("/") else {
+            refuse(connection, HTTPError(400, "this port speaks HTTPS only"))
+            return
+        }
+        let location = "https://\(host)\(head.target)"
+        refuse(connection, HTTPError(301, "this port speaks HTTPS only: \(location)"), headers: [("Location", location)])
+    }
+
     func refuse(_ connection: Connection, _ error: HTTPError, headers: [(String, String)] = []) {
         let text = "\(error.status) \(ResponseBytes.reasonPhrase(error.status)): \(error.message)\n"
         write(ResponseBytes.of(HTTPResponse(status: error.status, text: text, headers: headers), headOnly: false, persistence: .close),

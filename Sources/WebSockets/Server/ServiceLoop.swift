@@ -1,3 +1,4 @@
+import CTLS
 import CWebSockets
 import Foundation
 import Locking
@@ -45,6 +46,8 @@ final class ServiceLoop: @unchecked Sendable {
     let files: StaticFiles?
     /// Sockets open at most at once: the open-file limit less what the rest of the process needs.
     let maxSockets: Int
+    /// The certificate and key of a TLS server (nil: plain HTTP).
+    let tls: TLSStore?
 
     // Service thread only.
     var connections: [UInt64: Connection] = [:]
@@ -106,6 +109,9 @@ final class ServiceLoop: @unchecked Sendable {
         } else {
             files = nil
         }
+        do throws(TLSError) { tls = try configuration.tls.map { files throws(TLSError) in try TLSStore(files: files) } } catch {
+            throw .tls(error)
+        }
         listener = try Listener(host: configuration.host, port: configuration.port)
         timers = TimerWheel(now: Self.now())
         scratch = .allocate(byteCount: Self.writeBudget, alignment: 16)
@@ -116,7 +122,7 @@ final class ServiceLoop: @unchecked Sendable {
         // Every stored property is set, so a throw from here on still runs deinit.
         let user = Unmanaged.passUnretained(self).toOpaque()
         lws = try LWSContext(eventLoop: configuration.eventLoop, logLevel: configuration.logLevel,
-                             logSink: configuration.logSink, user: user)
+                             logSink: configuration.logSink, tls: tls != nil, user: user)
         tick.pointee.user = user
         tick.pointee.fire = { user in
             guard let user else { return }
@@ -354,7 +360,7 @@ final class ServiceLoop: @unchecked Sendable {
                 }
             }
             // lws calls back (LWS_CALLBACK_RAW_ADOPT) before this returns; on failure it closed fd.
-            _ = tabd_adopt_socket(lws.vhost, fd, lws.protocolName)
+            _ = tabd_adopt_socket(lws.vhost, fd, lws.protocolName, tls == nil ? 0 : 1)
         }
     }
 
@@ -448,6 +454,7 @@ final class ServiceLoop: @unchecked Sendable {
             lws_callback_on_writable(connection.wsi)
             return
         }
+        if tls != nil { tabd_tls_close_notify(UnsafeMutableRawPointer(lws_get_ssl(connection.wsi))) }
         tabd_shutdown_write(connection.wsi)
         connection.phase = .lingering
         setDeadline(connection, after: Self.lingerSeconds)

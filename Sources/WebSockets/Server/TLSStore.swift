@@ -1,0 +1,122 @@
+import CTLS
+import Foundation
+import Locking
+
+/// The files a TLS server reads its certificate chain and private key from (PEM; the
+/// certificate file may hold the chain after the server's certificate).
+public struct TLSFiles: Sendable, Equatable {
+    public var certificateFile: String
+    public var keyFile: String
+
+    public init(certificateFile: String, keyFile: String) {
+        self.certificateFile = certificateFile
+        self.keyFile = keyFile
+    }
+}
+
+/// Why a certificate and key could not be used; the message names the file.
+public struct TLSError: Error, Sendable, Equatable, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The certificate and key new TLS connections are given: read from `files` at start and
+/// again on `reload()`. A pair is checked whole (both files read, both PEM, the key the
+/// certificate's) before it replaces the one in use, so a bad new pair changes nothing.
+/// Connections already open keep the pair their handshake used.
+///
+/// Thread-safe: the C store swaps under its own lock; reloads are serialized here.
+final class TLSStore: @unchecked Sendable {
+    // @unchecked Sendable: `store` is only handed to C functions that lock; `current` is Locked.
+    let files: TLSFiles
+    let store: OpaquePointer
+    private let current: Locked<String>
+
+    /// What the pair in use is (subject, issuer, expiry), for the log.
+    var summary: String { current.withLock { $0 } }
+
+    init(files: TLSFiles) throws(TLSError) {
+        let (pair, summary) = try Self.load(files)
+        guard let store = tabd_tls_store_new(pair) else {
+            tabd_tls_pair_free(pair)
+            throw TLSError("out of memory for the TLS certificate")
+        }
+        self.files = files
+        self.store = store
+        self.current = Locked(summary)
+    }
+
+    deinit { tabd_tls_store_free(store) }
+
+    /// Reads both files again and, if they make a good pair, gives it to every handshake
+    /// from now on. Returns the new pair's summary.
+    func reload() throws(TLSError) -> String {
+        let result = current.withLock { summary -> Result<String, TLSError> in
+            do throws(TLSError) {
+                let (pair, newSummary) = try Self.load(files)
+                tabd_tls_store_replace(store, pair)
+                summary = newSummary
+                return .success(newSummary)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    /// Gives a server SSL_CTX of libwebsockets' the store's pair at every handshake, and
+    /// TLS 1.2 as the oldest version.
+    func configure(serverContext: UnsafeMutableRawPointer?) -> Bool {
+        tabd_tls_server_configure(serverContext, store) == 0
+    }
+
+    /// Both files read and parsed, the key checked against the certificate.
+    static func load(_ files: TLSFiles) throws(TLSError) -> (OpaquePointer, String) {
+        let certificate = try read(files.certificateFile, what: "TLS certificate")
+        let key = try read(files.keyFile, what: "TLS key")
+        var pair: OpaquePointer?
+        var reason = [CChar](repeating: 0, count: 256)
+        let problem = certificate.withUnsafeBytes { cert in
+            key.withUnsafeBytes { key in
+                tabd_tls_pair_parse(cert.baseAddress, cert.count, key.baseAddress, key.count, &pair, &reason, reason.count)
+            }
+        }
+        let why = String(decoding: reason.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        switch problem {
+        case Int32(TABD_TLS_PAIR_OK.rawValue):
+            guard let pair else { throw TLSError("the TLS certificate \(files.certificateFile) cannot be used") }
+            var text = [CChar](repeating: 0, count: 768)
+            tabd_tls_pair_describe(pair, &text, text.count)
+            var summary = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if tabd_tls_pair_seconds_left(pair) <= 0 { summary += " (EXPIRED: clients will refuse it)" }
+            return (pair, summary)
+        case Int32(TABD_TLS_PAIR_BAD_CERTIFICATE.rawValue):
+            throw TLSError("the TLS certificate \(files.certificateFile) cannot be read as PEM: \(why)")
+        case Int32(TABD_TLS_PAIR_BAD_KEY.rawValue):
+            throw TLSError("the TLS key \(files.keyFile) cannot be read as PEM: \(why)")
+        default:
+            throw TLSError("the TLS key \(files.keyFile) does not belong to the certificate \(files.certificateFile)")
+        }
+    }
+
+    /// A whole file (at most 1 MB: certificates and keys are a few kB), or why not.
+    static func read(_ path: String, what: String) throws(TLSError) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw TLSError("cannot read the \(what) \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n == 0 { break }
+            guard n > 0 else {
+                if errno == EINTR { continue }
+                throw TLSError("cannot read the \(what) \(path): \(String(cString: strerror(errno)))")
+            }
+            bytes += buffer[0..<n]
+            guard bytes.count <= 1 << 20 else { throw TLSError("the \(what) \(path) is larger than 1 MB") }
+        }
+        guard !bytes.isEmpty else { throw TLSError("the \(what) \(path) is empty") }
+        return bytes
+    }
+}
