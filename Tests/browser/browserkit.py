@@ -66,13 +66,14 @@ class Daemon:
             line = first.get(timeout=WAIT)
         except queue.Empty:
             line = ""
-        m = re.match(r"tabd listening on http://127\.0\.0\.1:(\d+)/$", line.strip())
+        m = re.match(r"tabd listening on (https?)://127\.0\.0\.1:(\d+)/$", line.strip())
         if not m:
             self.kill()
             raise RuntimeError(f"tabd did not start: {line!r} {''.join(self.output)}")
-        self.port = int(m.group(1))
-        self.http = f"http://127.0.0.1:{self.port}/"
-        self.ws = f"ws://127.0.0.1:{self.port}/ws"
+        self.port = int(m.group(2))
+        self.http = f"{m.group(1)}://127.0.0.1:{self.port}/"
+        self.ws = f"{'wss' if m.group(1) == 'https' else 'ws'}://127.0.0.1:{self.port}/ws"
+        self.ssl_context = None  # what a Remote verifies an https tabd with (set by the test)
 
     def kill(self):
         """Stops the daemon at once (SIGKILL: no close frames, like a crash)."""
@@ -98,7 +99,8 @@ class Remote:
         # Entered as a context manager (websockets >= 17.1 warns otherwise); closed by close().
         url = f"{daemon.ws}?name={name}" + ("" if room is None else f"&room={quote(room, safe='')}")
         url += "" if token is None else f"&token={quote(token, safe='')}"
-        self.ws = ws_connect(url, open_timeout=WAIT, max_size=None).__enter__()
+        tls = {"ssl": daemon.ssl_context} if daemon.ssl_context else {}
+        self.ws = ws_connect(url, open_timeout=WAIT, max_size=None, **tls).__enter__()
         self.welcome = self._recv()
         assert self.welcome["type"] == "welcome"
         self.n = 0
@@ -143,7 +145,7 @@ def state_of(snap):
 class Browser:
     """One headless Chromium window on the page, with helpers that read the DOM."""
 
-    def __init__(self, width=1280, height=800, mobile=False, dark=False):
+    def __init__(self, width=1280, height=800, mobile=False, dark=False, extra_args=()):
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
         for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -153,7 +155,7 @@ class Browser:
                     # Two windows side by side must both keep running their timers.
                     "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
                     "--disable-backgrounding-occluded-windows",
-                    f"--window-size={max(width, 500)},{height + 200}"):
+                    f"--window-size={max(width, 500)},{height + 200}", *extra_args):
             opts.add_argument(arg)
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)

@@ -11,13 +11,16 @@ import signal
 import socket
 import ssl
 import subprocess
-import time
+
+import sys
 
 import pytest
 import websockets
 
-from conftest import TABD, WAIT, Client, Daemon
-from tlscerts import Certificates
+from conftest import ROOT, TABD, WAIT, Client, Daemon
+
+sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
+from tlscerts import Certificates  # noqa: E402
 
 TABCTL = os.environ.get("TABCTL_BIN", os.path.join(os.path.dirname(TABD), "tabctl"))
 

@@ -24,6 +24,7 @@ class Certificates:
 
     def __init__(self, directory):
         self.dir = str(directory)
+        os.makedirs(self.dir, exist_ok=True)
         _run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
              "-days", "2", "-subj", "/CN=tabd test CA",
              "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
@@ -38,6 +39,15 @@ class Certificates:
         self.b, self.b_key = p("b.pem"), p("b.key")
         self.other_host, self.other_host_key = p("other.pem"), p("other.key")
         self.stray_key = p("stray.key")
+
+    def spki_sha256(self, cert):
+        """The base64 SHA-256 of the certificate's public key (what Chromium's
+        --ignore-certificate-errors-spki-list takes)."""
+        key = subprocess.run(["openssl", "x509", "-in", cert, "-pubkey", "-noout"], check=True, capture_output=True).stdout
+        der = subprocess.run(["openssl", "pkey", "-pubin", "-outform", "der"], input=key, check=True, capture_output=True).stdout
+        import base64
+        import hashlib
+        return base64.b64encode(hashlib.sha256(der).digest()).decode()
 
     def serial(self, cert):
         """The certificate's serial number, as `openssl x509 -serial` prints it (hex)."""
