@@ -62,10 +62,10 @@ func grouped(_ n: Int) -> String {
 enum LoadRun {
     static func makeClient(_ options: BenchOptions, connections: Int) throws -> (BenchClient, WebSocketClient) {
         let bench = BenchClient(options: options)
-        let client = try WebSocketClient(
-            configuration: .init(maxConnections: connections + 16, logLevel: .error, connectTimeoutSeconds: 60, threadName: "tabbench",
-                                 eventLoop: options.eventLoop, keepAliveSeconds: nil),
-            handler: bench)
+        var configuration = ClientConfiguration(maxConnections: connections + 16, logLevel: .error, connectTimeoutSeconds: 60,
+                                                threadName: "tabbench", eventLoop: options.eventLoop, keepAliveSeconds: nil)
+        configuration.tls = options.tls
+        let client = try WebSocketClient(configuration: configuration, handler: bench)
         bench.client.withLock { $0 = client }
         return (bench, client)
     }

@@ -43,6 +43,8 @@ struct BenchOptions: Sendable {
     var eventLoop = WebSocketEventLoop.libuv
     /// `--spread K`: client i connects to 127.0.0.(1 + i mod K) instead of 127.0.0.1.
     var spread = 1
+    /// `--ca-file`: whom wss:// connections trust besides the system's store.
+    var tls = TLSTrust.system
 
     /// The address client `i` connects to. Linux gives `connect()` the even ports of its
     /// ephemeral range first (about 14,000 of them); once they are taken by connections to one
@@ -79,9 +81,11 @@ struct BenchOptions: Sendable {
       --server KIND            tabd (default), mirror (libwebsockets-test-server's
                                lws-mirror-protocol) or broadcast (a server that sends every
                                message to every client, e.g. bench/broadcast_server.py)
-      --url URL                ws://HOST:PORT/PATH (tabd: ws://127.0.0.1:PORT/ws; repeat it
+      --url URL                ws://HOST:PORT/PATH or wss:// (tabd: ws://127.0.0.1:PORT/ws; repeat it
                                for a cluster's nodes: client i uses the (i mod n)th;
                                mirror: ws://127.0.0.1:PORT/?mirror=bench)
+      --ca-file FILE           trust the CA certificates in FILE for wss:// (besides the
+                               system's store)
       --subprotocol NAME       subprotocol offered (default: tabd.v1 for tabd,
                                lws-mirror-protocol for mirror, none for broadcast)
       --pid PID                the server's process: its RSS (/proc/PID/status) before and
@@ -188,7 +192,7 @@ struct BenchOptions: Sendable {
                 o.server = kind
             case "--url":
                 let v = try value(arg)
-                guard let url = WebSocketURL(v) else { throw UsageError("--url must be ws://HOST:PORT/PATH, got '\(v)'") }
+                guard let url = WebSocketURL(v) else { throw UsageError("--url must be ws:// or wss://HOST:PORT/PATH, got '\(v)'") }
                 if o.url == nil { o.url = url }
                 o.urls.append(url)
             case "--subprotocol": o.subprotocol = try value(arg)
@@ -211,6 +215,9 @@ struct BenchOptions: Sendable {
             case "--message-bytes": o.messageBytes = try int(arg, min: 100)
             case "--connect-concurrency": o.connectConcurrency = try int(arg, min: 1)
             case "--spread": o.spread = try int(arg, min: 1)
+            case "--ca-file":
+                let v = try value(arg)
+                do { o.tls = try TLSTrust(caFile: v) } catch { throw UsageError("--ca-file: \(error)") }
             case "--event-loop":
                 let v = try value(arg)
                 guard let loop = WebSocketEventLoop(rawValue: v) else { throw UsageError("--event-loop must be libuv or poll, got '\(v)'") }

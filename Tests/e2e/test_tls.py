@@ -158,6 +158,28 @@ def test_plain_http_to_the_tls_port_is_only_redirected_and_harms_no_one(tls_daem
 
 
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
+def test_a_wss_connection_outlives_every_handshake_timeout(certs, make_daemon):
+    """libwebsockets arms a timeout after each TLS accept that only its HTTP role clears;
+    on tabd's raw sockets it dropped every WSS connection that many seconds later (the
+    request timeout here: 1 s). A client busy for three times as long keeps its connection."""
+    d = make_daemon("--tls-cert", certs.a, "--tls-key", certs.a_key, "--request-timeout", "1", ssl_context=trusting(certs))
+
+    async def go():
+        c = await connect_wss(d, certs, name="busy")
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 3.0
+        acks = 0
+        while loop.time() < until:
+            _, ack = await c.command("tap", tab="profile")
+            assert ack["type"] == "ack"
+            acks += 1
+            await asyncio.sleep(0.2)  # pacing the commands over the 3 s, not waiting for a state
+        assert acks >= 10
+        await c.close()
+    asyncio.run(go())
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
 def test_tls_1_1_is_refused_and_1_2_accepted(tls_daemon, certs):
     d = tls_daemon
     old = trusting(certs)

@@ -25,10 +25,11 @@ final class LWSContext {
     static let readBufferSize = 64 * 1024
 
     /// Creates the context; `user` becomes the context user pointer (see ServiceLoop).
-    /// With `tls`, the vhost has an SSL_CTX (its certificate is set at the
+    /// `handshakeSeconds` bounds lws' part of a TLS handshake. With `tls`, the vhost has an SSL_CTX (its certificate is set at the
     /// LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS callback, see RawCallbacks.swift).
     init(eventLoop: WebSocketEventLoop, logLevel: WebSocketLogLevel,
-         logSink: (@Sendable (WebSocketLogLevel, String) -> Void)?, tls: Bool, user: UnsafeMutableRawPointer) throws(WebSocketServerError) {
+         logSink: (@Sendable (WebSocketLogLevel, String) -> Void)?, tls: Bool, handshakeSeconds: Int,
+         user: UnsafeMutableRawPointer) throws(WebSocketServerError) {
         let loop: EventLoop
         do { loop = try EventLoop(eventLoop) } catch { throw .libwebsocketsFailed(error.message) }
         LWS.setLogging(logLevel, sink: logSink)
@@ -51,6 +52,8 @@ final class LWSContext {
         // No fd_limit_per_thread: lws sizes its fd table by the open-file limit and finds a
         // socket by indexing it (a smaller limit would make every lookup a scan of the table).
         info.pt_serv_buf_size = UInt32(Self.readBufferSize)
+        // lws' own timeouts (a TLS accept): as long as a request may take.
+        info.timeout_secs = UInt32(handshakeSeconds)
         info.user = user
         loop.configure(&info)
         guard let context = lws_create_context(&info) else {

@@ -65,7 +65,13 @@ extension ServiceLoop {
         if !connection.transportKnown {
             // lws looked at the first bytes: a TLS hello, or plain text it let through.
             connection.transportKnown = true
-            connection.plainOnTLSPort = tls != nil && lws_is_ssl(connection.wsi) == 0
+            if tls != nil {
+                connection.plainOnTLSPort = lws_is_ssl(connection.wsi) == 0
+                // After a TLS accept lws arms a timeout "to negotiate" that only its own HTTP
+                // role clears: on a raw socket it would drop the connection, whatever it does,
+                // that many seconds later. The deadlines are tabd's own (TimerWheel).
+                lws_set_timeout(connection.wsi, NO_PENDING_TIMEOUT, 0)
+            }
         }
         switch connection.phase {
         case .http:

@@ -122,7 +122,8 @@ final class ServiceLoop: @unchecked Sendable {
         // Every stored property is set, so a throw from here on still runs deinit.
         let user = Unmanaged.passUnretained(self).toOpaque()
         lws = try LWSContext(eventLoop: configuration.eventLoop, logLevel: configuration.logLevel,
-                             logSink: configuration.logSink, tls: tls != nil, user: user)
+                             logSink: configuration.logSink, tls: tls != nil,
+                             handshakeSeconds: configuration.requestTimeoutSeconds, user: user)
         tick.pointee.user = user
         tick.pointee.fire = { user in
             guard let user else { return }
