@@ -32,14 +32,16 @@ public final class ClusterNode: Sendable {
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
-    /// Connects to the engine at `urls`, makes sure the shared snapshot stream exists
-    /// (three copies if the engine can keep three, else one) and starts the heartbeat.
-    public init(urls: [String], name: String, heartbeatTimeout: Double = 5, log: @escaping @Sendable (String) -> Void) throws(Failure) {
+    /// Connects to the engine at `urls` (over TLS and with credentials as `security` says),
+    /// makes sure the shared snapshot stream exists (three copies if the engine can keep
+    /// three, else one) and starts the heartbeat.
+    public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
+                log: @escaping @Sendable (String) -> Void) throws(Failure) {
         self.name = name
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
         do {
-            client = try EngineClient(urls: urls, name: "tabd \(name)") { [connectedSince, reconnected] up in
+            client = try EngineClient(urls: urls, name: "tabd \(name)", security: security) { [connectedSince, reconnected] up in
                 connectedSince.withLock { $0 = up ? ($0 ?? ClusterNode.now()) : nil }
                 log(up ? "engine connection up" : "engine connection lost; retrying")
                 if up, let handler = reconnected.withLock({ $0 }) { DispatchQueue.global().async(execute: handler) }

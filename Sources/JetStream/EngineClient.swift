@@ -16,9 +16,12 @@ public final class EngineClient: @unchecked Sendable {
     private let js: OpaquePointer
     private let closed = Atomic<Bool>(false)
 
-    /// Connects to any of `urls` (reconnecting forever to any of them afterwards).
-    /// `onChange` hears `true` on every (re)connect and `false` on every disconnect.
-    public init(urls: [String], name: String, timeoutMs: Int64 = 2000, onChange: @escaping @Sendable (Bool) -> Void = { _ in }) throws(EngineError) {
+    /// Connects to any of `urls` (reconnecting forever to any of them afterwards), over TLS
+    /// and with credentials as `security` says. `onChange` hears `true` on every
+    /// (re)connect and `false` on every disconnect. A failure says libnats' reason (its
+    /// TLS error, "Authorization Violation") and how the connection was made.
+    public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), timeoutMs: Int64 = 2000,
+                onChange: @escaping @Sendable (Bool) -> Void = { _ in }) throws(EngineError) {
         var opts: OpaquePointer?
         var s = natsOptions_Create(&opts)
         guard s == NATS_OK, let opts else { throw EngineError(s, jsErrCode(rawValue: 0), "cannot create NATS options") }
@@ -28,6 +31,7 @@ public final class EngineClient: @unchecked Sendable {
         var pointers = cStrings.map { UnsafePointer<CChar>($0) }
         s = pointers.withUnsafeMutableBufferPointer { natsOptions_SetServers(opts, $0.baseAddress, Int32(urls.count)) }
         guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "bad NATS URL in \(urls.joined(separator: ","))") }
+        try Self.apply(security, urls: urls, to: opts)
         natsOptions_SetName(opts, name)
         natsOptions_SetTimeout(opts, timeoutMs)
         natsOptions_SetAllowReconnect(opts, true)
@@ -52,7 +56,15 @@ public final class EngineClient: @unchecked Sendable {
         s = natsConnection_Connect(&nc, opts)
         guard s == NATS_OK, let nc else {
             box.release()
-            throw EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(urls.joined(separator: ","))")
+            let how = security.summary(urls: urls)
+            let error = EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(urls.joined(separator: ","))" + (how.isEmpty ? "" : " \(how)"))
+            // With TLS 1.3 a server that refuses the client's certificate (or its absence)
+            // says so after the handshake, by closing: libnats sees no answer ("Expected
+            // 'PONG', got ''") or a failed write ("SSL_write error: (null)").
+            guard s == NATS_PROTOCOL_ERROR || s == NATS_IO_ERROR, security.usesTLS(urls: urls) else { throw error }
+            throw error.adding(security.certificateFile == nil
+                ? "(the server closed the connection after the TLS handshake: does it require a client certificate?)"
+                : "(the server closed the connection after the TLS handshake: does it trust this client certificate?)")
         }
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
@@ -68,6 +80,35 @@ public final class EngineClient: @unchecked Sendable {
         connection = nc
         js = ctx
         onChange(true)
+    }
+
+    /// Sets `security` in `opts`: TLS and its files (libnats loads them now, so a bad file
+    /// fails here, named in libnats' text), and the credentials (a credentials file is
+    /// read at each connect).
+    private static func apply(_ security: EngineSecurity, urls: [String], to opts: OpaquePointer) throws(EngineError) {
+        if security.usesTLS(urls: urls) {
+            var s = natsOptions_SetSecure(opts, true)
+            guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "TLS") }
+            if let ca = security.caFile {
+                s = natsOptions_LoadCATrustedCertificates(opts, ca)
+                guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "TLS") }
+            }
+            if security.certificateFile != nil || security.keyFile != nil {
+                guard let cert = security.certificateFile, let key = security.keyFile else {
+                    throw EngineError(invalid: "TLS: a client certificate needs its key and a key its certificate")
+                }
+                s = natsOptions_LoadCertificatesChain(opts, cert, key)
+                guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "TLS") }
+            }
+        }
+        let s: natsStatus
+        switch security.credentials {
+        case nil: return
+        case let .file(path): s = natsOptions_SetUserCredentialsFromFiles(opts, path, nil)
+        case let .user(user, password):
+            s = natsOptions_SetUserInfo(opts, EngineSecurity.jsonEscaped(user), EngineSecurity.jsonEscaped(password))
+        }
+        guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "credentials") }
     }
 
     /// Whether the connection is up now.
