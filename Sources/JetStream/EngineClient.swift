@@ -15,13 +15,20 @@ public final class EngineClient: @unchecked Sendable {
     private let connection: OpaquePointer
     private let js: OpaquePointer
     private let closed = Atomic<Bool>(false)
+    private let status: StatusBox
 
     /// Connects to any of `urls` (reconnecting forever to any of them afterwards), over TLS
     /// and with credentials as `security` says. `onChange` hears `true` on every
     /// (re)connect and `false` on every disconnect. A failure says libnats' reason (its
     /// TLS error, "Authorization Violation") and how the connection was made.
+    ///
+    /// `onGiveUp` hears libnats' reason if it closes the connection by itself, for good: it
+    /// does when a server answers with an error it does not know, and (libnats 3.4) once a
+    /// server refused the credentials twice in a row while it reconnected (they were
+    /// changed on the servers), even if the servers would take them again later.
     public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), timeoutMs: Int64 = 2000,
-                onChange: @escaping @Sendable (Bool) -> Void = { _ in }) throws(EngineError) {
+                onChange: @escaping @Sendable (Bool) -> Void = { _ in },
+                onGiveUp: @escaping @Sendable (String) -> Void = { _ in }) throws(EngineError) {
         var opts: OpaquePointer?
         var s = natsOptions_Create(&opts)
         guard s == NATS_OK, let opts else { throw EngineError(s, jsErrCode(rawValue: 0), "cannot create NATS options") }
@@ -40,7 +47,8 @@ public final class EngineClient: @unchecked Sendable {
         // A request in flight when the connection drops (its server stopped) fails at once
         // instead of waiting out its timeout: publishes are asked again right away.
         natsOptions_SetFailRequestsOnDisconnect(opts, true)
-        let box = Unmanaged.passRetained(StatusBox(onChange))
+        let status = StatusBox(changed: onChange, gaveUp: onGiveUp)
+        let box = Unmanaged.passRetained(status)
         natsOptions_SetDisconnectedCB(opts, { _, closure in
             Unmanaged<StatusBox>.fromOpaque(closure!).takeUnretainedValue().changed(false)
         }, box.toOpaque())
@@ -49,8 +57,12 @@ public final class EngineClient: @unchecked Sendable {
         }, box.toOpaque())
         // The last callback libnats makes for a connection: the box can go then (not in
         // close(), when a disconnected callback may still be on its way).
-        natsOptions_SetClosedCB(opts, { _, closure in
-            Unmanaged<StatusBox>.fromOpaque(closure!).release()
+        natsOptions_SetClosedCB(opts, { nc, closure in
+            let box = Unmanaged<StatusBox>.fromOpaque(closure!).takeRetainedValue()
+            guard !box.closing.load(ordering: .acquiring), let nc else { return }
+            var text: UnsafePointer<CChar>?
+            let s = natsConnection_GetLastError(nc, &text)
+            box.gaveUp(text.map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? String(cString: natsStatus_GetText(s)))
         }, box.toOpaque())
         var nc: OpaquePointer?
         s = natsConnection_Connect(&nc, opts)
@@ -73,12 +85,14 @@ public final class EngineClient: @unchecked Sendable {
         s = natsConnection_JetStream(&ctx, nc, &jsOpts)
         guard s == NATS_OK, let ctx else {
             // The closed callback releases the box.
+            status.closing.store(true, ordering: .releasing)
             natsConnection_Close(nc)
             natsConnection_Destroy(nc)
             throw EngineError(s, jsErrCode(rawValue: 0), "no JetStream context")
         }
         connection = nc
         js = ctx
+        self.status = status
         onChange(true)
     }
 
@@ -117,6 +131,7 @@ public final class EngineClient: @unchecked Sendable {
     /// Closes the connection (subscriptions stop). Idempotent.
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        status.closing.store(true, ordering: .releasing)
         jsCtx_Destroy(js)
         natsConnection_Close(connection)
         natsConnection_Destroy(connection)
@@ -390,7 +405,13 @@ final class HandlerBox: Sendable {
     }
 }
 
+/// The connection's callbacks, and whether tabd is closing it (then its end is no news).
 final class StatusBox: Sendable {
     let changed: @Sendable (Bool) -> Void
-    init(_ changed: @escaping @Sendable (Bool) -> Void) { self.changed = changed }
+    let gaveUp: @Sendable (String) -> Void
+    let closing = Atomic<Bool>(false)
+    init(changed: @escaping @Sendable (Bool) -> Void, gaveUp: @escaping @Sendable (String) -> Void) {
+        self.changed = changed
+        self.gaveUp = gaveUp
+    }
 }

@@ -122,6 +122,13 @@ public final class Daemon: Sendable {
         self.store = store; self.cluster = cluster; self.clusterSweep = Locked(clusterSweep)
     }
 
+    /// Calls `handler` with the reason once this daemon cannot go on: the connection to the
+    /// cluster's engine is closed for good (the servers refused the node's credentials while
+    /// it reconnected). The executable then stops as a refused start does, with status 1.
+    public func onFailure(_ handler: @escaping @Sendable (String) -> Void) {
+        cluster?.onGiveUp { handler("the engine connection is closed for good: \($0)") }
+    }
+
     /// The server's settings from the options: limits, timeouts, the event loop, and
     /// libwebsockets' own log lines in tabd's format, at most 20 a second (a peer can make
     /// lws complain once per connection, and its bytes may appear in the lines).
