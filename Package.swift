@@ -76,7 +76,7 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
         // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
-        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "Cluster", "Coordinator", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "Cluster", "Coordinator", "JetStream", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
         // The daemon's executable: main, signals, exit codes.
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
@@ -92,7 +92,7 @@ let package = Package(
         // TabdClient against real tabd processes (needs the tabd product built).
         .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
         // The daemon's library in-process: its pure rules, and whole daemons on port 0.
-        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "Auth", "Coordinator", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
+        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
                     swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).

@@ -29,20 +29,31 @@ public final class ClusterNode: Sendable {
     private let heartbeat = Locked<(any DispatchSourceTimer)?>(nil)
     private let subscriptions = Locked([EngineSubscription]())
     private let reconnected = Locked<(@Sendable () -> Void)?>(nil)
+    /// ``onGiveUp(_:)``'s handler, and libnats' reason if it gave up before there was one.
+    private let gaveUp = Locked<(handler: (@Sendable (String) -> Void)?, reason: String?)>((nil, nil))
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
-    /// Connects to the engine at `urls`, makes sure the shared snapshot stream exists
-    /// (three copies if the engine can keep three, else one) and starts the heartbeat.
-    public init(urls: [String], name: String, heartbeatTimeout: Double = 5, log: @escaping @Sendable (String) -> Void) throws(Failure) {
+    /// Connects to the engine at `urls` (over TLS and with credentials as `security` says),
+    /// makes sure the shared snapshot stream exists (three copies if the engine can keep
+    /// three, else one) and starts the heartbeat.
+    public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
+                log: @escaping @Sendable (String) -> Void) throws(Failure) {
         self.name = name
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
         do {
-            client = try EngineClient(urls: urls, name: "tabd \(name)") { [connectedSince, reconnected] up in
+            client = try EngineClient(urls: urls, name: "tabd \(name)", security: security) { [connectedSince, reconnected] up in
                 connectedSince.withLock { $0 = up ? ($0 ?? ClusterNode.now()) : nil }
                 log(up ? "engine connection up" : "engine connection lost; retrying")
                 if up, let handler = reconnected.withLock({ $0 }) { DispatchQueue.global().async(execute: handler) }
+            } onGiveUp: { [gaveUp] reason in
+                log("libnats closed the engine connection for good (\(reason)): no more retries")
+                let handler = gaveUp.withLock { g -> (@Sendable (String) -> Void)? in
+                    if g.handler == nil { g.reason = reason }
+                    return g.handler
+                }
+                if let handler { DispatchQueue.global().async { handler(reason) } }
             }
         } catch { throw Failure("cannot reach the engine at \(urls.joined(separator: ",")): \(error)") }
         // The engine may still be electing its leaders: ask again for up to about 30 s.
@@ -102,6 +113,18 @@ public final class ClusterNode: Sendable {
     /// back: notices sent meanwhile (deletions) were missed.
     public func onReconnect(_ handler: @escaping @Sendable () -> Void) {
         reconnected.withLock { $0 = handler }
+    }
+
+    /// Calls `handler` (off the engine's threads) with libnats' reason if libnats closes the
+    /// engine connection for good (the servers refused the node's credentials while it
+    /// reconnected), at once if that happened already. The node is useless from then on.
+    public func onGiveUp(_ handler: @escaping @Sendable (String) -> Void) {
+        let reason = gaveUp.withLock { g -> String? in
+            g.handler = handler
+            defer { g.reason = nil }
+            return g.reason
+        }
+        if let reason { DispatchQueue.global().async { handler(reason) } }
     }
 
     /// Calls `handler` with a room's id whenever any node deletes that room.

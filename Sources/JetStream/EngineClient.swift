@@ -15,10 +15,20 @@ public final class EngineClient: @unchecked Sendable {
     private let connection: OpaquePointer
     private let js: OpaquePointer
     private let closed = Atomic<Bool>(false)
+    private let status: StatusBox
 
-    /// Connects to any of `urls` (reconnecting forever to any of them afterwards).
-    /// `onChange` hears `true` on every (re)connect and `false` on every disconnect.
-    public init(urls: [String], name: String, timeoutMs: Int64 = 2000, onChange: @escaping @Sendable (Bool) -> Void = { _ in }) throws(EngineError) {
+    /// Connects to any of `urls` (reconnecting forever to any of them afterwards), over TLS
+    /// and with credentials as `security` says. `onChange` hears `true` on every
+    /// (re)connect and `false` on every disconnect. A failure says libnats' reason (its
+    /// TLS error, "Authorization Violation") and how the connection was made.
+    ///
+    /// `onGiveUp` hears libnats' reason if it closes the connection by itself, for good: it
+    /// does when a server answers with an error it does not know, and (libnats 3.4) once a
+    /// server refused the credentials twice in a row while it reconnected (they were
+    /// changed on the servers), even if the servers would take them again later.
+    public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), timeoutMs: Int64 = 2000,
+                onChange: @escaping @Sendable (Bool) -> Void = { _ in },
+                onGiveUp: @escaping @Sendable (String) -> Void = { _ in }) throws(EngineError) {
         var opts: OpaquePointer?
         var s = natsOptions_Create(&opts)
         guard s == NATS_OK, let opts else { throw EngineError(s, jsErrCode(rawValue: 0), "cannot create NATS options") }
@@ -28,6 +38,7 @@ public final class EngineClient: @unchecked Sendable {
         var pointers = cStrings.map { UnsafePointer<CChar>($0) }
         s = pointers.withUnsafeMutableBufferPointer { natsOptions_SetServers(opts, $0.baseAddress, Int32(urls.count)) }
         guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "bad NATS URL in \(urls.joined(separator: ","))") }
+        try Self.apply(security, urls: urls, to: opts)
         natsOptions_SetName(opts, name)
         natsOptions_SetTimeout(opts, timeoutMs)
         natsOptions_SetAllowReconnect(opts, true)
@@ -36,7 +47,8 @@ public final class EngineClient: @unchecked Sendable {
         // A request in flight when the connection drops (its server stopped) fails at once
         // instead of waiting out its timeout: publishes are asked again right away.
         natsOptions_SetFailRequestsOnDisconnect(opts, true)
-        let box = Unmanaged.passRetained(StatusBox(onChange))
+        let status = StatusBox(changed: onChange, gaveUp: onGiveUp)
+        let box = Unmanaged.passRetained(status)
         natsOptions_SetDisconnectedCB(opts, { _, closure in
             Unmanaged<StatusBox>.fromOpaque(closure!).takeUnretainedValue().changed(false)
         }, box.toOpaque())
@@ -45,14 +57,26 @@ public final class EngineClient: @unchecked Sendable {
         }, box.toOpaque())
         // The last callback libnats makes for a connection: the box can go then (not in
         // close(), when a disconnected callback may still be on its way).
-        natsOptions_SetClosedCB(opts, { _, closure in
-            Unmanaged<StatusBox>.fromOpaque(closure!).release()
+        natsOptions_SetClosedCB(opts, { nc, closure in
+            let box = Unmanaged<StatusBox>.fromOpaque(closure!).takeRetainedValue()
+            guard !box.closing.load(ordering: .acquiring), let nc else { return }
+            var text: UnsafePointer<CChar>?
+            let s = natsConnection_GetLastError(nc, &text)
+            box.gaveUp(text.map { String(cString: $0) }.flatMap { $0.isEmpty ? nil : $0 } ?? String(cString: natsStatus_GetText(s)))
         }, box.toOpaque())
         var nc: OpaquePointer?
         s = natsConnection_Connect(&nc, opts)
         guard s == NATS_OK, let nc else {
             box.release()
-            throw EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(urls.joined(separator: ","))")
+            let how = security.summary(urls: urls)
+            let error = EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(urls.joined(separator: ","))" + (how.isEmpty ? "" : " \(how)"))
+            // With TLS 1.3 a server that refuses the client's certificate (or its absence)
+            // says so after the handshake, by closing: libnats sees no answer ("Expected
+            // 'PONG', got ''") or a failed write ("SSL_write error: (null)").
+            guard s == NATS_PROTOCOL_ERROR || s == NATS_IO_ERROR, security.usesTLS(urls: urls) else { throw error }
+            throw error.adding(security.certificateFile == nil
+                ? "(the server closed the connection after the TLS handshake: does it require a client certificate?)"
+                : "(the server closed the connection after the TLS handshake: does it trust this client certificate?)")
         }
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
@@ -61,13 +85,44 @@ public final class EngineClient: @unchecked Sendable {
         s = natsConnection_JetStream(&ctx, nc, &jsOpts)
         guard s == NATS_OK, let ctx else {
             // The closed callback releases the box.
+            status.closing.store(true, ordering: .releasing)
             natsConnection_Close(nc)
             natsConnection_Destroy(nc)
             throw EngineError(s, jsErrCode(rawValue: 0), "no JetStream context")
         }
         connection = nc
         js = ctx
+        self.status = status
         onChange(true)
+    }
+
+    /// Sets `security` in `opts`: TLS and its files (libnats loads them now, so a bad file
+    /// fails here, named in libnats' text), and the credentials (a credentials file is
+    /// read at each connect).
+    private static func apply(_ security: EngineSecurity, urls: [String], to opts: OpaquePointer) throws(EngineError) {
+        if security.usesTLS(urls: urls) {
+            var s = natsOptions_SetSecure(opts, true)
+            guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "TLS") }
+            if let ca = security.caFile {
+                s = natsOptions_LoadCATrustedCertificates(opts, ca)
+                guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "TLS") }
+            }
+            if security.certificateFile != nil || security.keyFile != nil {
+                guard let cert = security.certificateFile, let key = security.keyFile else {
+                    throw EngineError(invalid: "TLS: a client certificate needs its key and a key its certificate")
+                }
+                s = natsOptions_LoadCertificatesChain(opts, cert, key)
+                guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "TLS") }
+            }
+        }
+        let s: natsStatus
+        switch security.credentials {
+        case nil: return
+        case let .file(path): s = natsOptions_SetUserCredentialsFromFiles(opts, path, nil)
+        case let .user(user, password):
+            s = natsOptions_SetUserInfo(opts, EngineSecurity.jsonEscaped(user), EngineSecurity.jsonEscaped(password))
+        }
+        guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "credentials") }
     }
 
     /// Whether the connection is up now.
@@ -76,6 +131,7 @@ public final class EngineClient: @unchecked Sendable {
     /// Closes the connection (subscriptions stop). Idempotent.
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        status.closing.store(true, ordering: .releasing)
         jsCtx_Destroy(js)
         natsConnection_Close(connection)
         natsConnection_Destroy(connection)
@@ -349,7 +405,13 @@ final class HandlerBox: Sendable {
     }
 }
 
+/// The connection's callbacks, and whether tabd is closing it (then its end is no news).
 final class StatusBox: Sendable {
     let changed: @Sendable (Bool) -> Void
-    init(_ changed: @escaping @Sendable (Bool) -> Void) { self.changed = changed }
+    let gaveUp: @Sendable (String) -> Void
+    let closing = Atomic<Bool>(false)
+    init(changed: @escaping @Sendable (Bool) -> Void, gaveUp: @escaping @Sendable (String) -> Void) {
+        self.changed = changed
+        self.gaveUp = gaveUp
+    }
 }

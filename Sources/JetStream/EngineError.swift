@@ -25,7 +25,27 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
         var text = String(cString: natsStatus_GetText(status))
         var detail: natsStatus = NATS_OK
         // The thread's last error text, if it is this failure's (it may be an older one's).
-        if let last = nats_GetLastError(&detail), last.pointee != 0, detail == status { text = String(cString: last) }
+        if let last = nats_GetLastError(&detail), last.pointee != 0, detail == status { text = Self.withoutSource(String(cString: last)) }
         message = "\(what): \(text)"
+    }
+
+    private init(status: Int, code: Int, message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+
+    /// A mistake found before libnats was asked: `message` as it is.
+    init(invalid message: String) { self.init(status: Int(NATS_INVALID_ARG.rawValue), code: 0, message: message) }
+
+    /// The same failure with `note` after its text.
+    func adding(_ note: String) -> EngineError { EngineError(status: status, code: code, message: "\(message) \(note)") }
+
+    /// libnats' error text without the place in its sources it starts with:
+    /// "(conn.c:1905): Authorization Violation" is "Authorization Violation".
+    static func withoutSource(_ text: String) -> String {
+        guard text.hasPrefix("("), let end = text.firstRange(of: "): "),
+              text[text.index(after: text.startIndex)..<end.lowerBound].contains(".c:") else { return text }
+        return String(text[end.upperBound...])
     }
 }

@@ -3,6 +3,7 @@ import Cluster
 import Coordinator
 import Dispatch
 import Foundation
+import JetStream
 import Locking
 import StateStore
 import WebSockets
@@ -57,11 +58,15 @@ public final class Daemon: Sendable {
         var cluster: ClusterNode?
         if !options.cluster.isEmpty {
             let name = options.nodeName ?? "\(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "node")-\(options.port == 0 ? "p\(getpid())" : String(options.port))"
+            // TLS and credentials: their files are read (or found missing) before any connection.
+            let security: EngineSecurity
+            do { security = try options.engineSecurity(warn: { log.warn($0) }) } catch { throw StartError(error.message) }
+            let how = security.summary(urls: options.cluster)
             do {
-                let node = try ClusterNode(urls: options.cluster, name: name, log: { log.info("cluster: \($0)") })
+                let node = try ClusterNode(urls: options.cluster, name: name, security: security, log: { log.info("cluster: \($0)") })
                 cluster = node
                 stored = try node.roomIDs()
-                log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ",")): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+                log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ","))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
             } catch {
                 cluster?.close()
                 throw StartError("\(error)")
@@ -120,6 +125,13 @@ public final class Daemon: Sendable {
                  store: StateStore?, cluster: ClusterNode?, clusterSweep: (any DispatchSourceTimer)?) {
         self.options = options; self.log = log; self.registry = registry; self.gateway = gateway; self.server = server
         self.store = store; self.cluster = cluster; self.clusterSweep = Locked(clusterSweep)
+    }
+
+    /// Calls `handler` with the reason once this daemon cannot go on: the connection to the
+    /// cluster's engine is closed for good (the servers refused the node's credentials while
+    /// it reconnected). The executable then stops as a refused start does, with status 1.
+    public func onFailure(_ handler: @escaping @Sendable (String) -> Void) {
+        cluster?.onGiveUp { handler("the engine connection is closed for good: \($0)") }
     }
 
     /// The server's settings from the options: limits, timeouts, the event loop, and

@@ -15,6 +15,8 @@ import Foundation
 final class TerminationSignals: Sendable {
     /// The first stop signal received; ``Mailbox/wait()`` returns it.
     let mailbox = Mailbox()
+    /// Delivered to ``mailbox`` instead of a signal when tabd cannot go on: it stops with status 1.
+    static let failure: Int32 = 0
     private let hangup = Locked<(handler: (@Sendable () -> Void)?, pending: Bool)>((nil, false))
 
     /// Calls `handler` on every SIGHUP from now on (on the signals' thread), and at once

@@ -37,18 +37,25 @@ do { daemon = try await Daemon.start(options, log: log) } catch {
     exit(1)
 }
 termination.onHangup { daemon.reload() }
+// A node its engine refused for good stops as a refused start does (status 1), so that its
+// supervisor starts it again with the credentials of its files.
+daemon.onFailure { reason in
+    log.error("\(reason); stopping")
+    termination.mailbox.deliver(TerminationSignals.failure)
+}
 // The first line on stdout, written unbuffered: scripts wait for it.
 FileHandle.standardOutput.write(Data("tabd listening on \(daemon.url)\n".utf8))
 
 let received = await termination.mailbox.wait()
-log.info("received signal \(received), stopping: closing every client with 1001")
+let status: Int32 = received == TerminationSignals.failure ? 1 : 0
+if status == 0 { log.info("received signal \(received), stopping: closing every client with 1001") }
 // A stop takes at most 5 s, whatever the load: clients get 3 s to take their 1001 (then the
 // rest are dropped), rooms the time left to settle; past that, tabd exits as it is (every
 // acknowledged command is in the state file already).
 DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(4_700)) {
     log.warn("stopping took longer than 5 s: exiting without waiting for the rest")
-    _exit(0)
+    _exit(status)
 }
 await daemon.stop(closeTimeout: .seconds(3))
 log.info("stopped")
-exit(0)
+exit(status)

@@ -100,14 +100,17 @@ class NatsCluster:
 
     `base_port`, when given, lays the ports out like NATS's defaults do around 4222: client
     ports base_port+i, cluster (route) ports base_port+2000+i, monitoring ports
-    base_port+4000+i. Otherwise every port is picked free.
+    base_port+4000+i. Otherwise every port is picked free. `extra` is configuration added
+    to every server's file as it is (a `tls { … }` or `authorization { … }` block for the
+    client port); the monitoring port stays plain HTTP, so readiness is checked the same.
     """
 
-    def __init__(self, size=3, base_dir=None, name="tabd", base_port=None, binary=None):
+    def __init__(self, size=3, base_dir=None, name="tabd", base_port=None, binary=None, extra=""):
         if size != 1 and size < 3:
             raise ValueError("size is 1 (a single server) or at least 3 (a cluster with a quorum)")
         self.size = size
         self.name = name
+        self.extra = extra
         self.binary = binary or nats_server_binary()
         self.own_dir = base_dir is None
         self.base_dir = tempfile.mkdtemp(prefix="nats-") if base_dir is None else os.path.abspath(base_dir)
@@ -164,6 +167,8 @@ class NatsCluster:
                 f"  routes: [{routes}]",
                 "}",
             ]
+        if self.extra:
+            lines.append(self.extra.rstrip("\n"))
         return "\n".join(lines) + "\n"
 
     def conf_path(self, i):

@@ -39,6 +39,17 @@ public struct Options: Sendable {
     public var roomIdle = 300
     /// `--cluster`: the engine's URLs; this tabd is then a node of a cluster.
     public var cluster: [String] = []
+    /// `--cluster-tls-ca`, `--cluster-tls-cert`, `--cluster-tls-key`: TLS to the engine
+    /// (PEM files); see ``engineSecurity(warn:)``.
+    public var clusterTLSCA: String?
+    public var clusterTLSCert: String?
+    public var clusterTLSKey: String?
+    /// `--cluster-creds`: a NATS credentials file to log in to the engine with.
+    public var clusterCreds: String?
+    /// `--cluster-user` and `--cluster-password-file`: the engine's user, and the file
+    /// that holds its password (never the password itself).
+    public var clusterUser: String?
+    public var clusterPasswordFile: String?
     /// `--node-name`: this node's name in the cluster (default: host name and port).
     public var nodeName: String?
     /// `--tls-cert` and `--tls-key`: serve HTTPS and WSS only (both or neither).
@@ -82,6 +93,18 @@ public struct Options: Sendable {
                              at these comma-separated nats:// URLs (excludes --state);
                              see docs/CLUSTER.md
       --node-name NAME       this node's name in the cluster (default: host name and port)
+      --cluster-tls-ca FILE  speak to the engine over TLS (as tls:// URLs do), its
+                             servers' certificates checked against the CAs in FILE
+                             (PEM; default: the system's CAs)
+      --cluster-tls-cert FILE
+      --cluster-tls-key FILE this node's certificate and key (PEM) for an engine
+                             that verifies its clients (mutual TLS); both or neither
+      --cluster-creds FILE   log in to the engine with a NATS credentials file
+                             (excludes --cluster-user)
+      --cluster-user NAME    log in to the engine as NAME, with the password in
+      --cluster-password-file FILE
+                             FILE, read at start (a trailing newline is dropped);
+                             never on the command line or in a variable
       --resume-window N      events kept per room for clients that resume (default 10000)
       --queue-limit N        frames queued for one connection before it is closed
                              as too slow, code 1008 (default 10000)
@@ -189,11 +212,24 @@ public struct Options: Sendable {
             if let a = given["--state"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
+            if given["--cluster"] == nil, let a = Self.engineOptions.lazy.compactMap({ given[$0] }).first {
+                throw UsageError("\(a) is for a node of a cluster: it needs --cluster")
+            }
+            if let a = given["--cluster-creds"], let b = given["--cluster-user"] ?? given["--cluster-password-file"] {
+                throw UsageError("\(a) and \(b) exclude each other: give a credentials file, or a user and a password file")
+            }
+            for (x, y) in [("--cluster-user", "--cluster-password-file"), ("--cluster-tls-cert", "--cluster-tls-key")] {
+                if let a = given[x] ?? given[y], given[x] == nil || given[y] == nil { throw UsageError("\(a) needs \(given[x] == nil ? x : y) too") }
+            }
         } catch {
             return .exit("tabd: \(error.message)\nRun 'tabd --help' for the options.", code: 2)
         }
         return .run(o)
     }
+
+    /// How a node reaches the cluster's engine: only with `--cluster`.
+    private static let engineOptions = ["--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key",
+                                        "--cluster-creds", "--cluster-user", "--cluster-password-file"]
 
     /// Options that may be given more than once; their variables hold comma-separated lists.
     private static let repeatable: Set<String> = ["--allow-origin", "--trusted-proxy"]
@@ -205,6 +241,9 @@ public struct Options: Sendable {
         case "--token-file": ["--token"]
         case "--state": ["--cluster"]
         case "--cluster": ["--state"]
+        case "--cluster-creds": ["--cluster-user", "--cluster-password-file", "--state"]
+        case "--cluster-user", "--cluster-password-file": ["--cluster-creds", "--state"]
+        case "--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key": ["--state"]
         default: []
         }
     }
@@ -223,6 +262,11 @@ public struct Options: Sendable {
     private mutating func set(_ option: String, as name: String, value: () throws(UsageError) -> String) throws(UsageError) -> Bool {
         func int(min: Int, max: Int = .max) throws(UsageError) -> Int {
             try Arguments.int(try value(), as: name, min: min, max: max)
+        }
+        func nonEmpty() throws(UsageError) -> String {
+            let v = try value()
+            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
+            return v
         }
         switch option {
         case "--host": host = try value()
@@ -250,6 +294,14 @@ public struct Options: Sendable {
             let v = try value()
             guard Limits.isRoomID(v) else { throw UsageError("\(name) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
             nodeName = v
+        case "--cluster-tls-ca": clusterTLSCA = try nonEmpty()
+        case "--cluster-tls-cert": clusterTLSCert = try nonEmpty()
+        case "--cluster-tls-key": clusterTLSKey = try nonEmpty()
+        case "--cluster-creds": clusterCreds = try nonEmpty()
+        case "--cluster-user": clusterUser = try nonEmpty()
+        case "--cluster-password-file": clusterPasswordFile = try nonEmpty()
+        case "--cluster-password":
+            throw UsageError("\(name) is not taken: the engine's password is read from a file (--cluster-password-file)")
         case "--room-idle": roomIdle = try int(min: 0, max: 86_400 * 365)
         case "--resume-window": resumeWindow = try int(min: 0)
         case "--queue-limit": queueLimit = try int(min: 1)
@@ -362,7 +414,7 @@ extension Options {
         return Authenticator(operatorToken: operatorToken, signingKey: key)
     }
 
-    private func warnIfShared(_ path: String, _ what: String, _ warn: (String) -> Void) {
+    func warnIfShared(_ path: String, _ what: String, _ warn: (String) -> Void) {
         if let mode = try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int, mode & 0o077 != 0 {
             warn("the \(what) file '\(path)' can be read by other users (mode \(String(mode & 0o777, radix: 8))); chmod 600 it")
         }
