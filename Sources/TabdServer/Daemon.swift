@@ -113,8 +113,9 @@ public final class Daemon: Sendable {
         let daemon = Daemon(options: options, log: log, registry: registry, gateway: gateway, server: server,
                             store: store, cluster: cluster, clusterSweep: clusterSweep)
         log.info("network: \(options.eventLoop.description) event loop; HTTP/1.1 and WebSocket read by tabd over libwebsockets' raw sockets")
-        if let certificate = server.certificateSummary {
+        if let certificate = server.certificate {
             log.info("TLS 1.2 and later only (plain HTTP to this port is only redirected to https); certificate \(options.tlsCertificate ?? ""): \(certificate)")
+            daemon.warnIfExpiring(certificate)
         }
         log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms); "
             + (authenticator.isOn ? "credentials required (\(authenticator.describe))" : "no credentials required"))
@@ -175,15 +176,27 @@ public final class Daemon: Sendable {
     @discardableResult
     public func reload() -> Bool {
         do throws(TLSError) {
-            guard let summary = try server.reloadTLS() else {
+            guard let certificate = try server.reloadTLS() else {
                 log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again; nothing changed")
                 return false
             }
-            log.info("received SIGHUP: TLS certificate and key read again; new connections use \(summary)")
+            log.info("received SIGHUP: TLS certificate and key read again; new connections use \(certificate)")
+            warnIfExpiring(certificate)
             return true
         } catch {
             log.error("received SIGHUP: \(error); the certificate in use keeps serving")
             return false
+        }
+    }
+
+    /// A certificate that has expired, or will within two weeks (a renewal that did not
+    /// happen), is said as a warning.
+    private func warnIfExpiring(_ certificate: TLSCertificateInfo) {
+        let days = certificate.secondsLeft / 86_400
+        if certificate.secondsLeft <= 0 {
+            log.warn("the TLS certificate \(options.tlsCertificate ?? "") has EXPIRED: clients refuse it; renew it and send SIGHUP")
+        } else if days < 14 {
+            log.warn("the TLS certificate \(options.tlsCertificate ?? "") expires in \(days == 0 ? "less than a day" : "\(days) day\(days == 1 ? "" : "s")"); renew it and send SIGHUP")
         }
     }
 

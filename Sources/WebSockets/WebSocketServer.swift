@@ -23,13 +23,13 @@ public final class WebSocketServer: Sendable {
     /// It serves HTTPS and WSS only (`Configuration.tls`).
     public var usesTLS: Bool { loop.tls != nil }
 
-    /// The certificate in use (subject, issuer, expiry), for the log; nil without TLS.
-    public var certificateSummary: String? { loop.tls?.summary }
+    /// The certificate in use; nil without TLS.
+    public var certificate: TLSCertificateInfo? { loop.tls?.certificate }
 
     /// Reads the certificate and key files again; if they make a good pair (both PEM, the key
-    /// the certificate's), handshakes from now on use it and the summary of it is returned.
-    /// Open connections keep theirs. A bad pair throws and changes nothing. Nil without TLS.
-    public func reloadTLS() throws(TLSError) -> String? {
+    /// the certificate's), handshakes from now on use it and it is returned. Open
+    /// connections keep theirs. A bad pair throws and changes nothing. Nil without TLS.
+    public func reloadTLS() throws(TLSError) -> TLSCertificateInfo? {
         try loop.tls?.reload()
     }
 

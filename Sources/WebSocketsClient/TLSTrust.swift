@@ -1,14 +1,15 @@
 import CTLS
 import Glibc
+import WebSocketEngine
 
 /// Whom a client trusts when it connects over TLS (`wss://`, `https://`): the system's
 /// store, and optionally more CAs (a private or self-signed one). The server's certificate
 /// must chain to one of them and name the host connected to; a connection that does not
 /// verify fails with the reason, never falls back to plain text. TLS 1.2 and later.
 public struct TLSTrust: Sendable, Equatable {
-    /// The system's CA bundle (Debian's `ca-certificates`); when it is missing, OpenSSL's
-    /// default paths are used.
-    public static let systemBundle = "/etc/ssl/certs/ca-certificates.crt"
+    /// The system's CAs (Debian's `ca-certificates`), as the directory of hashed links
+    /// that `update-ca-certificates` keeps; when it is missing, OpenSSL's default paths.
+    public static let systemCertificates = "/etc/ssl/certs"
 
     /// PEM certificates trusted besides the system's store.
     public var extraCertificates: [UInt8]?
@@ -27,26 +28,18 @@ public struct TLSTrust: Sendable, Equatable {
 
     /// The system's store and the CA certificates in the file at `path` (`--ca-file`).
     public init(caFile path: String) throws(TLSTrustError) {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw TLSTrustError("cannot read the CA file \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n == 0 { break }
-            guard n > 0 else {
-                if errno == EINTR { continue }
-                throw TLSTrustError("cannot read the CA file \(path): \(String(cString: strerror(errno)))")
-            }
-            bytes += buffer[0..<n]
-            guard bytes.count <= 16 << 20 else { throw TLSTrustError("the CA file \(path) is larger than 16 MB") }
+        let bytes: [UInt8]
+        switch SmallFile.read(path, limit: 16 << 20) {
+        case let .success(read): bytes = read
+        case let .failure(.unreadable(reason)): throw TLSTrustError("cannot read the CA file \(path): \(reason)")
+        case .failure(.tooLarge): throw TLSTrustError("the CA file \(path) is larger than 16 MB")
+        case .failure(.empty): throw TLSTrustError("the CA file \(path) is empty")
         }
         do { try self.init(extraCertificates: bytes) } catch { throw TLSTrustError("no PEM certificate in the CA file \(path)") }
     }
 
-    /// The system bundle to load, when it exists (else nil: OpenSSL's default paths).
-    package var bundle: String? { access(Self.systemBundle, R_OK) == 0 ? Self.systemBundle : nil }
+    /// The system's directory, when it exists (else nil: OpenSSL's default paths).
+    package var bundle: String? { access(Self.systemCertificates, R_OK | X_OK) == 0 ? Self.systemCertificates : nil }
 
     /// Sets up a client SSL_CTX (libwebsockets' or the HTTP client's): TLS 1.2 and later,
     /// verification on, these CAs trusted. Nil, or why not.

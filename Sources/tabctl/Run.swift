@@ -6,6 +6,8 @@ import TabdClient
 struct Run {
     let invocation: Invocation
     let output: Output
+    /// The system's CAs, and `--ca-file`'s.
+    let trust: TLSTrust
 
     enum Exit {
         static let ok: Int32 = 0
@@ -15,12 +17,6 @@ struct Run {
     }
 
     func main() async -> Int32 {
-        if let caFile = invocation.caFile {
-            do { _ = try TLSTrust(caFile: caFile) } catch {
-                printError("--ca-file: \(error)")
-                return Exit.usage
-            }
-        }
         do throws(TabdClientError) {
             switch invocation.command!.name {
             case "rooms": return try await rooms()
@@ -233,9 +229,6 @@ struct Run {
     private func milliseconds(_ d: Duration) -> Double {
         ((Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15) * 10).rounded() / 10
     }
-
-    /// The system's CAs, and `--ca-file`'s (read and checked in `main`).
-    private var trust: TLSTrust { invocation.caFile.flatMap { try? TLSTrust(caFile: $0) } ?? .system }
 
     private func usage(_ message: String) -> Int32 {
         printError(message)

@@ -18,5 +18,10 @@ if invocation.help {
 }
 let output = Output(json: invocation.json,
                     colour: !invocation.json && isatty(STDOUT_FILENO) == 1 && environment["NO_COLOR"] == nil && environment["TERM"] != "dumb")
-let code = await Run(invocation: invocation, output: output).main()
+let trust: TLSTrust
+do { trust = try invocation.caFile.map { path throws(TLSTrustError) in try TLSTrust(caFile: path) } ?? .system } catch {
+    FileHandle.standardError.write(Data("tabctl: --ca-file: \(error)\n".utf8))
+    exit(2)
+}
+let code = await Run(invocation: invocation, output: output, trust: trust).main()
 exit(code)

@@ -16,7 +16,8 @@ def test_help_lists_every_option_and_exits_0():
                    "--rate-limit", "--max-clients", "--allow-origin", "--token", "--token-file", "--auth-secret-file", "--rooms",
                    "--max-rooms", "--room-idle", "--log-level", "--log-format", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token",
                    "--request-timeout", "--event-loop", "--cluster", "--cluster-tls-ca", "--cluster-tls-cert",
-                   "--cluster-tls-key", "--cluster-creds", "--cluster-user", "--cluster-password-file"]:
+                   "--cluster-tls-key", "--cluster-creds", "--cluster-user", "--cluster-password-file", "--tls-cert", "--tls-key",
+                   "--trusted-proxy"]:
         assert option in p.stdout, option
 
 

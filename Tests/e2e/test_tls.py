@@ -86,6 +86,10 @@ async def connect_wss(d, certs, **params):
 def test_the_listening_line_says_https_and_https_and_wss_serve_verified_by_the_ca(tls_daemon, certs):
     d = tls_daemon
     assert d.http.startswith("https://") and d.ws.startswith("wss://")
+    # The test certificates are valid for two days: tabd names the certificate and warns.
+    logged = d.wait_for_log("renew it")
+    assert "TLS 1.2 and later only" in logged and "CN=localhost" in logged
+    assert "expires in 1 day; renew it and send SIGHUP" in logged
     status, body = d.get("/healthz")
     assert (status, body.strip()) == (200, "ok")
     status, page = d.get("/")
@@ -253,6 +257,20 @@ def test_start_up_refusals_name_the_file(certs, tmp_path, case):
     assert p.returncode == status, p.stderr
     assert named in p.stderr, p.stderr
     assert "listening" not in p.stdout
+
+
+def test_the_tls_files_may_come_from_the_environment(certs):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TABD_")}
+    env.update(TABD_TLS_CERT=certs.a, TABD_TLS_KEY=certs.a_key)
+    d = Daemon(env=env, ssl_context=trusting(certs))
+    try:
+        assert d.http.startswith("https://")
+        assert d.get("/healthz")[0] == 200
+    finally:
+        d.stop()
+    env.pop("TABD_TLS_KEY")
+    p = subprocess.run([TABD, "--port", "0", "--state", ":memory:"], env=env, capture_output=True, text=True, timeout=WAIT)
+    assert p.returncode == 2 and "TABD_TLS_CERT needs --tls-key" in p.stderr, p.stderr
 
 
 def tabctl(*args, env=None):

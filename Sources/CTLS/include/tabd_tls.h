@@ -45,9 +45,10 @@ void tabd_tls_store_free(tabd_tls_store *store);
 int tabd_tls_server_configure(void *ssl_ctx, tabd_tls_store *store);
 
 /// A client context: TLS 1.2 and later, verification on, trusting the system's store
-/// (`system_bundle`, a PEM file; NULL: OpenSSL's default paths) and, when `ca_pem` is not
-/// NULL, the certificates in it as well. Returns 0, or -1 with the reason in `reason`.
-int tabd_tls_client_trust(void *ssl_ctx, const char *system_bundle, const void *ca_pem, size_t ca_len,
+/// (`system_dir`, a directory of hashed certificate links, looked up only when a chain is
+/// verified; NULL: OpenSSL's default paths) and, when `ca_pem` is not NULL, the
+/// certificates in it as well. Returns 0, or -1 with the reason in `reason`.
+int tabd_tls_client_trust(void *ssl_ctx, const char *system_dir, const void *ca_pem, size_t ca_len,
 			  char *reason, size_t reason_len);
 
 /// How many PEM certificates `pem` holds (0: none, or not PEM).
@@ -59,7 +60,7 @@ typedef struct tabd_tls_client tabd_tls_client;
 /// chain against the trust above and its name against `host` (a DNS name or an IP literal).
 /// Returns NULL with the reason (e.g. "certificate verify failed: self-signed certificate
 /// in certificate chain", "Hostname mismatch") in `reason`.
-tabd_tls_client *tabd_tls_client_connect(int fd, const char *host, const char *system_bundle,
+tabd_tls_client *tabd_tls_client_connect(int fd, const char *host, const char *system_dir,
 					 const void *ca_pem, size_t ca_len, char *reason, size_t reason_len);
 /// Like send(2)/recv(2): the count, 0 at the end of the stream, -1 on error (reason set).
 long tabd_tls_client_write(tabd_tls_client *client, const void *bytes, size_t length, char *reason, size_t reason_len);

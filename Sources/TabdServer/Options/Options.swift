@@ -205,10 +205,6 @@ public struct Options: Sendable {
                 }
             }
             if let a = given["--token"], let b = given["--token-file"] { throw UsageError("give \(a) or \(b), not both") }
-            if (o.tlsCertificate == nil) != (o.tlsKey == nil) {
-                let set = given["--tls-cert"] ?? given["--tls-key"] ?? "--tls-cert"
-                throw UsageError("\(set) needs \(given["--tls-cert"] == nil ? "--tls-cert" : "--tls-key") too: TLS takes a certificate and its key")
-            }
             if let a = given["--state"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
@@ -218,7 +214,7 @@ public struct Options: Sendable {
             if let a = given["--cluster-creds"], let b = given["--cluster-user"] ?? given["--cluster-password-file"] {
                 throw UsageError("\(a) and \(b) exclude each other: give a credentials file, or a user and a password file")
             }
-            for (x, y) in [("--cluster-user", "--cluster-password-file"), ("--cluster-tls-cert", "--cluster-tls-key")] {
+            for (x, y) in [("--tls-cert", "--tls-key"), ("--cluster-user", "--cluster-password-file"), ("--cluster-tls-cert", "--cluster-tls-key")] {
                 if let a = given[x] ?? given[y], given[x] == nil || given[y] == nil { throw UsageError("\(a) needs \(given[x] == nil ? x : y) too") }
             }
         } catch {

@@ -1,6 +1,7 @@
 import CTLS
 import Foundation
 import Locking
+import WebSocketEngine
 
 /// The files a TLS server reads its certificate chain and private key from (PEM; the
 /// certificate file may hold the chain after the server's certificate).
@@ -12,6 +13,16 @@ public struct TLSFiles: Sendable, Equatable {
         self.certificateFile = certificateFile
         self.keyFile = keyFile
     }
+}
+
+/// The certificate a TLS server gives new connections: who it names and until when.
+public struct TLSCertificateInfo: Sendable, Equatable, CustomStringConvertible {
+    /// Subject, issuer, expiry date and the length of the chain, for the log.
+    public let summary: String
+    /// Seconds until it expires when it was read (negative: expired).
+    public let secondsLeft: Int64
+
+    public var description: String { summary }
 }
 
 /// Why a certificate and key could not be used; the message names the file.
@@ -30,10 +41,10 @@ final class TLSStore: @unchecked Sendable {
     // @unchecked Sendable: `store` is only handed to C functions that lock; `current` is Locked.
     let files: TLSFiles
     let store: OpaquePointer
-    private let current: Locked<String>
+    private let current: Locked<TLSCertificateInfo>
 
-    /// What the pair in use is (subject, issuer, expiry), for the log.
-    var summary: String { current.withLock { $0 } }
+    /// The certificate in use.
+    var certificate: TLSCertificateInfo { current.withLock { $0 } }
 
     init(files: TLSFiles) throws(TLSError) {
         let (pair, summary) = try Self.load(files)
@@ -49,9 +60,9 @@ final class TLSStore: @unchecked Sendable {
     deinit { tabd_tls_store_free(store) }
 
     /// Reads both files again and, if they make a good pair, gives it to every handshake
-    /// from now on. Returns the new pair's summary.
-    func reload() throws(TLSError) -> String {
-        let result = current.withLock { summary -> Result<String, TLSError> in
+    /// from now on. Returns the new certificate.
+    func reload() throws(TLSError) -> TLSCertificateInfo {
+        let result = current.withLock { summary -> Result<TLSCertificateInfo, TLSError> in
             do throws(TLSError) {
                 let (pair, newSummary) = try Self.load(files)
                 tabd_tls_store_replace(store, pair)
@@ -71,7 +82,7 @@ final class TLSStore: @unchecked Sendable {
     }
 
     /// Both files read and parsed, the key checked against the certificate.
-    static func load(_ files: TLSFiles) throws(TLSError) -> (OpaquePointer, String) {
+    static func load(_ files: TLSFiles) throws(TLSError) -> (OpaquePointer, TLSCertificateInfo) {
         let certificate = try read(files.certificateFile, what: "TLS certificate")
         let key = try read(files.keyFile, what: "TLS key")
         var pair: OpaquePointer?
@@ -87,9 +98,8 @@ final class TLSStore: @unchecked Sendable {
             guard let pair else { throw TLSError("the TLS certificate \(files.certificateFile) cannot be used") }
             var text = [CChar](repeating: 0, count: 768)
             tabd_tls_pair_describe(pair, &text, text.count)
-            var summary = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if tabd_tls_pair_seconds_left(pair) <= 0 { summary += " (EXPIRED: clients will refuse it)" }
-            return (pair, summary)
+            let summary = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            return (pair, TLSCertificateInfo(summary: summary, secondsLeft: tabd_tls_pair_seconds_left(pair)))
         case Int32(TABD_TLS_PAIR_BAD_CERTIFICATE.rawValue):
             throw TLSError("the TLS certificate \(files.certificateFile) cannot be read as PEM: \(why)")
         case Int32(TABD_TLS_PAIR_BAD_KEY.rawValue):
@@ -101,22 +111,11 @@ final class TLSStore: @unchecked Sendable {
 
     /// A whole file (at most 1 MB: certificates and keys are a few kB), or why not.
     static func read(_ path: String, what: String) throws(TLSError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw TLSError("cannot read the \(what) \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if n == 0 { break }
-            guard n > 0 else {
-                if errno == EINTR { continue }
-                throw TLSError("cannot read the \(what) \(path): \(String(cString: strerror(errno)))")
-            }
-            bytes += buffer[0..<n]
-            guard bytes.count <= 1 << 20 else { throw TLSError("the \(what) \(path) is larger than 1 MB") }
+        switch SmallFile.read(path, limit: 1 << 20) {
+        case let .success(bytes): return bytes
+        case let .failure(.unreadable(reason)): throw TLSError("cannot read the \(what) \(path): \(reason)")
+        case .failure(.tooLarge): throw TLSError("the \(what) \(path) is larger than 1 MB")
+        case .failure(.empty): throw TLSError("the \(what) \(path) is empty")
         }
-        guard !bytes.isEmpty else { throw TLSError("the \(what) \(path) is empty") }
-        return bytes
     }
 }
