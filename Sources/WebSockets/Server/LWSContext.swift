@@ -25,8 +25,9 @@ final class LWSContext {
     static let readBufferSize = 64 * 1024
 
     /// Creates the context; `user` becomes the context user pointer (see ServiceLoop).
-    /// `handshakeSeconds` bounds lws' part of a TLS handshake. With `tls`, the vhost has an SSL_CTX (its certificate is set at the
-    /// LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS callback, see RawCallbacks.swift).
+    /// With `tls`, the vhost has an SSL_CTX (its certificate is set at the
+    /// LWS_CALLBACK_OPENSSL_LOAD_EXTRA_SERVER_VERIFY_CERTS callback, see RawCallbacks.swift);
+    /// `handshakeSeconds` bounds lws' part of a TLS handshake.
     init(eventLoop: WebSocketEventLoop, logLevel: WebSocketLogLevel,
          logSink: (@Sendable (WebSocketLogLevel, String) -> Void)?, tls: Bool, handshakeSeconds: Int,
          user: UnsafeMutableRawPointer) throws(WebSocketServerError) {
