@@ -161,6 +161,52 @@ def test_plain_http_to_the_tls_port_is_only_redirected_and_harms_no_one(tls_daem
     asyncio.run(go())
 
 
+def test_a_storm_of_handshakes_and_stalled_hellos_does_not_stall_a_working_client(tls_daemon, certs):
+    """300 connections that stop inside their TLS hello and 200 full TLS handshakes at once,
+    from other threads, while a client works: each of its commands is answered within a
+    generous bound (only a design fault, such as one handshake waiting for another, breaks
+    it), and every handshake of the storm is served."""
+    import threading
+    d = tls_daemon
+    port = port_of(d)
+    stalled = []
+    for _ in range(300):
+        s = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+        s.sendall(b"\x16\x03\x01\x02\x00\x01")  # a record header and the start of a hello
+        stalled.append(s)
+    served = []
+
+    def handshakes(n):
+        for _ in range(n):
+            with trusting(certs).wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=WAIT * 3),
+                                             server_hostname="localhost") as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                served.append(s.recv(100).startswith(b"HTTP/1.1 200"))
+
+    async def go():
+        worker = await connect_wss(d, certs, name="worker")
+        threads = [threading.Thread(target=handshakes, args=(25,)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        loop = asyncio.get_running_loop()
+        worst = 0.0
+        while any(t.is_alive() for t in threads):
+            started = loop.time()
+            _, ack = await asyncio.wait_for(worker.command("tap", tab="favorites"), 5.0)
+            assert ack["type"] == "ack"
+            worst = max(worst, loop.time() - started)
+        for t in threads:
+            t.join()
+        await worker.close()
+        return worst
+    worst = asyncio.run(go())
+    print(f"worst command latency during the storm: {worst * 1000:.0f} ms")
+    for s in stalled:
+        s.close()
+    assert len(served) == 200 and all(served), f"{served.count(True)} of 200 handshakes served"
+    assert worst < 5.0, worst
+
+
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1_1 is deprecated")
 def test_a_wss_connection_outlives_every_handshake_timeout(certs, make_daemon):
     """libwebsockets arms a timeout after each TLS accept that only its HTTP role clears;
