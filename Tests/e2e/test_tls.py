@@ -113,6 +113,21 @@ def test_the_listening_line_says_https_and_https_and_wss_serve_verified_by_the_c
         assert s.version() in ("TLSv1.2", "TLSv1.3")
 
 
+def test_pipelined_requests_in_one_tls_write_are_all_answered_in_order(tls_daemon, certs):
+    """Many requests in one write, more than tabd holds unread (256 KiB): over TLS too it
+    pauses reading, answers in order, and takes the rest up again."""
+    d = tls_daemon
+    n = 6000
+    request = b"".join(f"GET /healthz?n={i} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode() for i in range(n))
+    with trusting(certs).wrap_socket(socket.create_connection(("127.0.0.1", port_of(d)), timeout=WAIT),
+                                     server_hostname="localhost") as s:
+        s.sendall(request + b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        answers = b""
+        while chunk := s.recv(65536):
+            answers += chunk
+    assert answers.count(b"HTTP/1.1 200") == n + 1, answers[-300:]
+
+
 def test_a_client_without_the_ca_or_for_another_name_is_refused(tls_daemon, certs):
     d = tls_daemon
     with pytest.raises(ssl.SSLCertVerificationError, match="unable to get local issuer"):
