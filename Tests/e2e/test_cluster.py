@@ -90,7 +90,13 @@ def assert_one_order(clients, sync_snapshot):
     and folds (from its welcome snapshot) to the snapshot `sync` gave."""
     first = max(c.welcome["snapshot"]["seq"] for c in clients)
     streams = [[b for b in c.batches if b["events"][0]["seq"] > first] for c in clients]
-    assert all(s == streams[0] for s in streams), "clients on different nodes saw different streams"
+    for i, stream in enumerate(streams):
+        if stream != streams[0]:
+            at = next((k for k, (x, y) in enumerate(zip(stream, streams[0])) if x != y), min(len(stream), len(streams[0])))
+            raise AssertionError(
+                f"clients on different nodes saw different streams: client {i} ({len(stream)} batches) and client 0 "
+                f"({len(streams[0])}) differ at batch {at} after seq {first}: "
+                f"{stream[at] if at < len(stream) else None} against {streams[0][at] if at < len(streams[0]) else None}")
     for state in replay_all([(frames_after(c.welcome["snapshot"], c.batches), c.welcome["snapshot"]) for c in clients]):
         assert state == sync_snapshot, "replay differs from sync (presence and seq included)"
 
