@@ -81,7 +81,7 @@ let package = Package(
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
-        .target(name: "TabdClient", dependencies: ["Coordinator", "CTLS", "WebSocketsClient", "Locking"], swiftSettings: strict),
+        .target(name: "TabdClient", dependencies: ["Coordinator", "CTLS", "WebSocketEngine", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
         .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.

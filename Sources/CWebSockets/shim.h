@@ -39,31 +39,6 @@ static inline void tabd_lws_kill_after(struct lws *wsi, int secs) {
 	lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, secs);
 }
 
-/// Fails a connection at once (RFC 6455 7.1.7): writes a close frame with `code` and
-/// `reason` (at most 123 bytes) straight to the socket and shuts down the sending side, so
-/// the peer reads the close and then end of stream without waiting for its answer; lws'
-/// own later write fails and it drops the connection. Nothing is written when lws still
-/// holds unsent bytes of an earlier frame (the close would land inside it): then lws'
-/// own close and timeout apply. Returns 0 when the frame went out whole.
-static inline int tabd_fail_connection(struct lws *wsi, unsigned short code,
-				       const void *reason, size_t len) {
-	unsigned char frame[4 + 123];
-	int fd = lws_get_socket_fd(wsi);
-	if (fd < 0 || lws_partial_buffered(wsi))
-		return -1;
-	if (len > 123)
-		len = 123;
-	frame[0] = 0x88;
-	frame[1] = (unsigned char)(2 + len);
-	frame[2] = (unsigned char)(code >> 8);
-	frame[3] = (unsigned char)(code & 0xff);
-	memcpy(frame + 4, reason, len);
-	if (send(fd, frame, 4 + len, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)(4 + len))
-		return -1;
-	shutdown(fd, SHUT_WR);
-	return 0;
-}
-
 /// Shuts the socket down both ways: the peer reads what was sent and then the end of the
 /// stream, and lws, reading that end, closes the connection.
 static inline void tabd_drop_connection(struct lws *wsi) {

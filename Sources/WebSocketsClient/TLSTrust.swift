@@ -46,7 +46,7 @@ public struct TLSTrust: Sendable, Equatable {
     func configure(_ context: UnsafeMutableRawPointer?) -> String? {
         var reason = [CChar](repeating: 0, count: 256)
         let result = withExtra { pem, count in tabd_tls_client_trust(context, bundle, pem, count, &reason, reason.count) }
-        return result == 0 ? nil : String(decoding: reason.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return result == 0 ? nil : String(nulTerminated: reason)
     }
 
     /// Calls `body` with the extra certificates' bytes (nil and 0 without).

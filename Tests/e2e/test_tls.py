@@ -178,7 +178,8 @@ def test_plain_http_to_the_tls_port_is_only_redirected_and_harms_no_one(tls_daem
 
 
 def test_a_storm_of_handshakes_and_stalled_hellos_does_not_stall_a_working_client(tls_daemon, certs):
-    """300 connections that stop inside their TLS hello and 200 full TLS handshakes at once,
+    """300 connections that stop inside their TLS hello, 100 reset inside it, and 200 full
+    TLS handshakes at once,
     from other threads, while a client works: each of its commands is answered within a
     generous bound (only a design fault, such as one handshake waiting for another, breaks
     it), and every handshake of the storm is served."""
@@ -190,6 +191,13 @@ def test_a_storm_of_handshakes_and_stalled_hellos_does_not_stall_a_working_clien
         s = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
         s.sendall(b"\x16\x03\x01\x02\x00\x01")  # a record header and the start of a hello
         stalled.append(s)
+    # And 100 that vanish inside their hello: a reset, no FIN.
+    import struct
+    for _ in range(100):
+        s = socket.create_connection(("127.0.0.1", port), timeout=WAIT)
+        s.sendall(b"\x16\x03\x01\x02\x00\x01\x00")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
     served = []
 
     def handshakes(n):

@@ -1,5 +1,6 @@
 import CTLS
 import Foundation
+import WebSocketEngine
 import WebSocketsClient
 
 /// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
@@ -136,7 +137,7 @@ public struct HTTPRequest: Sendable {
         }
 
         static func text(_ reason: [CChar]) -> String {
-            String(decoding: reason.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            String(nulTerminated: reason)
         }
     }
 }

@@ -1,4 +1,5 @@
 import CWebSockets
+import WebSocketEngine
 
 /// WebSocket on a connection: the opening handshake (RFC 6455 §4.2), frames in through
 /// `FrameDecoder`, frames out from the connection table, pings, and the closing handshake.
@@ -69,7 +70,7 @@ extension ServiceLoop {
     private func peerAddress(_ connection: Connection) -> String {
         var buffer = [CChar](repeating: 0, count: 64)
         guard lws_get_peer_simple(connection.wsi, &buffer, buffer.count) != nil else { return "" }
-        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return String(nulTerminated: buffer)
     }
 
     // MARK: Frames in

@@ -92,13 +92,13 @@ final class TLSStore: @unchecked Sendable {
                 tabd_tls_pair_parse(cert.baseAddress, cert.count, key.baseAddress, key.count, &pair, &reason, reason.count)
             }
         }
-        let why = String(decoding: reason.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let why = String(nulTerminated: reason)
         switch problem {
         case Int32(TABD_TLS_PAIR_OK.rawValue):
             guard let pair else { throw TLSError("the TLS certificate \(files.certificateFile) cannot be used") }
             var text = [CChar](repeating: 0, count: 768)
             tabd_tls_pair_describe(pair, &text, text.count)
-            let summary = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let summary = String(nulTerminated: text)
             return (pair, TLSCertificateInfo(summary: summary, secondsLeft: tabd_tls_pair_seconds_left(pair)))
         case Int32(TABD_TLS_PAIR_BAD_CERTIFICATE.rawValue):
             throw TLSError("the TLS certificate \(files.certificateFile) cannot be read as PEM: \(why)")
