@@ -235,13 +235,12 @@ func httpRequest(_ method: String, _ target: String, body: String? = nil, header
 
     private func startServer() throws -> (WebSocketServer, HTTPTestHandler) {
         let handler = HTTPTestHandler()
-        let configuration = Configuration(
+        var configuration = Configuration(
             port: 0, dynamicPaths: ["/healthz"], dynamicPrefixes: ["/api/"], maxRequestBodyBytes: Self.limit,
             logLevel: .error)
         // These tests are about framing and order, not timeouts (408 is tested elsewhere): the
         // default 5 s passed between two writes of one test under ThreadSanitizer on a loaded
         // machine (twice in six CI runs), and the server rightly closed the connection.
-        var configuration = configuration
         configuration.requestTimeoutSeconds = 60
         let server = try WebSocketServer(configuration: configuration, handler: handler)
         server.start()
