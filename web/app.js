@@ -20,10 +20,17 @@
 //
 // Roles: the welcome says what this connection may do. A `view` page only watches: it
 // says so in the header, its tab bar and buttons are aria-disabled (still focusable, so
-// they can be read), and send() lets out nothing but `sync` and `ping` (canSend). It still
-// follows the room live. A token that runs out closes the socket with 4001: the page says
-// so and does not reconnect (the same token would be refused), like a deleted room (4404).
-import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js";
+// they can be read), and send() lets out nothing but `sync`, `ping` and `clients`
+// (canSend). It still follows the room live. A token that runs out closes the socket with
+// 4001: the page says so and does not reconnect (the same token would be refused), like a
+// deleted room (4404).
+//
+// Presence: the header says "N online" (the model's clientCount, listed room or counted).
+// That label is a button that opens a panel of who is connected: in a listed room the
+// model's own list (it follows joins and leaves live); in a counted room (past tabd's
+// --presence-limit the model lists no one) pages of 100 asked for with `clients`, and
+// "Show more" while the answer has a `next`. The panel closes when the connection drops.
+import { FoldError, applyFrame, fromWire } from "./model.js";
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
@@ -44,6 +51,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
   const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
   const HEARTBEAT_MS = 20000;
   const ITEMS = 20;
+  const CLIENTS_PAGE = 100; // clients asked for at a time in a counted room
   const MAX_DEPTH = 64;
   const REDUCED_MOTION = window.matchMedia && window.matchMedia("(prefers-reduced-motion: reduce)").matches;
 
@@ -54,6 +62,12 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
   const statusTextEl = $("status-text");
   const retryEl = $("retry");
   const presenceEl = $("presence");
+  const presencePanelEl = $("presence-panel");
+  const presenceCountEl = $("presence-panel-count");
+  const presenceListEl = $("presence-list");
+  const presenceHintEl = $("presence-hint");
+  const presenceMoreEl = $("presence-more");
+  const presenceCloseEl = $("presence-close");
   const logListEl = $("log-list");
   const logSeqEl = $("log-seq");
   const toastEl = $("toast");
@@ -97,6 +111,13 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
   let dropBatches = 0; // tests: events frames to lose on purpose (see __tabd.dropNextBatch)
 
   const logEntries = []; // newest last
+
+  // The list of who is connected while its panel is open (null when closed), for the
+  // room's presence when it was opened: { mode, clients, ids, drawn, next, ref, node, error }.
+  // A listed room's list is the model's; a counted room's is the pages answered so far
+  // (`ref`: the `clients` command waiting for its answer, `next`: the cursor of the page
+  // after them, null at the end).
+  let roster = null;
 
   // ---------------------------------------------------------------- connection
 
@@ -223,9 +244,10 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
   }
 
   // Whether this connection's role may send a command of this type: a view only reads
-  // (`sync`) and keeps the connection alive (`ping`); anything else would be `forbidden`.
+  // (`sync`, `clients`) and keeps the connection alive (`ping`); anything else would be
+  // `forbidden`.
   function canSend(type) {
-    return !readOnly() || type === "sync" || type === "ping";
+    return !readOnly() || type === "sync" || type === "ping" || type === "clients";
   }
 
   function readOnly() {
@@ -266,7 +288,11 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
           reportAllScrolls();
         }
         break;
-      case "error": showToast(errorText(f)); break;
+      case "clients": onClientsPage(f); break;
+      case "error":
+        showToast(errorText(f));
+        onClientsRefused(f);
+        break;
       default: break; // ack
     }
   }
@@ -696,8 +722,8 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
     const n = model.clientCount;
     presenceEl.hidden = connState !== "live";
     presenceEl.textContent = `${n} online`;
-    // The first 100 (a snapshot's list); the model also lists those who joined since.
-    presenceEl.title = model.clients.slice(0, MAX_CLIENTS_LISTED).map((c) => (myIds.has(c.id) ? `${c.name} (${c.id}, this window)` : `${c.name} (${c.id})`)).join("\n");
+    presenceEl.setAttribute("aria-label", `${n} online: show who is connected`);
+    renderRoster();
   }
 
   // ---------------------------------------------------------------- scrolling
@@ -830,6 +856,7 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
     statusEl.title = clientId ? `client ${clientId} · epoch ${epoch} · ${connections} connection(s)` : "";
     retryEl.hidden = retryTimer === null;
     presenceEl.hidden = state !== "live" || !model; // a count from before the drop is stale
+    if (presenceEl.hidden) closePresence(false); // and so is a list (its answers are lost)
   }
 
   function startCountdown() {
@@ -886,9 +913,32 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
       case "tabRemoved": text = tabName(e.tab); break;
       case "clientJoined": text = e.client ? e.client.name : ""; break;
       case "clientLeft": text = nameOf(e.client) || ""; break;
+      case "presenceCounted": text = `${e.count} online: counted from here on, not listed${nodesText(e.nodes)}`; break;
+      case "clientCount": {
+        const total = countAfter(e);
+        text = total === null ? `${e.count} online` : `${e.count} on ${e.node} · ${total} online`;
+        break;
+      }
+      case "presenceListed": text = `listed again: ${Array.isArray(e.clients) ? e.clients.length : "?"} online${e.node != null ? ` (${e.node})` : ""}`; break;
+      case "clientIdsReserved": text = `ids c${e.from}–c${e.from + e.count - 1} set aside for joins${e.node != null ? ` on ${e.node}` : ""}`; break;
       default: text = "";
     }
     return { text, ids: e.kind === "tabAdded" || e.kind === "tabUpdated" ? `tab ${e.tab && e.tab.id}` : ids };
+  }
+
+  // A presenceCounted's counts by node, as " (web1 100, web2 50)".
+  function nodesText(nodes) {
+    if (!nodes || typeof nodes !== "object") return "";
+    return ` (${Object.entries(nodes).map(([k, v]) => `${k} ${v}`).join(", ")})`;
+  }
+
+  // The room's count after a clientCount of one node (null without a node or nodes): the
+  // model's counts by node, that one replaced. Asked just before the event applies.
+  function countAfter(e) {
+    if (typeof e.node !== "string" || !model || !model.nodes) return null;
+    let total = Number(e.count) || 0;
+    for (const [k, v] of Object.entries(model.nodes)) if (k !== e.node) total += v;
+    return total;
   }
 
   // `said`: { text, ids } (a line of names, and the ids behind it for the tooltip).
@@ -1029,6 +1079,120 @@ import { FoldError, MAX_CLIENTS_LISTED, applyFrame, fromWire } from "./model.js"
   });
   document.addEventListener("click", (ev) => {
     if (!sharePanelEl.contains(ev.target) && !shareEl.contains(ev.target)) closeSharePanel(false);
+  });
+
+  // ---------------------------------------------------------------- who is connected
+
+  function openPresence() {
+    if (!model || presenceEl.hidden) return;
+    presencePanelEl.hidden = false;
+    presenceEl.setAttribute("aria-expanded", "true");
+    roster = null;
+    renderRoster();
+    presencePanelEl.focus();
+  }
+
+  // Forgets the list: answers still on their way are not news any more.
+  function closePresence(refocus) {
+    if (presencePanelEl.hidden) return;
+    presencePanelEl.hidden = true;
+    presenceEl.setAttribute("aria-expanded", "false");
+    roster = null;
+    presenceListEl.replaceChildren();
+    presenceMoreEl.hidden = true;
+    if (refocus) presenceEl.focus();
+  }
+
+  // Asks for the page after `after` (null: the first). Not connected: said in the panel.
+  function askClients(after) {
+    const fields = { limit: CLIENTS_PAGE };
+    if (after !== null) fields.after = after;
+    roster.ref = send("clients", fields);
+    roster.error = roster.ref === null ? "Not connected: the list was not asked for." : null;
+  }
+
+  // An answer to the last `clients` this panel sent (any other is stale): its clients join
+  // the list (each id once), its `next` says whether there are more.
+  function onClientsPage(f) {
+    if (!roster || roster.mode !== "counted" || roster.ref === null || f.ref !== roster.ref) return;
+    roster.ref = null;
+    for (const c of Array.isArray(f.clients) ? f.clients : []) {
+      if (!c || typeof c.id !== "string" || roster.ids.has(c.id)) continue;
+      roster.ids.add(c.id);
+      roster.clients.push({ id: c.id, name: typeof c.name === "string" ? c.name : c.id });
+    }
+    roster.next = typeof f.next === "string" ? f.next : null;
+    roster.node = typeof f.node === "string" ? f.node : null;
+    renderRoster();
+  }
+
+  function onClientsRefused(f) {
+    if (!roster || roster.ref === null || f.ref !== roster.ref) return;
+    roster.ref = null;
+    roster.error = `The list could not be read (${errorText(f)}).`;
+    renderRoster();
+  }
+
+  function rosterRow(c) {
+    const li = el("li", "presence-item");
+    li.dataset.client = c.id;
+    li.append(el("span", "presence-name", c.name), el("span", "presence-id", c.id));
+    if (myIds.has(c.id)) {
+      li.dataset.me = "true";
+      li.append(el("span", "presence-me", "(this window)"));
+    }
+    return li;
+  }
+
+  // Draws the open panel for the room as the model has it now. A listed room's list is
+  // redrawn from the model each time; a counted room's grows by the pages answered. When
+  // the room changes between the two, the list starts again (counted: from the first page).
+  function renderRoster() {
+    if (presencePanelEl.hidden || !model) return;
+    if (!roster || roster.mode !== model.presence) {
+      roster = { mode: model.presence, clients: [], ids: new Set(), drawn: 0, next: null, ref: null, node: null, error: null };
+      presenceListEl.replaceChildren();
+      if (roster.mode === "counted") askClients(null);
+    }
+    const n = model.clientCount;
+    presenceCountEl.textContent = `${n} online`;
+    presencePanelEl.dataset.presence = roster.mode;
+    const notes = [];
+    if (roster.mode === "listed") {
+      presenceListEl.replaceChildren(...model.clients.map(rosterRow));
+      // An older tabd's snapshot listed its first 100 only.
+      if (n > model.clients.length) notes.push(`${n - model.clients.length} more not listed`);
+      else if (n === 0) notes.push("No one");
+    } else {
+      for (; roster.drawn < roster.clients.length; roster.drawn++) presenceListEl.append(rosterRow(roster.clients[roster.drawn]));
+      if (roster.node) notes.push(`Connected through ${roster.node}`);
+      if (roster.error) notes.push(roster.error);
+      else if (roster.ref !== null) notes.push("Loading…");
+      else if (roster.clients.length === 0) notes.push("No one");
+    }
+    presenceHintEl.textContent = notes.join(" · ");
+    const more = roster.mode === "counted" && roster.next !== null;
+    if (!more && document.activeElement === presenceMoreEl) presenceCloseEl.focus();
+    presenceMoreEl.hidden = !more;
+  }
+
+  presenceEl.addEventListener("click", () => {
+    if (presencePanelEl.hidden) openPresence();
+    else closePresence(true);
+  });
+  presenceMoreEl.addEventListener("click", () => {
+    if (!roster || roster.mode !== "counted" || roster.next === null) return;
+    askClients(roster.next);
+    renderRoster();
+  });
+  presenceCloseEl.addEventListener("click", () => closePresence(true));
+  presencePanelEl.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Escape") return;
+    ev.preventDefault();
+    closePresence(true);
+  });
+  document.addEventListener("click", (ev) => {
+    if (!presencePanelEl.contains(ev.target) && !presenceEl.contains(ev.target)) closePresence(false);
   });
 
   // ---------------------------------------------------------------- input

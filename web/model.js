@@ -5,15 +5,37 @@
 //   { seq, selected, scrollToTop,
 //     tabs: [{ id, title, icon, color, badge, stack: [{ id, route, appeared, appearCount }],
 //              scroll, values }],
-//     clientCount, clients: [{ id, name }] }
+//     presence, clientCount, clients: [{ id, name }], nodes? }
 // and the rules are exactly those of the daemon's own fold, `Snapshot.apply` in
 // Sources/Coordinator/Fold/ (Snapshot+Apply.swift and the TabState, TabBar, ScrollCounter
 // and Roster `apply` it calls): an event that does not fit the state (a seq
 // that is not the next one, a tab or page the state does not have, …) is refused with a
 // FoldError naming its seq. Nothing is skipped or repaired.
 //
+// Presence: `presence` is "listed" or "counted".
+// - listed: clientJoined and clientLeft keep `clients` (join order) and clientCount.
+// - counted (the room grew past tabd's --presence-limit): `clients` is [], clientCount is
+//   the count the stream last reported, and `nodes` (a cluster's room only: node name →
+//   count, clientCount their sum) is there; a state without nodes has no `nodes` member.
+//   clientJoined and clientLeft are refused in a counted room.
+// - presenceCounted {count, nodes?}: refused in a counted room; count an integer ≥ 0,
+//   nodes (when there) integers ≥ 0 that add up to count. Counted, clients [], clientCount
+//   = count, nodes = the event's (or none).
+// - clientCount {node?, count}: refused in a listed room; count an integer ≥ 0. With
+//   node (a string) the state must have nodes: nodes[node] = count (a node new to the map
+//   is added), clientCount = their sum; without node the state must have none:
+//   clientCount = count.
+// - presenceListed {node?, clients}: refused in a listed room; clients {id, name}, no id
+//   twice. Listed, clients = that list, clientCount = its length, nodes gone.
+// - clientIdsReserved {node?, from, count}: from and count integers ≥ 1; changes nothing
+//   but the seq (the ids are the server's business).
+// A `node` member, where an event may have one, must be a string. Node counts and their
+// sum stay within 2^53 − 1 (Limits.maxCount), else the event is refused.
+//
 // Promises:
-// - fromWire(wire) copies a wire snapshot into a state of its own.
+// - fromWire(wire) copies a wire snapshot into a state of its own. A snapshot without
+//   `presence` (an older tabd, a stored file) reads as listed; a counted one that lists
+//   clients, or nodes in a listed one or not adding up to clientCount, is refused.
 // - applyEvent(state, event) changes `state` in place and returns it. A refused event
 //   throws FoldError and leaves `state` exactly as it was.
 // - applyFrame(state, frame) applies the frame's events in order, in place, and returns
@@ -23,15 +45,18 @@
 //   applyFrame(state, frame, before) also calls before(event, state) just before each event
 //   is applied, with the state as it is then (the page names what an event changes, e.g.
 //   a tab about to be removed); `before` only reads, and must not change the state.
-// - The state never shares an object with what it was built from: pages, tabs, clients and
-//   values are copied, so events and wire objects may be reused or changed afterwards.
+// - The state never shares an object with what it was built from: pages, tabs, clients,
+//   values and nodes are copied, so events and wire objects may be reused or changed
+//   afterwards.
 // - Like the daemon's fold, the state lists every client it has seen join (a capped start
-//   snapshot lists only its first 100); toWire(state) gives the form the daemon sends, with
-//   at most 100 clients listed. Folding a snapshot with the frames that follow it and
-//   taking toWire gives the daemon's snapshot at the last seq (`values` keys may come in
-//   another order: the daemon sorts them, the fold keeps insertion order) — presence
-//   aside when the start was capped and a listed client left: the daemon then lists one
-//   the fold never heard of (the daemon's own fold has the same limit).
+//   snapshot of an older tabd lists only its first 100; a listed room of this one lists
+//   everyone); toWire(state) gives the form the daemon sends, members in the daemon's
+//   order, with at most 100 clients listed. Folding a snapshot with the frames that follow
+//   it and taking toWire gives the daemon's snapshot at the last seq (`values` and `nodes`
+//   keys may come in another order: the daemon sorts them, the fold keeps insertion
+//   order) — presence aside when the start was capped and a listed client left: the
+//   daemon then lists one the fold never heard of (the daemon's own fold has the same
+//   limit).
 
 /** The most clients a wire snapshot lists (Limits.maxClientsInSnapshot). */
 export const MAX_CLIENTS_LISTED = 100;
@@ -94,6 +119,37 @@ function readClient(j, bad) {
   return { id: str(j, "id", bad), name: str(j, "name", bad) };
 }
 
+// A list of clients, each id once.
+function readClients(j, k, bad) {
+  const list = field(j, k, bad);
+  if (!Array.isArray(list)) throw bad(`'${k}' is not an array`);
+  const clients = list.map((c) => readClient(c, bad));
+  const ids = new Set(clients.map((c) => c.id));
+  if (ids.size !== clients.length) throw bad(`'${k}' lists a client twice`);
+  return clients;
+}
+
+// A cluster's counts by node (name → integer ≥ 0), copied, and their sum: every count and
+// the sum within Limits.maxCount, as the daemon's Roster.sum has them.
+function readNodes(v, bad) {
+  if (!isObject(v)) throw bad("'nodes' is not an object");
+  const nodes = {};
+  let sum = 0;
+  for (const k of Object.keys(v)) {
+    const n = v[k];
+    if (!Number.isInteger(n) || n < 0) throw bad(`node '${k}' has no count (an integer >= 0)`);
+    if (n > Number.MAX_SAFE_INTEGER - sum) throw bad("node counts out of range");
+    sum += n;
+    define(nodes, k, n);
+  }
+  return { nodes, sum };
+}
+
+// An optional `node` member: absent, or a string.
+function optionalNode(e, bad) {
+  return own(e, "node") ? str(e, "node", bad) : null;
+}
+
 function readPage(j, bad) {
   const appeared = field(j, "appeared", bad);
   if (typeof appeared !== "boolean") throw bad("'appeared' is not a boolean");
@@ -122,7 +178,8 @@ function readTab(j, bad) {
 
 /**
  * A state of its own from a wire snapshot (`welcome.snapshot`, a `sync` answer, or a
- * golden file). Throws TypeError when `wire` does not have the snapshot's shape.
+ * golden file). Throws TypeError when `wire` does not have the snapshot's shape (its
+ * presence members included: see the header).
  */
 export function fromWire(wire) {
   const bad = (m) => new TypeError(`snapshot: ${m}`);
@@ -130,29 +187,46 @@ export function fromWire(wire) {
   if (!Array.isArray(tabs)) throw bad("'tabs' is not an array");
   const clients = field(wire, "clients", bad);
   if (!Array.isArray(clients)) throw bad("'clients' is not an array");
-  return {
+  const presence = own(wire, "presence") ? str(wire, "presence", bad) : "listed";
+  if (presence !== "listed" && presence !== "counted") throw bad(`'presence' is neither "listed" nor "counted"`);
+  const state = {
     seq: int(wire, "seq", bad),
     selected: str(wire, "selected", bad),
     scrollToTop: int(wire, "scrollToTop", bad),
     tabs: tabs.map((t) => readTab(t, bad)),
+    presence,
     clientCount: int(wire, "clientCount", bad),
     clients: clients.map((c) => readClient(c, bad)),
   };
+  // As the daemon's Snapshot(json:): a counted room lists no one, and only a counted room
+  // has nodes, which add up to its count.
+  if (presence === "counted" && state.clients.length > 0) throw bad("a counted snapshot lists clients");
+  if (own(wire, "nodes")) {
+    const shares = readNodes(wire.nodes, bad);
+    if (presence !== "counted") throw bad("a listed snapshot has 'nodes'");
+    if (shares.sum !== state.clientCount) throw bad("'nodes' do not add up to 'clientCount'");
+    state.nodes = shares.nodes;
+  }
+  return state;
 }
 
 /**
- * The snapshot the daemon would send for `state`: the same fields with at most 100
- * clients listed. A new object; its tabs are `state`'s own (do not change them).
+ * The snapshot the daemon would send for `state`: the same fields, in the daemon's order,
+ * with at most 100 clients listed (`nodes` only when the state has them). A new object;
+ * its tabs are `state`'s own (do not change them).
  */
 export function toWire(state) {
-  return {
+  const wire = {
     seq: state.seq,
     selected: state.selected,
     scrollToTop: state.scrollToTop,
     tabs: state.tabs,
+    presence: state.presence,
     clientCount: state.clientCount,
     clients: state.clients.slice(0, MAX_CLIENTS_LISTED),
   };
+  if (own(state, "nodes")) wire.nodes = copyJSON(state.nodes);
+  return wire;
 }
 
 // ---------------------------------------------------------------- the fold
@@ -287,12 +361,15 @@ export function applyEvent(state, e) {
       break;
     }
     case "clientJoined": {
-      state.clients.push(readClient(field(e, "client", fail), fail));
+      const client = readClient(field(e, "client", fail), fail);
+      if (state.presence === "counted") throw fail("clientJoined in a counted room");
+      state.clients.push(client);
       state.clientCount += 1;
       break;
     }
     case "clientLeft": {
       const id = str(e, "client", fail);
+      if (state.presence === "counted") throw fail("clientLeft in a counted room");
       const i = state.clients.findIndex((c) => c.id === id);
       if (i >= 0) {
         state.clients.splice(i, 1);
@@ -302,6 +379,54 @@ export function applyEvent(state, e) {
       } else {
         throw fail(`clientLeft of unknown client ${id}`);
       }
+      break;
+    }
+    case "presenceCounted": {
+      const count = int(e, "count", fail);
+      const shares = own(e, "nodes") ? readNodes(e.nodes, fail) : null;
+      if (state.presence === "counted") throw fail("presenceCounted in a counted room");
+      if (count < 0) throw fail("presenceCounted with a negative count");
+      if (shares && shares.sum !== count) throw fail(`presenceCounted's nodes do not add up to its count ${count}`);
+      state.presence = "counted";
+      state.clients = [];
+      state.clientCount = count;
+      if (shares) state.nodes = shares.nodes;
+      else delete state.nodes;
+      break;
+    }
+    case "clientCount": {
+      const node = optionalNode(e, fail), count = int(e, "count", fail);
+      if (state.presence !== "counted") throw fail("clientCount in a listed room");
+      if (count < 0) throw fail("clientCount with a negative count");
+      const hasNodes = own(state, "nodes");
+      if (node !== null) {
+        if (!hasNodes) throw fail(`clientCount of node '${node}' in a room not counted by node`);
+        const next = copyJSON(state.nodes);
+        define(next, node, count);
+        const shares = readNodes(next, fail);
+        state.nodes = shares.nodes;
+        state.clientCount = shares.sum;
+      } else {
+        if (hasNodes) throw fail("clientCount without a node in a room counted by node");
+        state.clientCount = count;
+      }
+      break;
+    }
+    case "presenceListed": {
+      optionalNode(e, fail);
+      const clients = readClients(e, "clients", fail);
+      if (state.presence !== "counted") throw fail("presenceListed in a listed room");
+      state.presence = "listed";
+      state.clients = clients;
+      state.clientCount = clients.length;
+      delete state.nodes;
+      break;
+    }
+    case "clientIdsReserved": {
+      // The ids are the server's counter's; the snapshot does not change.
+      optionalNode(e, fail);
+      const from = int(e, "from", fail), count = int(e, "count", fail);
+      if (from < 1 || count < 1) throw fail(`clientIdsReserved of an empty or negative block (from ${from}, count ${count})`);
       break;
     }
     default:

@@ -2,7 +2,7 @@ import Coordinator
 
 /// What a credential lets its holder do in a room (see docs/PROTOCOL.md "Tokens and roles").
 public enum Role: String, Sendable, CaseIterable, Comparable {
-    /// Receives everything; may send only `sync` and `ping`.
+    /// Receives everything; may send only `sync`, `ping` and `clients`.
     case view
     /// Every command of its room.
     case control
@@ -12,7 +12,7 @@ public enum Role: String, Sendable, CaseIterable, Comparable {
     /// Whether this role may send a command of this type over the WebSocket.
     public func maySend(_ command: Command) -> Bool {
         switch command {
-        case .sync, .ping: true
+        case .sync, .ping, .clients: true
         default: self != .view
         }
     }

@@ -206,6 +206,15 @@ public final class ClusterRoom: Durability, Sendable {
         state.withLock { $0.machine.orphans(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive) }
     }
 
+    /// In a counted room, the nodes whose counted clients are gone with them (dead, or
+    /// this node in an earlier life when `includingOwn`).
+    public func deadShares(includingOwn: Bool) -> Set<String> {
+        state.withLock { $0.machine.deadShares(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive) }
+    }
+
+    /// The node a listed client joined on.
+    public func owner(of client: ClientID) -> String? { state.withLock { $0.machine.owner(of: client) } }
+
     /// How many of this node's batches found another node's batch at their place.
     public var conflicts: Int { state.withLock { $0.machine.conflicts } }
 

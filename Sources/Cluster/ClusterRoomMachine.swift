@@ -291,6 +291,8 @@ package struct ClusterRoomMachine: Sendable {
                 switch e.event {
                 case let .clientJoined(c): owners[c.id] = message.writer ?? ""
                 case let .clientLeft(id): owners[id] = nil
+                // The list is gone (counted) or starts again (listed): so are its owners.
+                case .presenceCounted, .presenceListed: owners = [:]
                 default: break
                 }
             }
@@ -389,4 +391,13 @@ package struct ClusterRoomMachine: Sendable {
             return owner == node ? includingOwn : !isAlive(owner)
         })
     }
+
+    /// In a counted room, the nodes with clients counted whose node is dead by `isAlive`
+    /// (or is `node` itself in an earlier life, when `includingOwn`).
+    package func deadShares(node: String, includingOwn: Bool, isAlive: (String) -> Bool) -> Set<String> {
+        Set((stored.snapshot.nodes ?? [:]).filter { $0.value > 0 && ($0.key == node ? includingOwn : !isAlive($0.key)) }.keys)
+    }
+
+    /// The node a listed client joined on, as the stream says.
+    package func owner(of client: ClientID) -> String? { owners[client].flatMap { $0.isEmpty ? nil : $0 } }
 }

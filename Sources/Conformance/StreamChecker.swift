@@ -3,15 +3,21 @@ import Coordinator
 /// Checks the lifecycle rules of SEMANTICS.md over a stream, batch by batch, and keeps
 /// the replayed state: appear/disappear alternate, one visible page (the selected tab's
 /// top) at the end of every batch, firstAppear once per page and right before its first
-/// appear, the scroll-to-top counter never decreasing, seqs gap-free.
+/// appear, the scroll-to-top counter never decreasing, seqs gap-free; and presence: its
+/// events caused by `tabd`, each mode's events only in that mode (the fold), and no client
+/// id handed out twice (a `clientJoined` or a reserved block never reaches back into an id
+/// handed out or reserved before).
 public struct StreamChecker {
     public private(set) var state: Snapshot
     private var shown: (tab: TabID, page: PageID)?
     private var firstAppeared: Set<PageID> = []
     public private(set) var batches = 0
+    /// Every client number handed out or reserved so far lies below this.
+    private var nextClient = 0
 
     public init(origin: Snapshot) {
         state = origin
+        for client in origin.clients { nextClient = max(nextClient, (Int(client.id.dropFirst()) ?? 0) + 1) }
         for tab in origin.tabs { for page in tab.stack where page.appeared { firstAppeared.insert(page.id) } }
         if origin.tabs.contains(where: { $0.stack.contains(where: \.appeared) }) { shown = origin.visiblePage }
     }
@@ -32,7 +38,17 @@ public struct StreamChecker {
             case let .disappear(tab, page):
                 guard let s = shown, s == (tab, page) else { throw ReplayError(seq: e.seq, message: "disappear of \(page), which is not visible") }
                 shown = nil
+            case let .clientJoined(client):
+                let n = Int(client.id.dropFirst()) ?? -1
+                guard n >= nextClient else { throw ReplayError(seq: e.seq, message: "client id \(client.id) was handed out or reserved before") }
+                nextClient = n + 1
+            case let .clientIdsReserved(_, from, count):
+                guard from >= nextClient else { throw ReplayError(seq: e.seq, message: "ids from c\(from) reach into ids handed out before") }
+                nextClient = from + count
             default: break
+            }
+            if e.event.isPresence, batch.by != Coordinator.daemonID {
+                throw ReplayError(seq: e.seq, message: "\(e.event.kind) caused by \(batch.by), not by tabd")
             }
             try state.apply(e)
         }

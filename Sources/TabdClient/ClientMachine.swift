@@ -14,6 +14,8 @@ package struct ClientMachine: Sendable {
         case ack(Int)
         case snapshot(Snapshot)
         case pong
+        /// A page of the room's connected clients (in a cluster, of `node`'s).
+        case clients(ClientPage, node: String?)
     }
 
     package enum Action: Sendable, Equatable {
@@ -69,7 +71,7 @@ package struct ClientMachine: Sendable {
     }
 
     package static let closedByClient = TabdClientError.closed(code: 1000, reason: "closed by this client")
-    private static let frameTypes: Set<String> = ["welcome", "events", "ack", "error", "snapshot", "pong"]
+    private static let frameTypes: Set<String> = ["welcome", "events", "ack", "error", "snapshot", "pong", "clients"]
 
     let endpoint: Endpoint
     let settings: Settings
@@ -150,6 +152,7 @@ package struct ClientMachine: Sendable {
         case let .error(ref, error): return answer(ref, .failure(.refused(error)), jitter: jitter)
         case let .snapshot(ref, snapshot): return answer(ref, .success(.snapshot(snapshot)), jitter: jitter)
         case let .pong(ref): return answer(ref, .success(.pong), jitter: jitter)
+        case let .clients(ref, node, page): return answer(ref, .success(.clients(page, node: node)), jitter: jitter)
         }
     }
 

@@ -66,6 +66,29 @@ extension TabdClient {
         return snapshot
     }
 
+    /// One page of the room's connected clients, in join order (in a big room, whose
+    /// `state` only counts them): those after `after` (the `next` of an earlier page; nil
+    /// for the first), at most `limit` (1–1,000). In a cluster, those of the node this
+    /// client is connected to.
+    public func clients(after: ClientID? = nil, limit: Int? = nil) async throws(TabdClientError) -> ClientPage {
+        guard case let .clients(page, _) = try await request(.clients(after: after, limit: limit)) else {
+            throw .protocolViolation("'clients' was not answered with a page of clients")
+        }
+        return page
+    }
+
+    /// Every connected client, page after page of 1,000 (in a cluster, this node's).
+    public func allClients() async throws(TabdClientError) -> [ClientInfo] {
+        var all: [ClientInfo] = []
+        var after: ClientID?
+        repeat {
+            let page = try await clients(after: after, limit: Limits.maxClientsPage)
+            all += page.clients
+            after = page.next
+        } while after != nil
+        return all
+    }
+
     /// A round trip to tabd; returns how long it took.
     @discardableResult
     public func ping() async throws(TabdClientError) -> Duration {

@@ -216,7 +216,7 @@ public actor TabdClient {
         switch try await request(command) {
         case let .ack(seq): seq
         case let .snapshot(snapshot): snapshot.seq
-        case .pong: state.seq
+        case .pong, .clients: state.seq
         }
     }
 

@@ -79,6 +79,19 @@ struct Subcommand {
         .init(name: "move-tab", usage: "move-tab ID INDEX", summary: "move a tab to a position", minArgs: 2, maxArgs: 2),
         .init(name: "remove-tab", usage: "remove-tab ID", summary: "remove a tab", minArgs: 1, maxArgs: 1),
         .init(name: "ping", usage: "ping", summary: "a round trip to tabd", minArgs: 0, maxArgs: 0),
+        .init(name: "clients", usage: "clients [--limit N] [--after ID | --all]",
+              summary: "who is connected, a page at a time", minArgs: 0, maxArgs: 0,
+              options: ["--limit", "--after"], flags: ["--all"],
+              details: """
+              Prints the room's connected clients in join order, one per line: id and name
+              (in a cluster, those connected to the node tabctl reached). tabctl itself is
+              one of them. A room of more clients than tabd's --presence-limit only counts
+              them in its state; this lists them. With --json each line is {"id","name"},
+              and a last line {"next"} when more follow.
+                --limit N      clients per page, 1 to 1000 (default 100)
+                --after ID     the page after client ID (as the last line of a page says)
+                --all          every client, page after page
+              """),
         .init(name: "rooms", usage: "rooms [list | show ID | create ID | delete ID]",
               summary: "list, show, create or delete rooms (HTTP API)", minArgs: 0, maxArgs: 2,
               details: """

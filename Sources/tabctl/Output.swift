@@ -31,6 +31,11 @@ struct Output {
         case let .tabRemoved(t): what = tab(t)
         case let .clientJoined(c): what = c.name.isEmpty ? c.id : "\(c.id) \(quoted(c.name))"
         case let .clientLeft(c): what = c
+        case let .presenceCounted(count, nodes): what = "\(count) online, counted from here on" + Self.shares(nodes)
+        case let .clientCount(node, count): what = node.map { "\(count) online on node \($0)" } ?? "\(count) online"
+        case let .presenceListed(node, clients):
+            what = "listed again" + (clients.isEmpty ? "" : ": " + clients.map(\.id).joined(separator: ", ")) + (node.map { " (node \($0))" } ?? "")
+        case let .clientIdsReserved(node, from, count): what = "c\(from)…c\(from + count - 1)" + (node.map { " for node \($0)" } ?? "")
         }
         let kind = e.event.kind.padding(12)
         let by = batch.by + (batch.ref.map { " ref \($0)" } ?? "")
@@ -59,13 +64,28 @@ struct Output {
             if t.scroll != 0 { lines.append("    scroll \(number(t.scroll))") }
             for (key, value) in t.values.sorted(by: { $0.key < $1.key }) { lines.append("    \(quoted(key)) = \(value.compactString)") }
         }
-        let names = s.clients.map { $0.name.isEmpty ? $0.id : "\($0.id) \(quoted($0.name))" }
-        let more = s.clientCount > s.clients.count ? " and \(s.clientCount - s.clients.count) more" : ""
-        lines.append("clients (\(s.clientCount)): " + names.joined(separator: ", ") + more)
+        if s.presence == .counted {
+            lines.append("clients: \(s.clientCount) online (counted\(Self.shares(s.nodes)); 'tabctl clients' lists them)")
+        } else {
+            let names = s.clients.map { $0.name.isEmpty ? $0.id : "\($0.id) \(quoted($0.name))" }
+            let more = s.clientCount > s.clients.count ? " and \(s.clientCount - s.clients.count) more" : ""
+            lines.append("clients (\(s.clientCount)): " + names.joined(separator: ", ") + more)
+        }
         return lines.joined(separator: "\n")
     }
 
+    /// One line per client of a `clients` page (JSON: the client object).
+    func clients(_ page: ClientPage) -> [String] {
+        page.clients.map { c in json ? c.json.compactString : (c.name == c.id ? c.id : "\(c.id) \(quoted(c.name))") }
+    }
+
     // MARK: Pieces
+
+    /// `; by node: a 3, b 5` for a cluster's per-node counts.
+    static func shares(_ nodes: [String: Int]?) -> String {
+        guard let nodes, !nodes.isEmpty else { return "" }
+        return "; by node: " + nodes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+    }
 
     /// `text` in the colour `#RRGGBB`, on a terminal.
     func paint(_ text: String, hex: String?) -> String {

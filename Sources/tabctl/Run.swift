@@ -47,6 +47,17 @@ struct Run {
             switch name {
             case "state":
                 print(output.state(await client.state, session: await client.session))
+            case "clients":
+                guard case let .clients(after, limit) = command! else { preconditionFailure("clients builds .clients") }
+                var page = try await client.clients(after: after, limit: invocation.flags.contains("--all") ? Limits.maxClientsPage : limit)
+                while true {
+                    for line in output.clients(page) { print(line) }
+                    guard invocation.flags.contains("--all"), let next = page.next else { break }
+                    page = try await client.clients(after: next, limit: Limits.maxClientsPage)
+                }
+                if let next = page.next, !invocation.flags.contains("--all") {
+                    print(output.json ? JSONValue.object([("next", .string(next))]).compactString : "more: tabctl clients --after \(next)")
+                }
             case "ping":
                 let rtt = try await client.ping()
                 let ms = milliseconds(rtt)
@@ -103,6 +114,11 @@ struct Run {
             return .updateTab(TabUpdate(id: args[0], title: o["--title"], icon: o["--icon"], color: o["--color"], badge: badge))
         case "move-tab": return .moveTab(tab: args[0], index: try integer(args[1], "INDEX"))
         case "remove-tab": return .removeTab(tab: args[0])
+        case "clients":
+            let limit = try invocation.options["--limit"].map { (s) throws(UsageError) in try integer(s, "--limit") }
+            if let limit, !(1...Limits.maxClientsPage).contains(limit) { throw UsageError("--limit must be 1 to \(Limits.maxClientsPage)") }
+            if invocation.flags.contains("--all"), invocation.options["--after"] != nil { throw UsageError("--all and --after exclude each other") }
+            return .clients(after: invocation.options["--after"], limit: limit)
         default: return nil
         }
     }

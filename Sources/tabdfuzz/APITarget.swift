@@ -38,6 +38,10 @@ enum APITarget {
             case let .createRoom(id):
                 require(method == .put && Limits.isRoomID(id), "\(method) creates '\(id)'")
                 if let g = granted ?? nil { require(g.isAdminOfEveryRoom, "\(g) creates rooms") }
+            case let .readClients(id, after, limit):
+                require(Limits.isRoomID(id) && (1...Limits.maxClientsPage).contains(limit), "a page of \(limit) clients of '\(id)'")
+                if let after { require(Members.isCursor(after), "a page after '\(after)'") }
+                if let g = granted ?? nil { require(g.role(in: id) == .admin, "\(g) may use room '\(id)'") }
             case let .readRoom(id), let .deleteRoom(id), let .postCommand(id):
                 require(Limits.isRoomID(id), "a route for '\(id)'")
                 if let g = granted ?? nil { require(g.role(in: id) == .admin, "\(g) may use room '\(id)'") }

@@ -17,21 +17,36 @@ import Testing
     }
 
     /// One random session: the snapshot a client would start from (after `joinFirst`
-    /// clients, so presence beyond the 100 listed is covered), every batch after it, and
+    /// clients), every batch after it, and
     /// the coordinator's own final snapshot.
-    static func session(seed: UInt64, commands: Int, joinFirst: Int) async throws -> (start: Snapshot, batches: [EventBatch], end: Snapshot) {
-        let c = try Coordinator()
+    ///
+    /// `presenceLimit` below 100 makes a big room of a small one: joins come in bursts,
+    /// time passes (in steps the session draws), and counts are reported, so the room
+    /// switches to counted and back, with every presence event kind.
+    static func session(seed: UInt64, commands: Int, joinFirst: Int,
+                        presenceLimit: Int = Limits.maxClientsInSnapshot) async throws -> (start: Snapshot, batches: [EventBatch], end: Snapshot) {
+        let c = try Coordinator(configuration: .init(presenceLimit: presenceLimit, presenceInterval: .seconds(1)))
         var rng = SeededRandom(seed: seed)
         var connected: [ClientID] = []
+        var now = ContinuousClock.now
         for n in 0..<joinFirst { connected.append(try await c.connect(.init(name: "early \(n)")).client.id) }
         let start = await c.snapshot()
         let batches = Locked<[EventBatch]>([])
         await c.addObserver { batch in batches.withLock { $0.append(batch) } }
+        let bursts = presenceLimit < Limits.maxClientsInSnapshot
         for _ in 0..<commands {
+            now += .milliseconds(Int.random(in: 0..<300, using: &rng))
             switch Int.random(in: 0..<10, using: &rng) {
-            case 0: connected.append(try await c.connect(.init(name: "n\(Int.random(in: 0..<99, using: &rng))")).client.id)
+            case 0:
+                let n = bursts ? Int.random(in: 1...6, using: &rng) : 1
+                let joins = (0..<n).map { _ in Coordinator.JoinRequest(name: "n\(Int.random(in: 0..<99, using: &rng))") }
+                connected += try await c.presence(joining: joins, now: now).map(\.client.id)
             case 1 where !connected.isEmpty:
-                try await c.disconnect(connected.remove(at: Int.random(in: 0..<connected.count, using: &rng)))
+                let n = bursts ? Int.random(in: 1...min(8, connected.count), using: &rng) : 1
+                let gone = (0..<n).map { _ in connected.remove(at: Int.random(in: 0..<connected.count, using: &rng)) }
+                _ = try await c.presence(joining: [], leaving: gone, now: now)
+            case 2 where bursts:
+                try await c.reportPresence(now: now)
             default:
                 _ = try? await c.execute(randomCommand(&rng), by: "c1")
             }
@@ -61,22 +76,26 @@ import Testing
         return .success(s)
     }
 
-    static let sessions: [(seed: UInt64, joinFirst: Int)] = [(1, 0), (2, 0), (3, 3), (4, 0), (5, 0), (6, 0), (7, 120), (8, 0)]
+    /// Seeds 21–23 are big rooms in small: limits of 5, 3 and 1 (seed 23 starts counted).
+    static let sessions: [(seed: UInt64, joinFirst: Int, presenceLimit: Int)] = [
+        (1, 0, 100), (2, 0, 100), (3, 3, 100), (4, 0, 100), (5, 0, 100), (6, 0, 100), (7, 80, 100), (8, 0, 100),
+        (21, 0, 5), (22, 2, 3), (23, 4, 1),
+    ]
 
     @Test func theSessionsCoverEveryEventKind() async throws {
         var kinds = Set<String>()
-        for (seed, joinFirst) in Self.sessions {
-            let batches = try await Self.session(seed: seed, commands: 400, joinFirst: joinFirst).batches
+        for (seed, joinFirst, limit) in Self.sessions {
+            let batches = try await Self.session(seed: seed, commands: 400, joinFirst: joinFirst, presenceLimit: limit).batches
             kinds.formUnion(batches.flatMap { $0.events.map(\.event.kind) })
         }
         #expect(kinds == ["selected", "firstAppear", "appear", "disappear", "pushed", "popped", "scrollToTop",
                           "scrolled", "valueSet", "tabAdded", "tabUpdated", "tabMoved", "tabRemoved",
-                          "clientJoined", "clientLeft"])
+                          "clientJoined", "clientLeft", "presenceCounted", "clientCount", "presenceListed", "clientIdsReserved"])
     }
 
     @Test(arguments: sessions)
-    func randomSessionsFoldToTheCoordinatorsSnapshot(seed: UInt64, joinFirst: Int) async throws {
-        let (start, batches, end) = try await Self.session(seed: seed, commands: 400, joinFirst: joinFirst)
+    func randomSessionsFoldToTheCoordinatorsSnapshot(seed: UInt64, joinFirst: Int, presenceLimit: Int) async throws {
+        let (start, batches, end) = try await Self.session(seed: seed, commands: 400, joinFirst: joinFirst, presenceLimit: presenceLimit)
         // The full start folds to exactly the coordinator's state.
         #expect(try Self.fold(start, batches).get() == end)
         // The wire start lists at most 100 clients: its fold is what a browser holds.
@@ -84,6 +103,24 @@ import Testing
         let folded = try Self.fold(wireStart, batches).get()
         #expect(folded.clientCount == end.clientCount)
         try Self.write(name: "session-\(seed)", start: wireStart, batches: batches, end: folded, refusedAt: nil)
+    }
+
+    /// Broken presence: a `clientJoined` in a counted room, and a `clientCount` in a
+    /// listed one, each refused at its seq.
+    @Test func presenceEventsOfTheOtherModeAreRefused() async throws {
+        let (start, batches, _) = try await Self.session(seed: 21, commands: 400, joinFirst: 0, presenceLimit: 5)
+        func isCounted(_ e: SequencedEvent) -> Bool { if case .presenceCounted = e.event { true } else { false } }
+        let c = try #require(batches.firstIndex { $0.events.contains(where: isCounted) })
+        let countedSeq = batches[c].events.first(where: isCounted)!.seq
+        #expect(batches[c].lastSeq == countedSeq, "presenceCounted ends its batch")
+        let joined = SequencedEvent(seq: countedSeq + 1, event: .clientJoined(ClientInfo(id: "c999999", name: "late")))
+        let broken = Array(batches[...c]) + [EventBatch(by: "tabd", ref: nil, events: [joined])]
+        #expect(Self.fold(start, broken).failureSeq == countedSeq + 1)
+        try Self.write(name: "broken-counted-join", start: start, batches: broken, end: nil, refusedAt: countedSeq + 1)
+
+        let count = EventBatch(by: "tabd", ref: nil, events: [SequencedEvent(seq: start.seq + 1, event: .clientCount(node: nil, count: 3))])
+        #expect(Self.fold(start, [count]).failureSeq == start.seq + 1)
+        try Self.write(name: "broken-listed-count", start: start, batches: [count], end: nil, refusedAt: start.seq + 1)
     }
 
     /// Broken streams: an event for a tab nobody has, a page nobody has, a missing batch.

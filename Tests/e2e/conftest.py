@@ -168,7 +168,7 @@ class Client:
             f = await self.recv()
             if f["type"] == "events" and f.get("ref") == ref and f["by"] == self.welcome["client"]:
                 events = f
-            elif f["type"] in ("ack", "error", "snapshot", "pong") and f.get("ref") == ref:
+            elif f["type"] in ("ack", "error", "snapshot", "pong", "clients") and f.get("ref") == ref:
                 return events, f
 
     async def until_seq(self, seq):

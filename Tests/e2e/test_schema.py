@@ -7,9 +7,11 @@ that are cheap to provoke, and every HTTP API answer; the tests fail when one is
 a broken driving cannot pass silently. Hand-made frames check that the schemas refuse what
 tabd never sends (they are not vacuous), and every schema file is checked as a schema.
 """
+import asyncio
 import functools
 import json
 import os
+import time
 import urllib.parse
 
 import pytest
@@ -25,11 +27,15 @@ from test_rooms import call
 
 SCHEMA_DIR = os.path.join(ROOT, "docs", "schema")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
-SERVER_FRAMES = ["welcome", "events", "ack", "error", "snapshot", "pong"]
+SERVER_FRAMES = ["welcome", "events", "ack", "error", "snapshot", "pong", "clients"]
 COMMANDS = ["select", "tap", "push", "pop", "popToRoot", "scroll", "set", "addTab", "updateTab", "moveTab",
-            "removeTab", "sync", "ping"]
-EVENT_KINDS = ["selected", "firstAppear", "appear", "disappear", "pushed", "popped", "scrollToTop", "scrolled",
-               "valueSet", "tabAdded", "tabUpdated", "tabMoved", "tabRemoved", "clientJoined", "clientLeft"]
+            "removeTab", "sync", "ping", "clients"]
+# The kinds of a listed room (the main driving) and those of a counted one (a room of more
+# clients than --presence-limit).
+LISTED_KINDS = ["selected", "firstAppear", "appear", "disappear", "pushed", "popped", "scrollToTop", "scrolled",
+                "valueSet", "tabAdded", "tabUpdated", "tabMoved", "tabRemoved", "clientJoined", "clientLeft"]
+COUNTED_KINDS = ["presenceCounted", "clientCount", "presenceListed", "clientIdsReserved"]
+EVENT_KINDS = LISTED_KINDS + COUNTED_KINDS
 
 
 @functools.cache
@@ -181,10 +187,11 @@ async def test_every_frame_and_event_tabd_sends_matches_its_schema(daemon):
         ("pop", {}, None),
         ("sync", {}, None),
         ("ping", {"ref": None}, None),
+        ("clients", {"limit": 1}, None),
     ]
     for type_, fields, expected in script:
         events, reply = await a.command(type_, **fields)
-        assert reply["type"] == {"sync": "snapshot", "ping": "pong"}.get(type_, "ack"), (type_, reply)
+        assert reply["type"] == {"sync": "snapshot", "ping": "pong", "clients": "clients"}.get(type_, "ack"), (type_, reply)
         assert (kinds(events) if events else None) == expected, (type_, events)
     assert chk.values[:len(values)] == values, "values come back exactly as sent"
 
@@ -264,12 +271,50 @@ async def test_every_frame_and_event_tabd_sends_matches_its_schema(daemon):
     assert fresh.welcome["resumed"] is False and fresh.welcome["client"] == fresh.welcome["snapshot"]["clients"][-1]["id"]
 
     assert chk.frames == set(SERVER_FRAMES)
-    assert chk.kinds == set(EVENT_KINDS), set(EVENT_KINDS) - chk.kinds
+    assert chk.kinds == set(LISTED_KINDS), set(LISTED_KINDS) - chk.kinds
     assert chk.codes == {"bad_json", "bad_command", "unknown_tab", "invalid"}
     assert chk.welcomes == {(False, "control"), (True, "control")}
     assert chk.commands == set(COMMANDS)
     for c in (a, back, fresh):
         await c.close()
+
+
+async def test_the_frames_and_events_of_a_counted_room_match_their_schemas(make_daemon):
+    """A room past --presence-limit: the switch, counts, reserved ids, a counted snapshot,
+    pages of `clients` over the socket and the API, and the room listed again."""
+    d = make_daemon("--presence-limit", "2", "--presence-interval", "50")
+    chk = Checker()
+    a = await Checked.open(chk, d.ws, name="watcher")
+    others = [await Checked.open(chk, d.ws, name=f"v{i}") for i in range(3)]  # the second crosses
+    await a.until_event(lambda e: e["kind"] == "presenceCounted")
+    late = await Checked.open(chk, d.ws, name="late")
+    assert late.welcome["snapshot"]["presence"] == "counted" and late.welcome["snapshot"]["clients"] == []
+    await a.until_event(lambda e: e["kind"] == "clientCount" and e["count"] == 5)
+    _, page = await a.command("clients", limit=2)
+    assert len(page["clients"]) == 2 and page["next"] is not None
+    _, rest = await a.command("clients", after=page["next"], limit=1000)
+    assert rest["next"] is None and len(page["clients"]) + len(rest["clients"]) == 5
+    _, sync = await a.command("sync")
+    assert sync["snapshot"]["presence"] == "counted"
+    listed = api(d, chk, "clients.json", "GET", "/api/rooms/main/clients?limit=3")
+    assert [c["id"] for c in listed["clients"]] == [c["id"] for c in page["clients"] + rest["clients"]][:3]
+    api(d, chk, "api-room.json", "GET", "/api/rooms/main")
+    check("clients.json", api(d, chk, "api-command-answer.json", "POST", "/api/rooms/main/commands",
+                              {"type": "clients", "after": page["next"]}))
+    assert api(d, chk, "api-error.json", "GET", "/api/rooms/main/clients?limit=0", status=400)["code"] == "invalid"
+    await a.refused({"type": "clients", "after": "p1", "ref": "x1"}, "invalid", False)
+    seen = a.last_seq()
+    for c in [a, late, *others]:
+        await c.close()
+    deadline = time.monotonic() + WAIT
+    while call(d, "GET", "/api/rooms")[1]["rooms"][0]["clients"] > 0:  # every leave taken in
+        assert time.monotonic() < deadline, "the room did not empty"
+        await asyncio.sleep(0.02)
+    back = await Checked.open(chk, d.ws, resume=seen, epoch=a.welcome["epoch"])
+    await back.until_event(lambda e: e["kind"] == "clientJoined" and e["client"]["id"] == back.welcome["client"])
+    assert "presenceListed" in [e["kind"] for f in back.batches for e in f["events"]]
+    assert chk.kinds >= set(COUNTED_KINDS), set(COUNTED_KINDS) - chk.kinds
+    await back.close()
 
 
 async def test_roles_forbidden_and_rate_limited_frames_match_their_schemas(make_daemon, tmp_path):
@@ -307,13 +352,20 @@ async def test_roles_forbidden_and_rate_limited_frames_match_their_schemas(make_
 
 TAB = {"id": "home", "title": "Home", "icon": "house", "color": "#FF3B30", "badge": None,
        "stack": [{"id": "p1", "route": "root", "appeared": True, "appearCount": 1}], "scroll": 0, "values": {}}
-STATE = {"seq": 3, "selected": "home", "scrollToTop": 0, "tabs": [TAB], "clientCount": 1,
+STATE = {"seq": 3, "selected": "home", "scrollToTop": 0, "tabs": [TAB], "presence": "listed", "clientCount": 1,
          "clients": [{"id": "c1", "name": "kiosk-1"}]}
+COUNTED = {**STATE, "presence": "counted", "clientCount": 150, "clients": []}
 RESUMED = {"type": "welcome", "protocol": 1, "server": "tabd 0.1.0", "client": "c2", "room": "main", "role": "control",
            "epoch": "5ceaa140621e766d", "resumed": True}
 FRESH = {**RESUMED, "resumed": False, "snapshot": STATE}
 PUSHED = {"seq": 8, "kind": "pushed", "tab": "home", "page": "p4", "route": "detail"}
 EVENTS = {"type": "events", "by": "c1", "ref": "r2", "events": [PUSHED]}
+CROSSING = {"type": "events", "by": "tabd", "ref": None, "events": [
+    {"seq": 9, "kind": "clientJoined", "client": {"id": "c100", "name": "n"}},
+    {"seq": 10, "kind": "clientIdsReserved", "from": 101, "count": 64},
+    {"seq": 11, "kind": "presenceCounted", "count": 101}]}
+CLIENTS = {"type": "clients", "ref": "r3", "clients": [{"id": "c1", "name": "kiosk-1"}, {"id": "c7", "name": "c7"}],
+           "next": "c7"}
 
 
 def without(d, key):
@@ -366,6 +418,81 @@ CASES = [
     ("state.json#/$defs/full", {**STATE, "clientCount": 101,
                                 "clients": [{"id": f"c{i}", "name": "n"} for i in range(1, 102)]},
      True, "101 clients in the API's uncapped snapshot"),
+    # Big-room presence: the events, the counted snapshot, the clients command and its answer.
+    ("events.json", CROSSING, True, "a presence batch that crosses --presence-limit"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150}, True, "presenceCounted"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "nodes": {"n1": 100, "n2": 50}}, True,
+     "presenceCounted in a cluster"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": -1}, False, "presenceCounted of a negative count"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted"}, False, "presenceCounted without count"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "nodes": {}}, False, "presenceCounted of no node"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "nodes": {"n1": -1}}, False,
+     "a node's negative count"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "nodes": {"n1": 1.5}}, False,
+     "a node's fractional count"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "nodes": {"": 150}}, False, "a node without a name"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "nodes": [150]}, False, "nodes as an array"),
+    ("event.json", {"seq": 5, "kind": "presenceCounted", "count": 150, "clients": []}, False,
+     "presenceCounted with a member tabd never sends"),
+    ("event.json", {"seq": 5, "kind": "clientCount", "count": 0}, True, "clientCount"),
+    ("event.json", {"seq": 5, "kind": "clientCount", "node": "web1", "count": 70}, True, "clientCount of a node"),
+    ("event.json", {"seq": 5, "kind": "clientCount", "node": 1, "count": 70}, False, "a node that is not a string"),
+    ("event.json", {"seq": 5, "kind": "clientCount", "count": "70"}, False, "clientCount as a string"),
+    ("event.json", {"seq": 5, "kind": "clientCount", "node": "web1"}, False, "clientCount without count"),
+    ("event.json", {"seq": 5, "kind": "presenceListed", "clients": []}, True, "presenceListed"),
+    ("event.json", {"seq": 5, "kind": "presenceListed", "node": "web1", "clients": [{"id": "c9", "name": "x"}]}, True,
+     "presenceListed of a node"),
+    ("event.json", {"seq": 5, "kind": "presenceListed"}, False, "presenceListed without clients"),
+    ("event.json", {"seq": 5, "kind": "presenceListed", "clients": ["c9"]}, False, "presenceListed of ids"),
+    ("event.json", {"seq": 5, "kind": "presenceListed", "clients": [], "count": 0}, False,
+     "presenceListed with a count"),
+    ("event.json", {"seq": 5, "kind": "clientIdsReserved", "from": 101, "count": 64}, True, "clientIdsReserved"),
+    ("event.json", {"seq": 5, "kind": "clientIdsReserved", "node": "web1", "from": 1, "count": 1}, True,
+     "clientIdsReserved by a node"),
+    ("event.json", {"seq": 5, "kind": "clientIdsReserved", "from": 0, "count": 64}, False, "ids reserved from c0"),
+    ("event.json", {"seq": 5, "kind": "clientIdsReserved", "from": 101, "count": 0}, False, "no id reserved"),
+    ("event.json", {"seq": 5, "kind": "clientIdsReserved", "from": "c101", "count": 64}, False, "from as an id"),
+    ("event.json", {"seq": 5, "kind": "clientIdsReserved", "count": 64}, False, "clientIdsReserved without from"),
+    ("state.json", COUNTED, True, "a counted snapshot"),
+    ("state.json", {**COUNTED, "nodes": {"n1": 100, "n2": 50}}, True, "a cluster's counted snapshot"),
+    ("state.json#/$defs/full", {**COUNTED, "nodes": {"n1": 150}}, True, "a counted room in the API's snapshot"),
+    ("state.json", without(STATE, "presence"), False, "a snapshot without presence"),
+    ("state.json", {**STATE, "presence": "capped"}, False, "an unknown presence"),
+    ("state.json", {**COUNTED, "clients": STATE["clients"]}, False, "a counted snapshot that lists a client"),
+    ("state.json#/$defs/full", {**COUNTED, "clients": STATE["clients"]}, False,
+     "a counted room in the API's snapshot that lists a client"),
+    ("state.json", {**STATE, "nodes": {"n1": 1}}, False, "a listed snapshot with nodes"),
+    ("state.json", {**COUNTED, "nodes": {"n1": -1}}, False, "a snapshot's negative node count"),
+    ("state.json", {**COUNTED, "nodes": {}}, False, "a snapshot's nodes naming no node"),
+    ("welcome.json", {**FRESH, "snapshot": COUNTED}, True, "a welcome into a counted room"),
+    ("snapshot.json", {"type": "snapshot", "ref": "r1", "snapshot": COUNTED}, True, "a sync answer of a counted room"),
+    ("snapshot.json", {"type": "snapshot", "ref": "r1", "snapshot": without(STATE, "presence")}, False,
+     "a sync answer without presence"),
+    ("clients.json", CLIENTS, True, "a page of clients"),
+    ("clients.json", {**CLIENTS, "next": None}, True, "the last page of clients"),
+    ("clients.json", {**CLIENTS, "clients": [], "next": None}, True, "no clients"),
+    ("clients.json", {"type": "clients", "ref": None, "node": "web1", "clients": [], "next": None}, True,
+     "a node's page of clients"),
+    ("clients.json", without(CLIENTS, "next"), False, "a page of clients without next"),
+    ("clients.json", without(CLIENTS, "ref"), False, "a page of clients without ref"),
+    ("clients.json", {**CLIENTS, "next": 7}, False, "a next that is no client id"),
+    ("clients.json", {**CLIENTS, "clients": ["c1"]}, False, "a page of client ids"),
+    ("clients.json", {**CLIENTS, "clients": [{"id": f"c{i}", "name": "n"} for i in range(1, 1002)]}, False,
+     "a page of 1001 clients"),
+    ("clients.json", {**CLIENTS, "clientCount": 2}, False, "a page of clients with a member tabd never sends"),
+    ("server-frame.json", CLIENTS, True, "a clients frame"),
+    ("server-frame.json", {**CLIENTS, "type": "client"}, False, "a clients frame of another type"),
+    ("api-command-answer.json", CLIENTS, True, "a clients frame as the API's answer"),
+    ("client-frame.json", {"type": "clients"}, True, "a clients command"),
+    ("client-frame.json", {"type": "clients", "ref": "r3", "after": "c7", "limit": 1000}, True,
+     "a clients command for the next page"),
+    ("client-frame.json", {"type": "clients", "limit": 0}, False, "clients of limit 0"),
+    ("client-frame.json", {"type": "clients", "limit": 1001}, False, "clients of limit 1001"),
+    ("client-frame.json", {"type": "clients", "limit": 2.5}, False, "a fractional limit"),
+    ("client-frame.json", {"type": "clients", "after": 7}, False, "an after that is not a string"),
+    ("client-frame.json", {"type": "clients", "after": None, "limit": None}, True, "a clients command of nulls"),
+    ("client-frame.json", {"type": "clients", "after": "7"}, False, "an after that is no cursor"),
+    ("client-frame.json", {"type": "clients", "ref": 7}, False, "a clients command of a ref that is not a string"),
     ("error.json", {"type": "error", "ref": "r1", "code": "unknown_tab", "message": "no tab 'x'"}, True, "an error"),
     ("error.json", {"type": "error", "ref": "r1", "code": "rate_limited", "message": "slow down"}, False,
      "rate_limited with a ref"),

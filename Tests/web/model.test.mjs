@@ -70,7 +70,7 @@ for (const file of files) {
 
 // ---------------------------------------------------------------- hand-made
 
-// The welcome of PROTOCOL.md's complete session.
+// The welcome of PROTOCOL.md's complete session (with the `presence` every tabd now sends).
 function welcomeSnapshot() {
   return {
     seq: 3, selected: "home", scrollToTop: 0,
@@ -82,6 +82,7 @@ function welcomeSnapshot() {
       { id: "profile", title: "Profile", icon: "person", color: "#34C759", badge: null,
         stack: [{ id: "p3", route: "root", appeared: false, appearCount: 0 }], scroll: 0, values: {} },
     ],
+    presence: "listed",
     clientCount: 1,
     clients: [{ id: "c1", name: "kiosk-1" }],
   };
@@ -292,6 +293,211 @@ test("presence: joins append; a leave removes, or counts down one listed beyond 
   assert.deepStrictEqual([capped.clientCount, capped.clients.length], [150, 101]);
   assert.deepStrictEqual(toWire(capped).clients, wire.clients, "the wire form lists the first 100");
   assert.equal(toWire(capped).clientCount, 150);
+});
+
+// ---------------------------------------------------------------- big-room presence
+
+// A counted room's state, from a wire snapshot: `nodes` for a cluster's room.
+function counted(count, nodes) {
+  const wire = Object.assign(welcomeSnapshot(), { presence: "counted", clientCount: count, clients: [] });
+  if (nodes) wire.nodes = nodes;
+  return fromWire(wire);
+}
+
+test("presence: the crossing, in one batch: joins while listed, the ids reserved, then counted", () => {
+  const s = fromWire(welcomeSnapshot());
+  applyFrame(s, { type: "events", by: "tabd", ref: null, events: [
+    { seq: 4, kind: "clientJoined", client: { id: "c2", name: "two" } },
+    { seq: 5, kind: "clientJoined", client: { id: "c3", name: "three" } },
+    { seq: 6, kind: "clientIdsReserved", from: 4, count: 2 },
+    { seq: 7, kind: "presenceCounted", count: 5 },
+  ] });
+  const want = Object.assign(welcomeSnapshot(), { seq: 7, presence: "counted", clientCount: 5, clients: [] });
+  assert.deepStrictEqual(s, want);
+  assert.equal("nodes" in s, false, "no nodes outside a cluster");
+  assert.deepStrictEqual(toWire(s), want);
+
+  // In a cluster: the reservation names its node, the count comes with every node's share.
+  const c = fromWire(welcomeSnapshot());
+  applyFrame(c, { type: "events", by: "tabd", ref: null, events: [
+    { seq: 4, kind: "clientJoined", client: { id: "c2", name: "two" } },
+    { seq: 5, kind: "clientIdsReserved", node: "n2", from: 3, count: 100 },
+    { seq: 6, kind: "presenceCounted", count: 4, nodes: { n1: 2, n2: 2 } },
+  ] });
+  assert.deepStrictEqual([c.seq, c.presence, c.clientCount, c.clients, c.nodes], [6, "counted", 4, [], { n1: 2, n2: 2 }]);
+});
+
+test("presence: clientIdsReserved changes nothing but the seq, listed or counted", () => {
+  for (const s of [folded(), counted(150), counted(150, { n1: 150 })]) {
+    const before = structuredClone(s);
+    applyEvent(s, { seq: 4, kind: "clientIdsReserved", from: 7, count: 1 });
+    applyEvent(s, { seq: 5, kind: "clientIdsReserved", node: "n1", from: 8, count: 1000 });
+    assert.deepStrictEqual(s, Object.assign(before, { seq: 5 }));
+  }
+});
+
+test("presence: clientCount replaces a counted room's count, or one node's share of it", () => {
+  const s = counted(150);
+  applyEvent(s, { seq: 4, kind: "clientCount", count: 180 });
+  assert.deepStrictEqual([s.clientCount, s.presence, s.clients], [180, "counted", []]);
+  applyEvent(s, { seq: 5, kind: "clientCount", count: 0 }); // still counted until presenceListed
+  assert.deepStrictEqual([s.clientCount, s.presence], [0, "counted"]);
+
+  const c = counted(150, { n1: 100, n2: 50 });
+  applyEvent(c, { seq: 4, kind: "clientCount", node: "n2", count: 70 });
+  assert.deepStrictEqual([c.nodes, c.clientCount], [{ n1: 100, n2: 70 }, 170]);
+  applyEvent(c, { seq: 5, kind: "clientCount", node: "n1", count: 0 });
+  assert.deepStrictEqual([c.nodes, c.clientCount], [{ n1: 0, n2: 70 }, 70]);
+  applyEvent(c, { seq: 6, kind: "clientCount", node: "n3", count: 5 }); // a node new to the map
+  assert.deepStrictEqual([c.nodes, c.clientCount], [{ n1: 0, n2: 70, n3: 5 }, 75]);
+  applyEvent(c, { seq: 7, kind: "clientCount", node: "__proto__", count: 1 }); // an own key like any other
+  assert.deepStrictEqual([Object.keys(c.nodes), c.nodes.__proto__, c.clientCount], [["n1", "n2", "n3", "__proto__"], 1, 76]);
+  assert.equal(Object.getPrototypeOf(c.nodes), Object.prototype);
+});
+
+test("presence: presenceListed lists the room again; joins and leaves are events again", () => {
+  const s = counted(150);
+  applyEvent(s, { seq: 4, kind: "clientCount", count: 0 });
+  applyEvent(s, { seq: 5, kind: "presenceListed", clients: [] });
+  assert.deepStrictEqual([s.presence, s.clientCount, s.clients], ["listed", 0, []]);
+  applyEvent(s, { seq: 6, kind: "clientJoined", client: { id: "c400", name: "back" } });
+  applyEvent(s, { seq: 7, kind: "clientJoined", client: { id: "c401", name: "again" } });
+  applyEvent(s, { seq: 8, kind: "clientLeft", client: "c400" });
+  assert.deepStrictEqual([s.presence, s.clientCount, s.clients], ["listed", 1, [{ id: "c401", name: "again" }]]);
+  assert.deepStrictEqual(toWire(s), Object.assign(welcomeSnapshot(), { seq: 8, clientCount: 1, clients: [{ id: "c401", name: "again" }] }));
+
+  // In a cluster it names a node, and the nodes go; a list that is not empty is taken as is.
+  const c = counted(150, { n1: 100, n2: 50 });
+  const list = [{ id: "c7", name: "seven" }, { id: "c9", name: "nine" }];
+  applyEvent(c, { seq: 4, kind: "presenceListed", node: "n2", clients: list });
+  assert.deepStrictEqual(c, Object.assign(welcomeSnapshot(), { seq: 4, clientCount: 2, clients: list }));
+  assert.equal("nodes" in c, false);
+  list[0].name = "changed";
+  assert.equal(c.clients[0].name, "seven", "the event's clients are copied");
+  applyEvent(c, { seq: 5, kind: "presenceCounted", count: 3 }); // and it may cross again
+  assert.deepStrictEqual([c.presence, c.clientCount, c.clients], ["counted", 3, []]);
+});
+
+test("presence: what a counted room refuses", () => {
+  const s = counted(150);
+  refuses(s, { kind: "clientJoined", client: { id: "c151", name: "x" } }, /clientJoined in a counted room/);
+  refuses(s, { kind: "clientLeft", client: "c1" }, /clientLeft in a counted room/);
+  refuses(s, { kind: "clientLeft", client: "c9" }, /clientLeft in a counted room/);
+  refuses(s, { kind: "presenceCounted", count: 150 }, /presenceCounted in a counted room/);
+  refuses(s, { kind: "presenceCounted", count: 150, nodes: { n1: 150 } }, /presenceCounted in a counted room/);
+  refuses(s, { kind: "clientCount", node: "n1", count: 3 }, /clientCount of node 'n1' in a room not counted by node/);
+  refuses(s, { kind: "clientCount", count: -1 }, /negative count/);
+  refuses(s, { kind: "clientCount", count: 1.5 }, /'count' is not an integer/);
+  refuses(s, { kind: "clientCount", count: "3" }, /'count' is not an integer/);
+  refuses(s, { kind: "clientCount" }, /missing 'count'/);
+  refuses(s, { kind: "presenceListed", clients: [{ id: "c1", name: "a" }, { id: "c1", name: "b" }] }, /lists a client twice/);
+  refuses(s, { kind: "presenceListed", clients: [{ id: "c1" }] }, /missing 'name'/);
+  refuses(s, { kind: "presenceListed", clients: "c1" }, /'clients' is not an array/);
+  refuses(s, { kind: "presenceListed" }, /missing 'clients'/);
+  refuses(s, { kind: "presenceListed", node: 2, clients: [] }, /'node' is not a string/);
+
+  const c = counted(150, { n1: 100, n2: 50 });
+  refuses(c, { kind: "clientCount", count: 3 }, /clientCount without a node in a room counted by node/);
+  refuses(c, { kind: "clientCount", node: null, count: 3 }, /'node' is not a string/);
+  refuses(c, { kind: "clientCount", node: "n1", count: -2 }, /negative count/);
+  refuses(c, { kind: "clientCount", node: "n1", count: Number.MAX_SAFE_INTEGER }, /node counts out of range/);
+  refuses(c, { kind: "clientJoined", client: { id: "c151", name: "x" } }, /clientJoined in a counted room/);
+});
+
+test("presence: what a listed room refuses", () => {
+  const s = folded();
+  refuses(s, { kind: "clientCount", count: 3 }, /clientCount in a listed room/);
+  refuses(s, { kind: "clientCount", node: "n1", count: 3 }, /clientCount in a listed room/);
+  refuses(s, { kind: "presenceListed", clients: [] }, /presenceListed in a listed room/);
+  refuses(s, { kind: "presenceListed", node: "n1", clients: [] }, /presenceListed in a listed room/);
+  refuses(s, { kind: "presenceCounted", count: 5, nodes: { n1: 2, n2: 2 } }, /do not add up to its count 5/);
+  refuses(s, { kind: "presenceCounted", count: 3, nodes: {} }, /do not add up to its count 3/);
+  refuses(s, { kind: "presenceCounted", count: 4, nodes: { n1: 5, n2: -1 } }, /node 'n2' has no count/);
+  refuses(s, { kind: "presenceCounted", count: 4, nodes: { n1: 2, n2: 2.0001 } }, /node 'n2' has no count/);
+  refuses(s, { kind: "presenceCounted", count: 4, nodes: { n1: "4" } }, /node 'n1' has no count/);
+  refuses(s, { kind: "presenceCounted", count: 4, nodes: [4] }, /'nodes' is not an object/);
+  refuses(s, { kind: "presenceCounted", count: 4, nodes: null }, /'nodes' is not an object/);
+  refuses(s, { kind: "presenceCounted", count: Number.MAX_SAFE_INTEGER, nodes: { n1: Number.MAX_SAFE_INTEGER, n2: 1 } },
+    /node counts out of range/);
+  refuses(s, { kind: "presenceCounted", count: -1 }, /negative count/);
+  refuses(s, { kind: "presenceCounted", count: 2.5 }, /'count' is not an integer/);
+  refuses(s, { kind: "presenceCounted" }, /missing 'count'/);
+  // A block of ids: from ≥ 1, count ≥ 1, both integers.
+  refuses(s, { kind: "clientIdsReserved", from: 0, count: 1 }, /empty or negative block/);
+  refuses(s, { kind: "clientIdsReserved", from: -3, count: 1 }, /empty or negative block/);
+  refuses(s, { kind: "clientIdsReserved", from: 4, count: 0 }, /empty or negative block/);
+  refuses(s, { kind: "clientIdsReserved", from: 4, count: -1 }, /empty or negative block/);
+  refuses(s, { kind: "clientIdsReserved", from: "4", count: 1 }, /'from' is not an integer/);
+  refuses(s, { kind: "clientIdsReserved", from: 4, count: 1.5 }, /'count' is not an integer/);
+  refuses(s, { kind: "clientIdsReserved", from: 4 }, /missing 'count'/);
+  refuses(s, { kind: "clientIdsReserved", node: 1, from: 4, count: 1 }, /'node' is not a string/);
+  // Counted with nodes whose sum is the count is fine: 0 clients on no node included.
+  applyEvent(s, { seq: 4, kind: "presenceCounted", count: 0, nodes: {} });
+  assert.deepStrictEqual([s.presence, s.clientCount, s.nodes], ["counted", 0, {}]);
+});
+
+test("presence: a frame refused at a presence event keeps the events before it, and nothing of that one", () => {
+  const s = folded();
+  const f = { type: "events", by: "tabd", ref: null, events: [
+    { seq: 4, kind: "clientJoined", client: { id: "c2", name: "two" } },
+    { seq: 5, kind: "presenceCounted", count: 3, nodes: { n1: 1, n2: 1 } }, // 2, not 3
+    { seq: 6, kind: "clientCount", node: "n1", count: 2 },
+  ] };
+  assert.throws(() => applyFrame(s, f), (err) => err instanceof FoldError && err.seq === 5);
+  assert.deepStrictEqual(s, Object.assign(welcomeSnapshot(), { seq: 4, clientCount: 2,
+    clients: [{ id: "c1", name: "kiosk-1" }, { id: "c2", name: "two" }] }));
+});
+
+test("presence: counted snapshots come back from toWire as they went into fromWire", () => {
+  for (const nodes of [undefined, { n1: 100, n2: 50 }]) {
+    const wire = Object.assign(welcomeSnapshot(), { seq: 9, presence: "counted", clientCount: 150, clients: [] });
+    if (nodes) wire.nodes = nodes;
+    const s = fromWire(wire);
+    assert.deepStrictEqual(s, wire);
+    const back = toWire(s);
+    assert.deepStrictEqual(back, wire);
+    // The daemon's member order: nodes last, and only when there are some.
+    assert.deepStrictEqual(Object.keys(back),
+      ["seq", "selected", "scrollToTop", "tabs", "presence", "clientCount", "clients"].concat(nodes ? ["nodes"] : []));
+    assert.equal(JSON.stringify(back), JSON.stringify(wire));
+    if (nodes) {
+      wire.nodes.n1 = 7;
+      back.nodes.n2 = 8;
+      assert.deepStrictEqual(s.nodes, { n1: 100, n2: 50 }, "nodes are copied both ways");
+    }
+  }
+  // A listed snapshot writes its presence too, and no nodes.
+  const listed = toWire(folded());
+  assert.deepStrictEqual(Object.keys(listed), ["seq", "selected", "scrollToTop", "tabs", "presence", "clientCount", "clients"]);
+  assert.equal(listed.presence, "listed");
+});
+
+test("presence: a snapshot without presence is listed; a bad presence or nodes is refused", () => {
+  const old = welcomeSnapshot();
+  delete old.presence;
+  const s = fromWire(old);
+  assert.equal(s.presence, "listed");
+  assert.deepStrictEqual(toWire(s), welcomeSnapshot());
+  applyEvent(s, { seq: 4, kind: "clientJoined", client: { id: "c2", name: "two" } }); // as any listed room
+  assert.equal(s.clientCount, 2);
+
+  for (const presence of ["capped", "Listed", "", null, 1, true]) {
+    assert.throws(() => fromWire(Object.assign(welcomeSnapshot(), { presence })), TypeError, `presence ${JSON.stringify(presence)}`);
+  }
+  for (const nodes of [null, [], [1], "n1", 3, { n1: -1 }, { n1: 1.5 }, { n1: "1" }, { n1: null },
+    { n1: Number.MAX_SAFE_INTEGER, n2: 1 }]) {
+    const wire = Object.assign(welcomeSnapshot(), { presence: "counted", clientCount: 1, clients: [], nodes });
+    assert.throws(() => fromWire(wire), TypeError, `nodes ${JSON.stringify(nodes)}`);
+  }
+  const zero = fromWire(Object.assign(welcomeSnapshot(), { presence: "counted", clientCount: 0, clients: [], nodes: { n1: 0 } }));
+  assert.deepStrictEqual(zero.nodes, { n1: 0 });
+  // What the daemon's own reader refuses too: a counted room that lists someone, nodes in a
+  // listed room, nodes that do not add up to the count.
+  assert.throws(() => fromWire(Object.assign(welcomeSnapshot(), { presence: "counted" })), /counted snapshot lists clients/);
+  assert.throws(() => fromWire(Object.assign(welcomeSnapshot(), { nodes: { n1: 1 } })), /listed snapshot has 'nodes'/);
+  assert.throws(() => fromWire(Object.assign(old, { nodes: { n1: 1 } })), /listed snapshot has 'nodes'/);
+  assert.throws(() => fromWire(Object.assign(welcomeSnapshot(), { presence: "counted", clientCount: 150, clients: [],
+    nodes: { n1: 100, n2: 49 } })), /do not add up to 'clientCount'/);
 });
 
 test("applyFrame: a refused event leaves the events before it applied", () => {

@@ -7,6 +7,8 @@ public enum CommandOutcome: Sendable, Equatable {
     case snapshot(Snapshot)
     /// The answer to `ping`.
     case pong
+    /// The answer to `clients`.
+    case clients(ClientPage)
 }
 
 /// A command that has been applied, or refused: ``Coordinator/outcome(of:)`` tells
@@ -68,6 +70,7 @@ extension Coordinator {
     private func pendingAnswer(_ step: Step, ref: String?) -> AnswerQueues.Pending? {
         switch step {
         case .answered(.pong): .ready(.pong(ref: ref))
+        case let .answered(.clients(page)): .ready(.clients(ref: ref, node: presenceRules.node, page))
         case let .answered(.snapshot(snapshot)): .ready(.snapshot(ref: ref, snapshot))
         case let .answered(.applied(seq, _)): .ready(.ack(ref: ref, seq: seq))
         case let .refused(error): .ready(.error(ref: ref, error))
@@ -91,7 +94,7 @@ extension Coordinator {
 
     /// What ``perform(_:by:ref:recording:)`` came to.
     private enum Step {
-        /// `sync` and `ping`: answered at once.
+        /// `sync`, `ping` and `clients`: answered at once.
         case answered(CommandOutcome)
         case refused(CommandError)
         /// Applied, and changed nothing.
@@ -111,6 +114,13 @@ extension Coordinator {
             return .answered(.snapshot(await buildSnapshot()))
         case .ping:
             return .answered(.pong)
+        case let .clients(after, limit):
+            let limit = limit ?? Limits.defaultClientsPage
+            guard (1...Limits.maxClientsPage).contains(limit) else {
+                return .refused(.invalid("'limit' must be 1 to \(Limits.maxClientsPage)"))
+            }
+            if let after, !Members.isCursor(after) { return .refused(.invalid("'after' is not a cursor of this room")) }
+            return .answered(.clients(members.page(after: after, limit: limit)))
         default:
             break
         }
@@ -213,7 +223,7 @@ extension Coordinator {
             return [await tabs[id]!.state.disappearEvent(), .tabRemoved(tab: id), .selected(from: id, to: next)]
                 + (await tabs[next]!.state.appearEvents())
 
-        case .sync, .ping:
+        case .sync, .ping, .clients:
             return []
         }
     }

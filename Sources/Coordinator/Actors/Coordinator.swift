@@ -21,8 +21,23 @@ public actor Coordinator {
     public struct Configuration: Sendable {
         /// How many of the latest events are kept for `resume` (PROTOCOL.md's `--resume-window`).
         public var resumeWindow = 10_000
-        public init(resumeWindow: Int = 10_000) { self.resumeWindow = resumeWindow }
+        /// A listed room past this many clients counts them instead (`--presence-limit`, 1–100).
+        public var presenceLimit = Limits.maxClientsInSnapshot
+        /// A counted room reports a changed count at most this often (`--presence-interval`).
+        public var presenceInterval: Duration = .seconds(1)
+        /// In a cluster, this node's name: counted presence is reported per node.
+        public var node: String?
+        public init(resumeWindow: Int = 10_000, presenceLimit: Int = Limits.maxClientsInSnapshot,
+                    presenceInterval: Duration = .seconds(1), node: String? = nil) {
+            self.resumeWindow = resumeWindow
+            self.presenceLimit = min(max(presenceLimit, 1), Limits.maxClientsInSnapshot)
+            self.presenceInterval = presenceInterval
+            self.node = node
+        }
     }
+
+    /// How many client numbers a counted room reserves at a time (one `clientIdsReserved`).
+    static let idBlock = 1_000
 
     /// Names this history; see PROTOCOL.md's `epoch`.
     public nonisolated let epoch: String
@@ -31,6 +46,8 @@ public actor Coordinator {
     /// The state this coordinator started from (seq 0 for a new history): replaying
     /// every batch published since reproduces the current snapshot.
     public nonisolated let origin: Snapshot
+    /// In a cluster, this node's name (``Configuration/node``).
+    public nonisolated var node: String? { presenceRules.node }
 
     var bar: TabBar
     var tabs: [TabID: TabActor]
@@ -43,8 +60,15 @@ public actor Coordinator {
     private var publishedCount: Int
     /// The next page and client numbers.
     var ids: IDCounters
-    /// Who is connected.
+    /// Who is connected, as the stream says (in a counted room: the count it last reported).
     var roster: Roster
+    /// The clients connected here, live: what `clients` lists and a counted room counts.
+    var members = Members()
+    /// A counted room's reserved client numbers not handed out yet.
+    var reservedIDs: Range<Int> = 0..<0
+    /// When this coordinator's count was last reported (`presenceCounted`, `clientCount`).
+    var lastCountReport: ContinuousClock.Instant?
+    nonisolated let presenceRules: PresenceRules
     private var history: EventHistory
     private var observers: [@Sendable (EventBatch) -> Void] = []
     private var publishers: [Publisher] = []
@@ -93,7 +117,9 @@ public actor Coordinator {
         publishedSeq = stored.snapshot.seq
         publishedCount = stored.snapshot.scrollToTop
         ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
-        roster = Roster(clients: stored.snapshot.clients)
+        roster = stored.snapshot.roster
+        presenceRules = PresenceRules(limit: configuration.presenceLimit, interval: configuration.presenceInterval,
+                                      node: configuration.node, block: Self.idBlock)
         history = EventHistory(window: configuration.resumeWindow)
         for batch in stored.history { history.append(batch) }
         self.durability = durability
@@ -125,14 +151,26 @@ public actor Coordinator {
     /// page appears; after a restart, every client the stored state listed leaves.
     /// `forgetting`: the clients to let go (nil: every client the stored state lists, as
     /// after a restart of a single tabd; a cluster node names those of dead nodes).
-    public func start(forgetting: Set<ClientID>? = nil) async throws(CommandError) {
+    /// `forgettingNodes`: in a cluster's counted room, the nodes whose shares go to 0.
+    public func start(forgetting: Set<ClientID>? = nil, forgettingNodes: Set<String> = []) async throws(CommandError) {
         await enter(); defer { leave() }
+        let now = ContinuousClock.now
         while true {
             var events: [Event] = []
             if seq == 0, let first = tabs[bar.selected] { events = await first.state.appearEvents() }
-            events += roster.clients.filter { forgetting?.contains($0.id) ?? true }.map { .clientLeft($0.id) }
-            do { try await applyAndSettle(events, by: Self.daemonID, ref: nil); return } catch where error.isConflict { continue }
+            let gone = roster.clients.map(\.id).filter { forgetting?.contains($0) ?? true }
+            let decision = presenceRules.decide(presenceState, joining: [], leaving: gone, forgettingNodes: forgettingNodes, now: now)
+            events += decision.events
+            do { try await applyAndSettle(events, by: Self.daemonID, ref: nil) } catch where error.isConflict { continue }
+            if decision.reported { lastCountReport = now }
+            return
         }
+    }
+
+    /// What the presence rules read.
+    private var presenceState: PresenceRules.State {
+        PresenceRules.State(roster: roster, members: members, nextClient: ids.nextClient, reserved: reservedIDs,
+                            lastReport: lastCountReport, owner: { [durability] in durability?.owner(of: $0) })
     }
 
     // MARK: The gate
@@ -179,7 +217,7 @@ public actor Coordinator {
             case let .tabRemoved(id):
                 fold { () throws(FoldError) in _ = try bar.apply(event) }
                 tabs[id] = nil
-            case .clientJoined, .clientLeft:
+            case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
                 fold { () throws(FoldError) in try roster.apply(event) }
             default:
                 let id = event.tabScope!
@@ -311,7 +349,9 @@ public actor Coordinator {
         (bar, tabs) = Self.actors(for: stored.snapshot)
         seq = stored.snapshot.seq
         ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
-        roster = Roster(clients: stored.snapshot.clients)
+        roster = stored.snapshot.roster
+        // A block the restored state does not hold reserved is no longer this coordinator's.
+        if ids.nextClient < reservedIDs.upperBound { reservedIDs = 0..<0 }
         publishedCount = stored.snapshot.scrollToTop
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
@@ -442,7 +482,8 @@ public actor Coordinator {
         var states: [TabState] = []
         states.reserveCapacity(bar.order.count)
         for id in bar.order { states.append(await tabs[id]!.state) }
-        return Snapshot(seq: seq, selected: bar.selected, scrollToTop: await counter.working, tabs: states, clients: roster.clients)
+        return Snapshot(seq: seq, selected: bar.selected, scrollToTop: await counter.working, tabs: states, clients: roster.clients,
+                        clientCount: roster.count, presence: roster.mode, nodes: roster.nodes)
     }
 
     // MARK: Presence
@@ -461,29 +502,31 @@ public actor Coordinator {
     /// and returns a welcome per join, in order. Each welcome includes the whole batch:
     /// a snapshot at its last seq, or a replay that ends with it. Throws `unavailable`
     /// (and changes nothing) when the store cannot commit the batch.
-    public func presence(joining: [JoinRequest], leaving: [ClientID] = []) async throws(CommandError) -> [Welcome] {
+    ///
+    /// A listed room's batch lists each leave and join; a counted room's emits what
+    /// ``PresenceRules`` decide (a reserved block of ids, a count now and then, or the
+    /// room listed again). `now` is when the batch is decided, for the count's interval.
+    public func presence(joining: [JoinRequest], leaving: [ClientID] = [], forgettingNodes: Set<String> = [],
+                         now: ContinuousClock.Instant = .now) async throws(CommandError) -> [Welcome] {
         await enter(); defer { leave() }
         if let error = await settle() { throw error }
-        var joined: [ClientInfo] = []
-        while true {
-            var events: [Event] = []
-            let known = Set(roster.clients.map(\.id))
-            var gone = Set<ClientID>()
-            for id in leaving where known.contains(id) && gone.insert(id).inserted { events.append(.clientLeft(id)) }
-            joined = []
-            for (n, request) in joining.enumerated() {
-                let id = "c\(ids.nextClient + n)"
-                let name = request.name.map { String(String.UnicodeScalarView($0.unicodeScalars.prefix(Limits.maxClientNameLength))) }
-                let client = ClientInfo(id: id, name: (name?.isEmpty ?? true) ? id : name!)
-                joined.append(client)
-                events.append(.clientJoined(client))
-            }
-            // Another writer took the seq: decide again on the state it left.
-            do { try await applyAndSettle(events, by: Self.daemonID, ref: nil); break } catch where error.isConflict { continue }
+        let requests = joining.map { request -> PresenceRules.Join in
+            let name = request.name.map { String(String.UnicodeScalarView($0.unicodeScalars.prefix(Limits.maxClientNameLength))) }
+            return PresenceRules.Join(name: (name?.isEmpty ?? true) ? nil : name)
         }
+        var decision: PresenceRules.Decision
+        while true {
+            decision = presenceRules.decide(presenceState, joining: requests, leaving: leaving, forgettingNodes: forgettingNodes, now: now)
+            // Another writer took the seq: decide again on the state it left.
+            do { try await applyAndSettle(decision.events, by: Self.daemonID, ref: nil); break } catch where error.isConflict { continue }
+        }
+        for id in decision.left { members.remove(id) }
+        for client in decision.joined { members.add(client) }
+        reservedIDs = decision.reserved
+        if decision.reported { lastCountReport = now }
         var shared: Snapshot?
         var welcomes: [Welcome] = []
-        for (request, client) in zip(joining, joined) {
+        for (request, client) in zip(joining, decision.joined) {
             if let resume = request.resume, request.epoch == nil || request.epoch == epoch,
                let missed = history.batches(after: resume, current: seq) {
                 welcomes.append(Welcome(client: client, epoch: epoch, resumed: true, snapshot: nil, replay: missed, seq: seq))
@@ -493,6 +536,17 @@ public actor Coordinator {
             }
         }
         return welcomes
+    }
+
+    /// When a counted room's changed count is due to be reported (``reportPresence(now:)``),
+    /// or nil when the stream's count is current.
+    public var presenceReportDue: ContinuousClock.Instant? {
+        presenceRules.reportDue(roster: roster, live: members.count, lastReport: lastCountReport)
+    }
+
+    /// Reports a counted room's count if it changed and its interval has passed.
+    public func reportPresence(now: ContinuousClock.Instant = .now) async throws(CommandError) {
+        _ = try await presence(joining: [], leaving: [], now: now)
     }
 
     /// One client joins (see ``presence(joining:leaving:)``).

@@ -49,10 +49,13 @@ public protocol Durability: Sendable {
     /// batch past what this coordinator published, other writers' batches included. A
     /// store of its own (false) only ever holds this coordinator's batches.
     var hasOtherWriters: Bool { get }
+    /// In a cluster, the node that owns a listed client (the one it joined), if known.
+    func owner(of client: ClientID) -> String?
 }
 
 extension Durability {
     public var hasOtherWriters: Bool { false }
+    public func owner(of client: ClientID) -> String? { nil }
 }
 
 /// A batch's commit, reported once from the store's thread: nil when durable, else why

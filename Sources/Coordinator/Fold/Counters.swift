@@ -35,6 +35,10 @@ public struct IDCounters: Sendable, Equatable {
         case let .pushed(_, page, _): nextPage = max(nextPage, Self.after(page))
         case let .tabAdded(tab, _): nextPage = max(nextPage, Self.after(tab.stack[0].id))
         case let .clientJoined(client): nextClient = max(nextClient, Self.after(client.id))
+        case let .presenceListed(_, clients): for client in clients { nextClient = max(nextClient, Self.after(client.id)) }
+        case let .clientIdsReserved(_, from, count):
+            // Past the block (wire counts are at most Limits.maxCount: no overflow).
+            nextClient = max(nextClient, from + count)
         default: break
         }
     }

@@ -25,7 +25,8 @@ extension Event {
             return t
         case let .tabUpdated(tab):
             return tab.id
-        case .selected, .tabAdded, .tabMoved, .tabRemoved, .clientJoined, .clientLeft:
+        case .selected, .tabAdded, .tabMoved, .tabRemoved, .clientJoined, .clientLeft,
+             .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
             return nil
         }
     }

@@ -31,11 +31,11 @@ extension Snapshot {
                 return tab
             }
             selected = bar.selected
-        case .clientJoined, .clientLeft:
+        case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
             // The list moves into the roster and back, so it is not copied per event.
-            var roster = Roster(clients: clients, count: clientCount)
+            var roster = self.roster
             clients = []
-            defer { (clients, clientCount) = (roster.clients, roster.count) }
+            defer { self.roster = roster }
             try roster.apply(event)
         default:
             guard let id = event.tabScope, let i = tabs.firstIndex(where: { $0.id == id }) else {

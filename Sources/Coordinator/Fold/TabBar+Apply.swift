@@ -32,7 +32,7 @@ extension TabBar {
             // When it was selected, the batch's next event (`selected`) names the new selection.
             return .removed(at: i)
         case .firstAppear, .appear, .disappear, .pushed, .popped, .scrollToTop, .scrolled, .valueSet, .tabUpdated,
-             .clientJoined, .clientLeft:
+             .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
             return .none
         }
     }

@@ -42,7 +42,8 @@ extension TabState {
             values[key] = value.isNull ? nil : value
         case let .tabUpdated(updated):
             info = updated.info
-        case .selected, .tabAdded, .tabMoved, .tabRemoved, .clientJoined, .clientLeft:
+        case .selected, .tabAdded, .tabMoved, .tabRemoved, .clientJoined, .clientLeft,
+             .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
             throw FoldError("\(event.kind) is not an event of one tab")
         }
     }

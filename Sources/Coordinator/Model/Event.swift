@@ -23,6 +23,17 @@ public enum Event: Sendable, Equatable {
     case tabRemoved(tab: TabID)
     case clientJoined(ClientInfo)
     case clientLeft(ClientID)
+    /// The room counts its clients from here on (PRESENCE: a listed room crossed
+    /// `--presence-limit`): `count` clients after the batch's joins; `nodes`, in a
+    /// cluster, each node's share.
+    case presenceCounted(count: Int, nodes: [String: Int]?)
+    /// A counted room's count is now `count` (in a cluster: `node`'s share of it).
+    case clientCount(node: String?, count: Int)
+    /// A counted room emptied and lists its clients again, starting from `clients`.
+    case presenceListed(node: String?, clients: [ClientInfo])
+    /// Client numbers `from`…`from + count - 1` are taken (by `node`, in a cluster): a
+    /// counted room's joins use them without an event each.
+    case clientIdsReserved(node: String?, from: Int, count: Int)
 
     /// The wire name of the event's kind.
     public var kind: String {
@@ -42,6 +53,18 @@ public enum Event: Sendable, Equatable {
         case .tabRemoved: "tabRemoved"
         case .clientJoined: "clientJoined"
         case .clientLeft: "clientLeft"
+        case .presenceCounted: "presenceCounted"
+        case .clientCount: "clientCount"
+        case .presenceListed: "presenceListed"
+        case .clientIdsReserved: "clientIdsReserved"
+        }
+    }
+
+    /// Whether the event is about who is connected (the roster's, not the tabs').
+    public var isPresence: Bool {
+        switch self {
+        case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved: true
+        default: false
         }
     }
 }

@@ -27,6 +27,9 @@ public enum Limits {
     public static let maxClientNameLength = 64
     /// How many clients a snapshot lists (`clientCount` counts them all).
     public static let maxClientsInSnapshot = 100
+    /// A `clients` answer's page: 100 clients unless `limit` asks for 1 to 1,000.
+    public static let defaultClientsPage = 100
+    public static let maxClientsPage = 1_000
     /// The largest seq, counter or count a snapshot may hold (2^53 - 1, exact in every
     /// JSON reader): far beyond any real history, and far enough from `Int.max` that
     /// adding to it never overflows.

@@ -10,13 +10,27 @@ public struct Snapshot: Sendable, Equatable {
     public var scrollToTop: Int
     /// In display order.
     public var tabs: [TabState]
-    /// Connected clients in join order (``clientCount`` counts them all).
+    /// Whether the room lists its clients or counts them.
+    public var presence: PresenceMode
+    /// Connected clients in join order (``clientCount`` counts them all); empty in a
+    /// counted room.
     public var clients: [ClientInfo]
+    /// In a counted room, the count as the stream last reported it (not a live figure).
     public var clientCount: Int
+    /// A cluster's counted room: each node's count (``clientCount`` is their sum).
+    public var nodes: [String: Int]?
 
-    public init(seq: Int, selected: TabID, scrollToTop: Int, tabs: [TabState], clients: [ClientInfo], clientCount: Int? = nil) {
+    public init(seq: Int, selected: TabID, scrollToTop: Int, tabs: [TabState], clients: [ClientInfo], clientCount: Int? = nil,
+                presence: PresenceMode = .listed, nodes: [String: Int]? = nil) {
         self.seq = seq; self.selected = selected; self.scrollToTop = scrollToTop
         self.tabs = tabs; self.clients = clients; self.clientCount = clientCount ?? clients.count
+        self.presence = presence; self.nodes = nodes
+    }
+
+    /// Who is connected, as the roster's fold holds it.
+    public var roster: Roster {
+        get { Roster(mode: presence, clients: clients, count: clientCount, nodes: nodes) }
+        set { (presence, clients, clientCount, nodes) = (newValue.mode, newValue.clients, newValue.count, newValue.nodes) }
     }
 
     public func tab(_ id: TabID) -> TabState? { tabs.first { $0.id == id } }

@@ -22,7 +22,7 @@ extension CommandEnvelope {
 
     /// Every field a command reads, and those of its `tab` object: the rest of a frame
     /// is checked but never built.
-    static let fields: Set<String> = ["type", "ref", "tab", "route", "offset", "key", "value", "index"]
+    static let fields: Set<String> = ["type", "ref", "tab", "route", "offset", "key", "value", "index", "after", "limit"]
     static let tabFields: Set<String> = ["id", "title", "icon", "color", "badge"]
 
     public static func parse(_ json: JSONValue) throws(RejectedFrame) -> CommandEnvelope {
@@ -93,6 +93,7 @@ extension Command {
         case "removeTab": return .removeTab(tab: try f.string("tab"))
         case "sync": return .sync
         case "ping": return .ping
+        case "clients": return .clients(after: try f.optionalString("after"), limit: try f.optionalInt("limit"))
         default: throw .badCommand("unknown command type '\(type.prefix(40))'")
         }
     }
@@ -122,6 +123,9 @@ extension Command {
             m.append(("tab", .object(t)))
         case let .moveTab(tab, index): m.append(("tab", .string(tab))); m.append(("index", .int(index)))
         case .sync, .ping: break
+        case let .clients(after, limit):
+            opt("after", after)
+            if let limit { m.append(("limit", .int(limit))) }
         }
         return m
     }

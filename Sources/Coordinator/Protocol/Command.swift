@@ -28,6 +28,9 @@ public enum Command: Sendable, Equatable {
     case removeTab(tab: TabID)
     case sync
     case ping
+    /// One page of the room's connected clients, in join order: those after the cursor
+    /// `after` (a `next` of an earlier answer), at most `limit` (1–1000, default 100).
+    case clients(after: ClientID?, limit: Int?)
 
     /// The wire name (`type`).
     public var type: String {
@@ -45,13 +48,14 @@ public enum Command: Sendable, Equatable {
         case .removeTab: "removeTab"
         case .sync: "sync"
         case .ping: "ping"
+        case .clients: "clients"
         }
     }
 
     /// Every wire name, for metrics and documentation.
     public static let allTypes = [
         "select", "tap", "push", "pop", "popToRoot", "scroll", "set",
-        "addTab", "updateTab", "moveTab", "removeTab", "sync", "ping",
+        "addTab", "updateTab", "moveTab", "removeTab", "sync", "ping", "clients",
     ]
 }
 

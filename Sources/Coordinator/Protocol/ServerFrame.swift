@@ -24,6 +24,9 @@ public enum ServerFrame: Sendable, Equatable {
     case error(ref: String?, CommandError)
     case snapshot(ref: String?, Snapshot)
     case pong(ref: String?)
+    /// The answer to `clients`: one page of connected clients (a cluster node's own, named
+    /// by `node`) and the cursor of the next page (nil at the end).
+    case clients(ref: String?, node: String?, ClientPage)
 
     public static let protocolVersion = 1
 
@@ -51,6 +54,10 @@ public enum ServerFrame: Sendable, Equatable {
             return .object([("type", .string("snapshot")), ("ref", .string(ref)), ("snapshot", s.json)])
         case let .pong(ref):
             return .object([("type", .string("pong")), ("ref", .string(ref))])
+        case let .clients(ref, node, page):
+            return .object([("type", .string("clients")), ("ref", .string(ref))]
+                + (node.map { [("node", .string($0))] } ?? [])
+                + [("clients", .array(page.clients.map(\.json))), ("next", .string(page.next))])
         }
     }
 
@@ -78,6 +85,11 @@ public enum ServerFrame: Sendable, Equatable {
             self = .error(ref: try j.optionalString("ref"), CommandError(code, try j.string("message")))
         case "snapshot": self = .snapshot(ref: try j.optionalString("ref"), try Snapshot(json: try j.field("snapshot")))
         case "pong": self = .pong(ref: try j.optionalString("ref"))
+        case "clients":
+            var clients: [ClientInfo] = []
+            for c in try j.array("clients") { clients.append(try ClientInfo(json: c)) }
+            self = .clients(ref: try j.optionalString("ref"), node: try j.optionalNode(),
+                            ClientPage(clients: clients, next: try j.optionalString("next")))
         case let type: throw WireError("unknown frame type '\(type)'")
         }
     }

@@ -39,6 +39,19 @@ extension JSONValue {
         guard i >= 0, i <= Limits.maxCount else { throw WireError("'\(key)' is out of range") }
         return i
     }
+    /// An object of node names to counts.
+    func nodes(_ key: String) throws(WireError) -> [String: Int] {
+        guard let members = try field(key).objectValue else { throw WireError("'\(key)' is not an object") }
+        var nodes: [String: Int] = [:]
+        for (name, value) in members {
+            guard let n = value.intValue, n >= 0, n <= Limits.maxCount else { throw WireError("'\(key).\(name.prefix(40))' is not a count") }
+            guard nodes.updateValue(n, forKey: name) == nil else { throw WireError("'\(key)' names '\(name.prefix(40))' twice") }
+        }
+        return nodes
+    }
+    func optionalNode() throws(WireError) -> String? {
+        self["node"] == nil ? nil : try string("node")
+    }
     func array(_ key: String) throws(WireError) -> [JSONValue] {
         guard let a = try field(key).arrayValue else { throw WireError("'\(key)' is not an array") }
         return a
@@ -94,8 +107,14 @@ extension Snapshot {
         return .object([
             ("seq", .int(c.seq)), ("selected", .string(c.selected)), ("scrollToTop", .int(c.scrollToTop)),
             ("tabs", .array(c.tabs.map(\.json))),
+            ("presence", .string(c.presence.rawValue)),
             ("clientCount", .int(c.clientCount)), ("clients", .array(c.clients.map(\.json))),
-        ])
+        ] + (c.nodes.map { [("nodes", Self.json(nodes: $0))] } ?? []))
+    }
+
+    /// A map of node names to counts, by sorted name.
+    static func json(nodes: [String: Int]) -> JSONValue {
+        .object(nodes.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) })
     }
 
     /// Refuses what no coordinator could have written, which a restored coordinator
@@ -117,8 +136,26 @@ extension Snapshot {
         }
         let clientCount = try json.count("clientCount")
         guard clientCount >= clients.count else { throw WireError("'clientCount' is below the clients listed") }
+        // A snapshot of a tabd before presence modes (a stored one, too) is listed.
+        let presence: PresenceMode
+        switch json["presence"] {
+        case nil: presence = .listed
+        case let .string(s)?:
+            guard let mode = PresenceMode(rawValue: s) else { throw WireError("'presence' is neither 'listed' nor 'counted'") }
+            presence = mode
+        default: throw WireError("'presence' is not a string")
+        }
+        let nodes = try json["nodes"].map { (_) throws(WireError) in try json.nodes("nodes") }
+        if presence == .counted {
+            guard clients.isEmpty else { throw WireError("a counted snapshot lists clients") }
+            if let nodes {
+                guard let total = try? Roster.sum(nodes), total == clientCount else { throw WireError("'nodes' do not add up to 'clientCount'") }
+            }
+        } else if nodes != nil {
+            throw WireError("a listed snapshot has 'nodes'")
+        }
         self.init(seq: try json.count("seq"), selected: try json.string("selected"), scrollToTop: try json.count("scrollToTop"),
-                  tabs: tabs, clients: clients, clientCount: clientCount)
+                  tabs: tabs, clients: clients, clientCount: clientCount, presence: presence, nodes: nodes)
     }
 }
 
@@ -139,6 +176,18 @@ extension SequencedEvent {
         case let .tabRemoved(t): m += [("tab", .string(t))]
         case let .clientJoined(client): m += [("client", client.json)]
         case let .clientLeft(id): m += [("client", .string(id))]
+        case let .presenceCounted(count, nodes):
+            m.append(("count", .int(count)))
+            if let nodes { m.append(("nodes", Snapshot.json(nodes: nodes))) }
+        case let .clientCount(node, count):
+            if let node { m.append(("node", .string(node))) }
+            m.append(("count", .int(count)))
+        case let .presenceListed(node, clients):
+            if let node { m.append(("node", .string(node))) }
+            m.append(("clients", .array(clients.map(\.json))))
+        case let .clientIdsReserved(node, from, count):
+            if let node { m.append(("node", .string(node))) }
+            m += [("from", .int(from)), ("count", .int(count))]
         }
         return .object(m)
     }
@@ -168,6 +217,16 @@ extension SequencedEvent {
         case "tabRemoved": event = .tabRemoved(tab: try j.string("tab"))
         case "clientJoined": event = .clientJoined(try ClientInfo(json: try j.field("client")))
         case "clientLeft": event = .clientLeft(try j.string("client"))
+        case "presenceCounted":
+            let nodes = try j["nodes"].map { (_) throws(WireError) in try j.nodes("nodes") }
+            event = .presenceCounted(count: try j.count("count"), nodes: nodes)
+        case "clientCount": event = .clientCount(node: try j.optionalNode(), count: try j.count("count"))
+        case "presenceListed":
+            var clients: [ClientInfo] = []
+            for c in try j.array("clients") { clients.append(try ClientInfo(json: c)) }
+            event = .presenceListed(node: try j.optionalNode(), clients: clients)
+        case "clientIdsReserved":
+            event = .clientIdsReserved(node: try j.optionalNode(), from: try j.count("from"), count: try j.count("count"))
         case let kind: throw WireError("unknown event kind '\(kind)'")
         }
         self.init(seq: seq, event: event)

@@ -14,6 +14,8 @@ package enum APIRoute: Equatable, Sendable {
     case deleteRoom(RoomID)
     /// `POST /api/rooms/ID/commands`.
     case postCommand(RoomID)
+    /// `GET /api/rooms/ID/clients[?after=CURSOR&limit=N]`: one page of who is connected.
+    case readClients(RoomID, after: ClientID?, limit: Int)
 
     package static let prefix = "/api/"
 
@@ -30,7 +32,7 @@ package enum APIRoute: Equatable, Sendable {
     package static func resolve(method: HTTPMethod, path: String, query: [String: String],
                         grant: Result<Grant?, AuthError>, bodyTooLarge: Bool) -> Result<APIRoute, APIError> {
         let parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        // "/api/rooms[/ID[/commands]]" → ["", "api", "rooms", ID, "commands"]
+        // "/api/rooms[/ID[/commands|/clients]]" → ["", "api", "rooms", ID, "commands"]
         guard parts.count >= 3, parts.count <= 5, parts[0].isEmpty, parts[1] == "api", parts[2] == "rooms" else {
             return .failure(.notFound(path))
         }
@@ -54,9 +56,16 @@ package enum APIRoute: Equatable, Sendable {
             return .failure(refusal)
         }
         if parts.count == 5 {
-            guard parts[4] == "commands" else { return .failure(.notFound(path)) }
-            guard method == .post else { return .failure(.notAllowed("POST")) }
-            return .success(.postCommand(id))
+            switch parts[4] {
+            case "commands":
+                guard method == .post else { return .failure(.notAllowed("POST")) }
+                return .success(.postCommand(id))
+            case "clients":
+                guard method == .get || method == .head else { return .failure(.notAllowed("GET")) }
+                return clients(id, query)
+            default:
+                return .failure(.notFound(path))
+            }
         }
         switch method {
         case .get, .head: return .success(.readRoom(id))
@@ -64,6 +73,21 @@ package enum APIRoute: Equatable, Sendable {
         case .delete: return .success(.deleteRoom(id))
         default: return .failure(.notAllowed("GET, PUT, DELETE"))
         }
+    }
+
+    /// A page of a room's clients: `after` a cursor, `limit` 1 to 1,000 (the `clients`
+    /// command's bounds).
+    private static func clients(_ id: RoomID, _ query: [String: String]) -> Result<APIRoute, APIError> {
+        var limit = Limits.defaultClientsPage
+        if let text = query["limit"] {
+            guard let n = Int(text), (1...Limits.maxClientsPage).contains(n) else {
+                return .failure(APIError(400, "invalid", "limit must be an integer from 1 to \(Limits.maxClientsPage)"))
+            }
+            limit = n
+        }
+        let after = query["after"]
+        if let after, !Members.isCursor(after) { return .failure(APIError(400, "invalid", "after must be a 'next' of an earlier page")) }
+        return .success(.readClients(id, after: after, limit: limit))
     }
 
     /// A listing's `after` and `limit`.

@@ -3,7 +3,7 @@ import Coordinator
 import WebSockets
 
 /// The HTTP API for back ends and operators (docs/PROTOCOL.md "HTTP API"): list, read,
-/// create and delete rooms, and post a command to a room.
+/// create and delete rooms, post a command to a room, and page through who is in it.
 ///
 /// Called on the sockets' thread: it checks the request and answers at once, or hands the
 /// call to the room (whose loop answers it in order with the room's other input) or to a
@@ -29,6 +29,7 @@ struct RoomsAPI: Sendable {
         switch route {
         case let .listRooms(after, limit): list(after: after, limit: limit, responder: responder)
         case let .readRoom(id): read(id, responder: responder)
+        case let .readClients(id, after, limit): clients(id, after: after, limit: limit, responder: responder)
         case let .createRoom(id): create(id, body: request.body, responder: responder)
         case let .deleteRoom(id): delete(id, responder: responder)
         case let .postCommand(id): command(request, room: id, responder: responder)
@@ -56,6 +57,13 @@ struct RoomsAPI: Sendable {
     private func read(_ id: RoomID, responder: HTTPResponder) {
         switch registry.acquire(id, creating: false) {
         case let .success(room): room.submit([.api(.read(responder))])
+        case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
+        }
+    }
+
+    private func clients(_ id: RoomID, after: ClientID?, limit: Int, responder: HTTPResponder) {
+        switch registry.acquire(id, creating: false) {
+        case let .success(room): room.submit([.api(.clients(after: after, limit: limit, responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
         }
     }

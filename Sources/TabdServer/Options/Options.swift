@@ -14,6 +14,10 @@ public struct Options: Sendable {
     public var logLevel = Log.Level.info
     public var logFormat = Log.Format.text
     public var resumeWindow = 10_000
+    /// `--presence-limit`: a room past this many clients counts them (1–100).
+    public var presenceLimit = Limits.maxClientsInSnapshot
+    /// `--presence-interval`: milliseconds between a counted room's count reports.
+    public var presenceInterval = 1_000
     public var queueLimit = 10_000
     public var rateLimit = 100
     /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
@@ -106,6 +110,10 @@ public struct Options: Sendable {
                              FILE, read at start (a trailing newline is dropped);
                              never on the command line or in a variable
       --resume-window N      events kept per room for clients that resume (default 10000)
+      --presence-limit N     a room of more than N clients counts them instead of
+                             listing each join and leave (1-100, default 100)
+      --presence-interval MS a counted room reports its changed count at most every
+                             MS milliseconds (default 1000)
       --queue-limit N        frames queued for one connection before it is closed
                              as too slow, code 1008 (default 10000)
       --rate-limit N         commands per second per connection, bursts of 2N;
@@ -300,6 +308,8 @@ public struct Options: Sendable {
             throw UsageError("\(name) is not taken: the engine's password is read from a file (--cluster-password-file)")
         case "--room-idle": roomIdle = try int(min: 0, max: 86_400 * 365)
         case "--resume-window": resumeWindow = try int(min: 0)
+        case "--presence-limit": presenceLimit = try int(min: 1, max: Limits.maxClientsInSnapshot)
+        case "--presence-interval": presenceInterval = try int(min: 1, max: 3_600_000)
         case "--queue-limit": queueLimit = try int(min: 1)
         case "--rate-limit": rateLimit = try int(min: 0)
         case "--rate-limit-bytes": rateLimitBytes = try int(min: 0)

@@ -36,6 +36,8 @@ actor Room: DirectoryRoom {
         case sweep
         /// Cluster: the engine connection is back; a deletion may have been missed.
         case verifyStream
+        /// A counted room's changed count is due to be reported.
+        case presenceReport
     }
 
     enum APICall: Sendable {
@@ -45,6 +47,8 @@ actor Room: DirectoryRoom {
         case read(HTTPResponder)
         /// `PUT /api/rooms/ID`: the room was created for this call.
         case created(HTTPResponder)
+        /// `GET /api/rooms/ID/clients`: one page of the connected clients.
+        case clients(after: ClientID?, limit: Int, HTTPResponder)
     }
 
     /// Inputs handled between two yields of the loop.
@@ -85,6 +89,8 @@ actor Room: DirectoryRoom {
     private let responders = Locked<[UInt64: HTTPResponder]>([:])
     private var apiLimiter: RateLimiter
     private var nextAPIAddress: UInt64 = 0
+    /// When the armed presence report fires, if one is armed.
+    private var presenceReportArmed: ContinuousClock.Instant?
 
     /// Answer addresses of HTTP calls have the top bit set; connections' never do.
     static let apiAddressBit: UInt64 = 1 << 63
@@ -155,12 +161,23 @@ actor Room: DirectoryRoom {
                     }
                 case .absorb:
                     await coordinator.absorb()
+                    await armPresenceReport(coordinator)
+                case .presenceReport:
+                    presenceReportArmed = nil
+                    do { try await coordinator.reportPresence() } catch {
+                        log.error("room '\(id)': the client count could not be stored: \(error.message)")
+                    }
+                    await armPresenceReport(coordinator)
                 case .sweep:
-                    if let gone = clusterRoom?.orphans(includingOwn: false), !gone.isEmpty {
-                        log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave")
-                        do { _ = try await coordinator.presence(joining: [], leaving: Array(gone)) } catch {
+                    let gone = clusterRoom?.orphans(includingOwn: false) ?? []
+                    let deadNodes = clusterRoom?.deadShares(includingOwn: false) ?? []
+                    if !gone.isEmpty || !deadNodes.isEmpty {
+                        if !gone.isEmpty { log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave") }
+                        if !deadNodes.isEmpty { log.info("room '\(id)': the clients counted on nodes \(deadNodes.sorted().joined(separator: ", ")), which stopped answering, leave") }
+                        do { _ = try await coordinator.presence(joining: [], leaving: Array(gone), forgettingNodes: deadNodes) } catch {
                             log.error("room '\(id)': could not record the departure of a dead node's clients: \(error.message)")
                         }
+                        await armPresenceReport(coordinator)
                     }
                 case .verifyStream:
                     if let clusterRoom, (try? await offPool { () throws(ClusterNode.Failure) in try clusterRoom.streamIsCurrent() }) == false {
@@ -193,7 +210,9 @@ actor Room: DirectoryRoom {
             await predecessor.finished.wait()
             self.predecessor = nil
         }
-        let configuration = Coordinator.Configuration(resumeWindow: registry.settings.resumeWindow)
+        let settings = registry.settings
+        let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow, presenceLimit: settings.presenceLimit,
+                                                      presenceInterval: .milliseconds(settings.presenceIntervalMS))
         let loaded: LoadedRoom
         do { loaded = try await registry.home.load(id, template: template, configuration: configuration) } catch {
             log.error(error.description)
@@ -267,6 +286,18 @@ actor Room: DirectoryRoom {
                 ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
             ])))
             released(1)
+        case let .clients(after, limit, responder):
+            let answer: HTTPResponse
+            do {
+                guard case let .clients(page) = try await coordinator.execute(.clients(after: after, limit: limit), by: Self.apiClient) else {
+                    preconditionFailure("clients answered with something else")
+                }
+                answer = RoomsAPI.response(for: .clients(ref: nil, node: coordinator.node, page))
+            } catch {
+                answer = RoomsAPI.response(for: .error(ref: nil, error))
+            }
+            responder.respond(answer)
+            released(1)
         case let .created(responder):
             if loaded?.created == false {
                 responder.respond(RoomsAPI.error(409, "room_exists", "room '\(id)' exists"))
@@ -304,6 +335,7 @@ actor Room: DirectoryRoom {
             for join in joins { server.close(join.connection, code: .internalError, reason: "state unavailable") }
             return
         }
+        await armPresenceReport(coordinator)
         let gateway = registry.gateway
         for (join, var welcome) in zip(joins, welcomes) {
             welcome.room = id
@@ -315,6 +347,19 @@ actor Room: DirectoryRoom {
             server.activate(join.connection, on: channel, first: frames, afterSeq: welcome.seq)
             log.info("connection #\(join.connection.rawValue) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)' in room '\(id)', "
                 + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"))
+        }
+    }
+
+    /// Arms the report of a counted room's changed count for when it is due (one timer
+    /// at a time; an earlier due time than the armed one arms another).
+    private func armPresenceReport(_ coordinator: Coordinator) async {
+        guard let due = await coordinator.presenceReportDue else { return }
+        if let armed = presenceReportArmed, armed <= due { return }
+        presenceReportArmed = due
+        let inbox = inbox
+        Task {
+            try? await Task.sleep(until: due, clock: .continuous)
+            inbox.put([.presenceReport])
         }
     }
 
@@ -370,14 +415,14 @@ actor Room: DirectoryRoom {
             case let .api(call):
                 let responder: HTTPResponder = switch call {
                 case let .command(_, r): r
-                case let .read(r), let .created(r): r
+                case let .read(r), let .created(r), let .clients(_, _, r): r
                 }
                 responder.respond(code == .roomGone
                     ? RoomsAPI.error(404, "unknown_room", "room '\(id)' was deleted")
                     : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
             case let .delete(done):
                 done.signal()
-            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream:
+            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport:
                 break
             }
         }

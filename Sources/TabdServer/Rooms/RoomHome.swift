@@ -129,8 +129,10 @@ struct EngineHome: RoomHome {
         } catch {
             throw RoomLoadError("room '\(id)': \(error)")
         }
+        var configuration = configuration
+        configuration.node = cluster.name
         let coordinator = Coordinator(restoring: room.committedState(), durability: room, configuration: configuration)
-        do { try await coordinator.start(forgetting: room.orphans(includingOwn: true)) } catch {
+        do { try await coordinator.start(forgetting: room.orphans(includingOwn: true), forgettingNodes: room.deadShares(includingOwn: true)) } catch {
             room.close()
             throw RoomLoadError("room '\(id)': \(error.message)")
         }

@@ -50,6 +50,9 @@ final class RoomRegistry: Sendable {
         var resumeWindow = 10_000
         /// Commands per second over the HTTP API, per room (0 = no limit).
         var rateLimit = 100
+        /// `--presence-limit` and `--presence-interval` (milliseconds).
+        var presenceLimit = Limits.maxClientsInSnapshot
+        var presenceIntervalMS = 1_000
     }
 
     typealias Refusal = RoomRefusal
