@@ -36,6 +36,8 @@ final class BenchClient: WebSocketClientHandler {
         var failures: [String] = []
         var failed = 0
         var lostAfterReady = 0
+        /// Bytes of every message received, with their WebSocket frame headers.
+        var receivedBytes = 0
 
         var running = false
         var chaining = false
@@ -139,6 +141,7 @@ final class BenchClient: WebSocketClientHandler {
             let sep = url.path.contains("?") ? "&" : "?"
             var path = options.server == .tabd ? url.path + sep + "name=\(name)" : url.path
             if options.rooms != nil { path += "&room=\(RoomLayout.name(room))" }
+            if let resume = options.resume { path += "&resume=\(resume.seq)&epoch=\(resume.epoch)" }
             let id = ws.connect(url.with(path: path), subprotocols: options.subprotocol)
             let raw = Int(id.rawValue) - 1
             while s.indexByRawID.count <= raw { s.indexByRawID.append(-1) }
@@ -192,6 +195,7 @@ final class BenchClient: WebSocketClientHandler {
         let kind = FrameScan.kind(message)
         state.withLock { s in
             guard let i = index(id, s) else { return }
+            s.receivedBytes += message.count + (message.count < 126 ? 2 : message.count < 65_536 ? 4 : 10)
             switch kind {
             case .events:
                 delivered(i, message, now, &s)
@@ -216,6 +220,11 @@ final class BenchClient: WebSocketClientHandler {
 
     private func welcome(_ i: Int, _ message: UnsafeRawBufferPointer, _ s: inout State) {
         guard options.server == .tabd else { s.unknownFrames += 1; return }
+        if case let .welcome(w, _)? = try? ServerFrame(bytes: Array(message)), w.resumed, let resume = options.resume {
+            s.conns[i].lastSeq = resume.seq // the missed batches follow
+            becameReady(i, &s)
+            return
+        }
         guard case let .welcome(w, _)? = try? ServerFrame(bytes: Array(message)), let snap = w.snapshot else {
             s.conns[i].problem = s.conns[i].problem ?? "a welcome that does not parse or has no snapshot"
             becameReady(i, &s)

@@ -19,6 +19,8 @@ enum ConnectRun {
             failure = f.description
         }
         let elapsed = Double(monotonicNanos() - started) / 1e9
+        // What the storm cost the clients (the hold's frames are not counted).
+        let received = bench.state.withLock { $0.receivedBytes }
         let cpu1 = server?.cpuSeconds()
         let rssConnected = server?.rssKiB()
         if options.hold > 0 && failure == nil { await sleep(seconds: options.hold) }
@@ -35,6 +37,7 @@ enum ConnectRun {
         if let times {
             summary.add("all welcomed after", "\(format(times.welcomed, 3)) s (\(format(Double(options.clients) / times.welcomed, 0)) per second)")
             summary.add("presence settled after", "\(format(times.settled, 3)) s")
+            summary.add("received", "\(format(Double(received) / 1e6, 1)) MB by all clients together until settled (\(grouped(received / max(1, options.clients))) bytes each)")
         } else {
             summary.add("all welcomed after", "never: \(failure ?? "")")
         }
@@ -58,6 +61,7 @@ enum ConnectRun {
             "error_text": problemTexts.joined(separator: "; "),
             "server_rss_kib": ["before": rssStart ?? -1, "connected": rssConnected ?? -1],
             "server_cpu_seconds": cpu ?? -1, "welcomed": welcomed, "held": held, "lost": lost, "errors": failures,
+            "received_bytes": received, "resumed": options.resume != nil,
         ]
         try summary.write(to: options.json)
         return failures == 0 ? 0 : 1

@@ -67,6 +67,11 @@ struct BenchOptions: Sendable {
     var hold = 0.0
     var settle = 1.0
     var quiet = false
+    /// `--resume SEQ --epoch E`: every client asks to resume after SEQ of history E (a
+    /// restart's reconnect storm).
+    var resume: (seq: Int, epoch: String)?
+    /// `--churn R`: R joins and R leaves a second, for `--duration` seconds (no load).
+    var churn: Double?
 
     static let help = """
     tabbench: many WebSocket clients against one server; measures fan-out and checks every stream.
@@ -111,6 +116,12 @@ struct BenchOptions: Sendable {
                                connections to one address)
       --connect-timeout S      seconds until every client must be welcomed (default 60 + 1
                                per 100 clients)
+      --resume SEQ --epoch E   tabd: every client asks to resume after SEQ of history E
+                               (as clients reconnecting after a restart do); a resumed
+                               welcome counts as welcomed
+      --churn R                tabd: R clients join and R leave every second for --duration
+                               seconds, about R connected at a time (no load; run it beside
+                               a load run into the same room)
 
     ROOMS (tabd)
       --rooms K                spread the clients evenly over K rooms bench-0…bench-(K-1)
@@ -232,10 +243,14 @@ struct BenchOptions: Sendable {
             case "--settle": o.settle = try double(arg, min: 0)
             case "--hold": o.hold = try double(arg, min: 0)
             case "--idle-steps": o.idleSteps = try counts(arg)
+            case "--resume": o.resume = (try int(arg, min: 0), o.resume?.epoch ?? "")
+            case "--epoch": o.resume = (o.resume?.seq ?? -1, try value(arg))
+            case "--churn": o.churn = try double(arg, min: 1)
             default: throw UsageError("unknown option '\(arg)'")
             }
         }
         guard o.url != nil else { throw UsageError("--url is required") }
+        if let resume = o.resume, resume.seq < 0 || resume.epoch.isEmpty { throw UsageError("--resume and --epoch go together") }
         if o.idleSteps == nil && o.roomSteps == nil {
             guard o.senders <= o.clients else { throw UsageError("--senders must not exceed --clients") }
         }
