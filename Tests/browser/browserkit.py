@@ -97,10 +97,12 @@ class Remote:
 
     def __init__(self, daemon, name="remote", room=None, token=None):
         # Entered as a context manager (websockets >= 17.1 warns otherwise); closed by close().
+        # Frames it is not asked for queue without bound: a full queue would stop it reading
+        # pongs and the closing handshake.
         url = f"{daemon.ws}?name={name}" + ("" if room is None else f"&room={quote(room, safe='')}")
         url += "" if token is None else f"&token={quote(token, safe='')}"
         tls = {"ssl": daemon.ssl_context} if daemon.ssl_context else {}
-        self.ws = ws_connect(url, open_timeout=WAIT, max_size=None, **tls).__enter__()
+        self.ws = ws_connect(url, open_timeout=WAIT, max_size=None, max_queue=None, **tls).__enter__()
         self.welcome = self._recv()
         assert self.welcome["type"] == "welcome"
         self.n = 0
@@ -115,7 +117,7 @@ class Remote:
         self.ws.send(json.dumps({"type": type_, "ref": ref, **fields}))
         while True:
             f = self._recv()
-            if f["type"] in ("ack", "error", "snapshot", "pong") and f.get("ref") == ref:
+            if f["type"] in ("ack", "error", "snapshot", "pong", "clients") and f.get("ref") == ref:
                 if f["type"] == "error":
                     raise AssertionError(f"{type_} {fields}: {f}")
                 return f
