@@ -14,6 +14,10 @@ public struct StreamChecker {
     public private(set) var batches = 0
     /// Every client number handed out or reserved so far lies below this.
     private var nextClient = 0
+    /// The reserved blocks, and the ids of them that have been listed (a cluster's node
+    /// lists its counted clients again when another node listed the room anew).
+    private var blocks: [Range<Int>] = []
+    private var listedFromBlocks: Set<Int> = []
 
     public init(origin: Snapshot) {
         state = origin
@@ -40,11 +44,18 @@ public struct StreamChecker {
                 shown = nil
             case let .clientJoined(client):
                 let n = Int(client.id.dropFirst()) ?? -1
-                guard n >= nextClient else { throw ReplayError(seq: e.seq, message: "client id \(client.id) was handed out or reserved before") }
-                nextClient = n + 1
+                if n < nextClient {
+                    // Only an id of a reserved block, listed for the first time.
+                    guard blocks.contains(where: { $0.contains(n) }), listedFromBlocks.insert(n).inserted else {
+                        throw ReplayError(seq: e.seq, message: "client id \(client.id) was handed out before")
+                    }
+                } else {
+                    nextClient = n + 1
+                }
             case let .clientIdsReserved(_, from, count):
                 guard from >= nextClient else { throw ReplayError(seq: e.seq, message: "ids from c\(from) reach into ids handed out before") }
                 nextClient = from + count
+                blocks.append(from..<(from + count))
             default: break
             }
             if e.event.isPresence, batch.by != Coordinator.daemonID {

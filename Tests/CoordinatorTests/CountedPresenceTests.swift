@@ -158,6 +158,41 @@ import Testing
         #expect((await c.snapshot()).clients.map(\.id) == connected)
     }
 
+    /// A cluster's race: node a's join waited, counted, for a's report, and node b listed
+    /// the room again meanwhile (its count of a's clients was 0). a lists its client again.
+    @Test func clientsConnectedHereThatAListedRoomDoesNotListAreListedAgain() {
+        let rules = PresenceRules(limit: 3, interval: .seconds(1), node: "a", block: 1000)
+        var members = Members()
+        for n in [5, 6] { members.add(ClientInfo(id: "c\(n)", name: "m\(n)")) }
+        let state = PresenceRules.State(roster: Roster(clients: [ClientInfo(id: "c1", name: "b's")]), members: members,
+                                        nextClient: 1005, reserved: 7..<1005, lastReport: t0, owner: { $0 == "c1" ? "b" : nil })
+        #expect(rules.reportDue(roster: state.roster, members: members, lastReport: t0) != nil)
+        // Listed again, then a new join that does not fit: a's share counts all three of its own.
+        let d = rules.decide(state, joining: [.init(name: "new")], leaving: [], now: t0)
+        #expect(d.events == [
+            .clientJoined(ClientInfo(id: "c5", name: "m5")), .clientJoined(ClientInfo(id: "c6", name: "m6")),
+            .clientIdsReserved(node: "a", from: 1005, count: 1000),
+            .presenceCounted(count: 4, nodes: ["a": 3, "b": 1]),
+        ])
+        #expect(d.joined == [ClientInfo(id: "c1005", name: "new")])
+        // Without joins, the two are listed and nothing else happens.
+        #expect(rules.decide(state, joining: [], leaving: [], now: t0).events
+            == [.clientJoined(ClientInfo(id: "c5", name: "m5")), .clientJoined(ClientInfo(id: "c6", name: "m6"))])
+        // Once listed, nothing is due.
+        let listed = Roster(clients: [ClientInfo(id: "c1", name: "b's"), ClientInfo(id: "c5", name: "m5"), ClientInfo(id: "c6", name: "m6")])
+        #expect(rules.reportDue(roster: listed, members: members, lastReport: t0) == nil)
+    }
+
+    @Test func aStoppingNodeReportsItsCountAtOnceWhateverTheInterval() async throws {
+        let (c, batches) = try room(limit: 1, interval: .seconds(3600))
+        let w = try await c.presence(joining: joins(3), now: t0)
+        await record(c, into: batches)
+        _ = try await c.presence(joining: [], leaving: [w[2].client.id], now: t0 + .seconds(1))
+        #expect(batches.withLock { $0 }.isEmpty)
+        try await c.reportPresence(immediately: true, now: t0 + .seconds(2))
+        #expect(batches.withLock { $0 }.map { $0.events.map(\.event) } == [[.clientCount(node: nil, count: 2)]])
+    }
+
     @Test func theFoldRefusesPresenceEventsThatDoNotFitTheMode() throws {
         var listed = Roster()
         #expect(throws: FoldError.self) { try listed.apply(.clientCount(node: nil, count: 3)) }

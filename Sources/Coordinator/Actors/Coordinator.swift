@@ -507,7 +507,7 @@ public actor Coordinator {
     /// ``PresenceRules`` decide (a reserved block of ids, a count now and then, or the
     /// room listed again). `now` is when the batch is decided, for the count's interval.
     public func presence(joining: [JoinRequest], leaving: [ClientID] = [], forgettingNodes: Set<String> = [],
-                         now: ContinuousClock.Instant = .now) async throws(CommandError) -> [Welcome] {
+                         immediately: Bool = false, now: ContinuousClock.Instant = .now) async throws(CommandError) -> [Welcome] {
         await enter(); defer { leave() }
         if let error = await settle() { throw error }
         let requests = joining.map { request -> PresenceRules.Join in
@@ -516,7 +516,8 @@ public actor Coordinator {
         }
         var decision: PresenceRules.Decision
         while true {
-            decision = presenceRules.decide(presenceState, joining: requests, leaving: leaving, forgettingNodes: forgettingNodes, now: now)
+            decision = presenceRules.decide(presenceState, joining: requests, leaving: leaving, forgettingNodes: forgettingNodes,
+                                            immediately: immediately, now: now)
             // Another writer took the seq: decide again on the state it left.
             do { try await applyAndSettle(decision.events, by: Self.daemonID, ref: nil); break } catch where error.isConflict { continue }
         }
@@ -541,12 +542,14 @@ public actor Coordinator {
     /// When a counted room's changed count is due to be reported (``reportPresence(now:)``),
     /// or nil when the stream's count is current.
     public var presenceReportDue: ContinuousClock.Instant? {
-        presenceRules.reportDue(roster: roster, live: members.count, lastReport: lastCountReport)
+        presenceRules.reportDue(roster: roster, members: members, lastReport: lastCountReport)
     }
 
-    /// Reports a counted room's count if it changed and its interval has passed.
-    public func reportPresence(now: ContinuousClock.Instant = .now) async throws(CommandError) {
-        _ = try await presence(joining: [], leaving: [], now: now)
+    /// Reports a counted room's count if it changed and its interval has passed (or at
+    /// once, `immediately`), and lists again in a listed room the clients connected here
+    /// that it does not list.
+    public func reportPresence(immediately: Bool = false, now: ContinuousClock.Instant = .now) async throws(CommandError) {
+        _ = try await presence(joining: [], leaving: [], immediately: immediately, now: now)
     }
 
     /// One client joins (see ``presence(joining:leaving:)``).

@@ -62,8 +62,11 @@ public struct PresenceRules: Sendable {
     /// The events of one batch: `leaving` go (clients of any node in a listed room; this
     /// node's in a counted one), `joining` join, and in a cluster's counted room the shares
     /// of `forgettingNodes` (nodes that are gone) go to 0.
+    ///
+    /// `immediately`: a changed count is reported now, whatever the interval (a node that
+    /// stops says so before it goes).
     public func decide(_ state: State, joining: [Join], leaving: [ClientID], forgettingNodes: Set<String> = [],
-                       now: ContinuousClock.Instant) -> Decision {
+                       immediately: Bool = false, now: ContinuousClock.Instant) -> Decision {
         var d = Decision(reserved: state.reserved)
         var roster = state.roster
         var next = state.nextClient
@@ -84,25 +87,37 @@ public struct PresenceRules: Sendable {
             if state.members.contains(id) { d.left.append(id) }
         }
 
+        // Clients connected here that a listed room does not list: in a cluster, another
+        // node listed the room again while their joins, counted, waited for this node's
+        // report. They join the list again, with their ids, before the new joins.
+        let unlisted = roster.mode == .listed ? Self.unlisted(roster, state.members).filter { !gone.contains($0.id) } : []
+        let arrivals = unlisted.map(Arrival.again) + joining.map(Arrival.new)
+
         var crossed = false
-        for (k, join) in joining.enumerated() {
+        for (k, arrival) in arrivals.enumerated() {
             if roster.mode == .listed, roster.count < limit {
-                let client = Self.client(next, join)
-                next += 1
-                emit(.clientJoined(client))
-                d.joined.append(client)
+                switch arrival {
+                case let .again(client):
+                    emit(.clientJoined(client))
+                case let .new(join):
+                    let client = Self.client(next, join)
+                    next += 1
+                    emit(.clientJoined(client))
+                    d.joined.append(client)
+                }
                 continue
             }
             if roster.mode == .listed {
                 // The first join that does not fit: the room counts from here on.
-                let remaining = joining.count - k
-                reserve(remaining)
+                let remaining = arrivals.count - k
+                let newOnes = arrivals[k...].count { if case .new = $0 { true } else { false } }
+                if newOnes > 0 { reserve(newOnes) }
                 emit(.presenceCounted(count: roster.count + remaining, nodes: switchShares(roster, state, plus: remaining)))
                 crossed = true
                 d.reported = true
-            } else if d.reserved.isEmpty {
-                reserve(joining.count - k)
             }
+            guard case let .new(join) = arrival else { continue }
+            if d.reserved.isEmpty { reserve(arrivals.count - k) }
             d.joined.append(Self.client(d.reserved.lowerBound, join))
             d.reserved = d.reserved.dropFirst()
         }
@@ -118,7 +133,7 @@ public struct PresenceRules: Sendable {
                 return d
             }
             for name in dead.keys.sorted() { emit(.clientCount(node: name, count: 0)) }
-            if live != own, state.lastReport.map({ now - $0 >= interval }) ?? true {
+            if live != own, immediately || state.lastReport.map({ now - $0 >= interval }) ?? true {
                 emit(.clientCount(node: node, count: live))
                 d.reported = true
             }
@@ -126,9 +141,24 @@ public struct PresenceRules: Sendable {
         return d
     }
 
-    /// When a counted room's changed count is due (nil when the stream's is current).
-    public func reportDue(roster: Roster, live: Int, lastReport: ContinuousClock.Instant?) -> ContinuousClock.Instant? {
-        guard roster.mode == .counted else { return nil }
+    /// A join to apply: a new client, or one connected here that must be listed again.
+    enum Arrival {
+        case new(Join)
+        case again(ClientInfo)
+    }
+
+    /// The clients connected here that a listed room does not list, in join order.
+    static func unlisted(_ roster: Roster, _ members: Members) -> [ClientInfo] {
+        guard !members.isEmpty else { return [] }
+        let listed = Set(roster.clients.map(\.id))
+        return members.all.filter { !listed.contains($0.id) }
+    }
+
+    /// When a counted room's changed count is due, or a listed room must list clients
+    /// connected here again (then: now); nil when the stream is current.
+    public func reportDue(roster: Roster, members: Members, lastReport: ContinuousClock.Instant?) -> ContinuousClock.Instant? {
+        let live = members.count
+        if roster.mode == .listed { return Self.unlisted(roster, members).isEmpty ? nil : .now }
         let own = roster.nodes == nil ? roster.count : (node.map { roster.nodes?[$0] ?? 0 } ?? 0)
         guard live != own else { return nil }
         return lastReport.map { $0 + interval } ?? .now

@@ -199,7 +199,11 @@ actor Room: DirectoryRoom {
                 return
             }
         }
-        // The daemon stops.
+        // The daemon stops: a count that waits for its interval goes now (in a cluster,
+        // the other nodes hear at once that this node's clients are gone).
+        do { try await coordinator.reportPresence(immediately: true) } catch {
+            log.error("room '\(id)': the last client count could not be stored: \(error.message)")
+        }
         _ = await coordinator.snapshot()
     }
 
