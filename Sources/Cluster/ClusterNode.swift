@@ -14,6 +14,10 @@ public final class ClusterNode: Sendable {
     }
 
     public let name: String
+    /// This life of the node: a random id per start, in its heartbeats and on every message
+    /// it writes. A node started again under the same name is another incarnation, so the
+    /// clients of its earlier life are known to be gone even though its name is heard.
+    public let incarnation = Coordinator.newEpoch()
     /// How many copies the engine keeps of each room (3 with three or more servers, else 1).
     public let replicas: Int
     /// A node not heard from for this long is dead: its clients leave their rooms.
@@ -21,7 +25,9 @@ public final class ClusterNode: Sendable {
     let client: EngineClient
     let log: @Sendable (String) -> Void
     let stats = EngineStats()
-    private let seen = Locked([String: Double]())
+    /// When each node was last heard, and its incarnation then (nil from a tabd whose
+    /// heartbeat carries only its name).
+    private let seen = Locked([String: (time: Double, incarnation: String?)]())
     private let started = ClusterNode.now()
     /// Since when the engine connection has been up (nil while down): other nodes are
     /// judged only after this node has listened for a whole timeout.
@@ -78,14 +84,15 @@ public final class ClusterNode: Sendable {
         replicas = got
         // Its own queue: blocking engine calls on the global queues cannot delay it.
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "tabd.cluster.heartbeat"))
-        let beat = Array(name.utf8)
+        let beat = Array(incarnation.utf8)
         timer.schedule(deadline: .now(), repeating: .milliseconds(Int(heartbeatTimeout * 1000 / 5)))
         timer.setEventHandler { [client] in client.publishCore(subject: EngineNames.heartbeatPrefix + name, data: beat) }
         heartbeat.withLock { $0 = timer }
         do {
             let sub = try client.subscribeCore(subject: EngineNames.heartbeatPrefix + "*") { [seen] message in
                 let node = String(message.subject.dropFirst(EngineNames.heartbeatPrefix.count))
-                seen.withLock { $0[node] = Self.now() }
+                let said = String(decoding: message.data, as: UTF8.self)
+                seen.withLock { $0[node] = (Self.now(), said == node ? nil : said) }
             }
             subscriptions.withLock { $0.append(sub) }
         } catch { client.close(); throw Failure("cannot hear other nodes: \(error)") }
@@ -98,15 +105,18 @@ public final class ClusterNode: Sendable {
     /// This node's figures for `/metrics` (Prometheus text).
     public var metricsText: String { stats.render(node: name, connected: connected) }
 
-    /// Whether `node` is alive: this node, or one heard from within the timeout. Until
-    /// this node has listened for a whole timeout, nodes it has not heard yet count as alive.
-    public func isAlive(_ node: String) -> Bool {
+    /// Whether `node` is alive: this node, or one heard from within the timeout — and,
+    /// when `incarnation` names the life asked about, in that life (a node started again
+    /// under the same name is heard, but its earlier life is gone). Until this node has
+    /// listened for a whole timeout, nodes it has not heard yet count as alive.
+    public func isAlive(_ node: String, incarnation: String? = nil) -> Bool {
         if node == name { return true }
         let now = Self.now()
         // Deaf for a while (starting, or the connection was down): nobody is judged.
         guard let since = connectedSince.withLock({ $0 }), now - since >= heartbeatTimeout, now - started >= heartbeatTimeout else { return true }
         guard let last = seen.withLock({ $0[node] }) else { return false }
-        return now - last < heartbeatTimeout
+        if let incarnation, let heard = last.incarnation, heard != incarnation { return false }
+        return now - last.time < heartbeatTimeout
     }
 
     /// Calls `handler` (off the engine's threads) each time the engine connection comes

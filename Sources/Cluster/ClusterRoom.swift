@@ -49,6 +49,7 @@ public final class ClusterRoom: Durability, Sendable {
         var info: StreamInfo
         var start: StoredState
         var owners: [ClientID: String] = [:]
+        var incarnations: [String: String] = [:]
         var from: UInt64
         // A stream being created or electing a leader answers errors for a moment: the
         // reads are tried again for up to about 15 s.
@@ -62,6 +63,7 @@ public final class ClusterRoom: Durability, Sendable {
                !message.data.isEmpty, let record = try? SnapshotRecord(bytes: message.data), record.fits(info) {
                 start = record.state
                 owners = record.owners
+                incarnations = record.incarnations
                 from = record.streamSeq
             } else {
                 guard let first = try client.message(stream: stream, seq: 1), let genesis = try? Genesis(bytes: first.data) else {
@@ -81,7 +83,7 @@ public final class ClusterRoom: Durability, Sendable {
         }
         }
         streamCreated = info.created
-        let machine = ClusterRoomMachine(room: room, start: start, owners: owners, from: from, streamEnd: info.lastSeq,
+        let machine = ClusterRoomMachine(room: room, start: start, owners: owners, incarnations: incarnations, from: from, streamEnd: info.lastSeq,
                                          streamCreated: info.created, resumeWindow: resumeWindow,
                                          messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))")
         state = Locked(Shell(machine: machine))
@@ -105,7 +107,7 @@ public final class ClusterRoom: Durability, Sendable {
     /// An ordered consumer of the room's stream from `seq` on, feeding ``received(_:)``.
     private func follow(from seq: UInt64) throws(EngineError) -> EngineSubscription {
         try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq,
-                                         headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader]) { [weak self] message in
+                                         headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader]) { [weak self] message in
             self?.received(message)
         }
     }
@@ -150,7 +152,7 @@ public final class ClusterRoom: Durability, Sendable {
         guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed meanwhile
         let sent = DispatchTime.now().uptimeNanoseconds
         let result = node.client.publish(subject: subject, data: publication.batch.frameBytes,
-                                         headers: [(EngineNames.nodeHeader, node.name)],
+                                         headers: [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)],
                                          expectedLastSeq: publication.expectedLastSeq, msgID: publication.messageID)
         let now = DispatchTime.now().uptimeNanoseconds
         node.stats.published(seconds: Double(now - sent) / 1e9)
@@ -203,13 +205,13 @@ public final class ClusterRoom: Durability, Sendable {
     /// The clients whose node is dead (or is this node in an earlier life, when
     /// `includingOwn`): they left without anyone saying so.
     public func orphans(includingOwn: Bool) -> Set<ClientID> {
-        state.withLock { $0.machine.orphans(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive) }
+        state.withLock { $0.machine.orphans(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive(_:incarnation:)) }
     }
 
     /// In a counted room, the nodes whose counted clients are gone with them (dead, or
     /// this node in an earlier life when `includingOwn`).
     public func deadShares(includingOwn: Bool) -> Set<String> {
-        state.withLock { $0.machine.deadShares(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive) }
+        state.withLock { $0.machine.deadShares(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive(_:incarnation:)) }
     }
 
     /// The node a listed client joined on.
@@ -242,7 +244,8 @@ public final class ClusterRoom: Durability, Sendable {
 
     private func received(_ message: StreamMessage) {
         let delivery = ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
-                                                   writer: message.headers[EngineNames.nodeHeader], data: message.data)
+                                                   writer: message.headers[EngineNames.nodeHeader],
+                                                   incarnation: message.headers[EngineNames.incarnationHeader], data: message.data)
         step { $0.delivered(delivery, now: DispatchTime.now().uptimeNanoseconds) }
     }
 

@@ -53,12 +53,13 @@ package struct ClusterRoomMachine: Sendable {
         package let streamSeq: UInt64
         /// The kind header: `genesis` for the room's first message.
         package let kind: String?
-        /// The node that wrote it.
+        /// The node that wrote it, and which life of it.
         package let writer: String?
+        package let incarnation: String?
         package let data: [UInt8]
 
-        package init(streamSeq: UInt64, kind: String?, writer: String?, data: [UInt8]) {
-            self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.data = data
+        package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, data: [UInt8]) {
+            self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation; self.data = data
         }
     }
 
@@ -113,6 +114,9 @@ package struct ClusterRoomMachine: Sendable {
     /// The node that joined each listed client: an annotation of the roster, set and
     /// cleared only for presence events the roster's fold (in `stored.apply`) accepted.
     package private(set) var owners: [ClientID: String]
+    /// The incarnation of each node's last message (``ClusterNode/incarnation``): a node
+    /// heard in another life has lost the clients of this one.
+    package private(set) var incarnations: [String: String]
     /// Loading: the stream's last sequence to reach before the room is served.
     private let target: UInt64
     package private(set) var loading: Bool
@@ -144,11 +148,12 @@ package struct ClusterRoomMachine: Sendable {
 
     /// A room read from `start` (a snapshot at stream sequence `from`, or the genesis at
     /// 1), whose stream ended at `streamEnd` when it was opened.
-    package init(room: RoomID, start: StoredState, owners: [ClientID: String], from: UInt64, streamEnd: UInt64,
-                 streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String) {
+    package init(room: RoomID, start: StoredState, owners: [ClientID: String], incarnations: [String: String] = [:],
+                 from: UInt64, streamEnd: UInt64, streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String) {
         self.room = room
         self.stored = start
         self.owners = owners
+        self.incarnations = incarnations
         self.delivered = from
         self.target = streamEnd
         self.loading = streamEnd > from
@@ -287,6 +292,7 @@ package struct ClusterRoomMachine: Sendable {
             if streamSeqOf.count > 4096 { streamSeqOf = streamSeqOf.filter { $0.key >= batch.lastSeq - 1024 } }
             stored.history.append(batch)
             trimHistory()
+            if let writer = message.writer, let incarnation = message.incarnation { incarnations[writer] = incarnation }
             for e in batch.events {
                 switch e.event {
                 case let .clientJoined(c): owners[c.id] = message.writer ?? ""
@@ -302,7 +308,8 @@ package struct ClusterRoomMachine: Sendable {
                 // loadable from a snapshot and the kept tail however its writers come and go.
                 if delivered - snapshotSeq >= Self.snapshotDistance {
                     snapshotSeq = delivered
-                    snapshot = SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners)
+                    snapshot = SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners,
+                                              incarnations: incarnations)
                 }
             } else if !loading {
                 others = true
@@ -385,17 +392,17 @@ package struct ClusterRoomMachine: Sendable {
 
     /// The listed clients whose node is dead by `isAlive` (or is `node` itself in an
     /// earlier life, when `includingOwn`): they left without anyone saying so.
-    package func orphans(node: String, includingOwn: Bool, isAlive: (String) -> Bool) -> Set<ClientID> {
+    package func orphans(node: String, includingOwn: Bool, isAlive: (String, String?) -> Bool) -> Set<ClientID> {
         Set(stored.snapshot.clients.map(\.id).filter { id in
             guard let owner = owners[id] else { return includingOwn }
-            return owner == node ? includingOwn : !isAlive(owner)
+            return owner == node ? includingOwn : !isAlive(owner, incarnations[owner])
         })
     }
 
     /// In a counted room, the nodes with clients counted whose node is dead by `isAlive`
     /// (or is `node` itself in an earlier life, when `includingOwn`).
-    package func deadShares(node: String, includingOwn: Bool, isAlive: (String) -> Bool) -> Set<String> {
-        Set((stored.snapshot.nodes ?? [:]).filter { $0.value > 0 && ($0.key == node ? includingOwn : !isAlive($0.key)) }.keys)
+    package func deadShares(node: String, includingOwn: Bool, isAlive: (String, String?) -> Bool) -> Set<String> {
+        Set((stored.snapshot.nodes ?? [:]).filter { $0.value > 0 && ($0.key == node ? includingOwn : !isAlive($0.key, incarnations[$0.key])) }.keys)
     }
 
     /// The node a listed client joined on, as the stream says.

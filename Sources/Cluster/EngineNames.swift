@@ -18,6 +18,8 @@ enum EngineNames {
 
     /// Headers of a room's messages.
     static let nodeHeader = "Tabd-Node"
+    /// Which life of that node wrote it (a random id per start; see ``ClusterNode/incarnation``).
+    static let incarnationHeader = "Tabd-Incarnation"
     static let kindHeader = "Tabd-Kind"
 }
 
@@ -54,18 +56,23 @@ package struct SnapshotRecord: Equatable, Sendable {
     package var streamSeq: UInt64
     package var state: StoredState
     package var owners: [ClientID: String]
+    /// The incarnation of each node's last message up to `streamSeq`.
+    package var incarnations: [String: String] = [:]
 
     var bytes: [UInt8] {
         JSONValue.object([
             ("streamCreated", .number(String(streamCreated))), ("streamSeq", .number(String(streamSeq))), ("epoch", .string(state.epoch)),
             ("nextPage", .int(state.nextPage)), ("nextClient", .int(state.nextClient)),
             ("owners", .object(owners.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
+            ("incarnations", .object(incarnations.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
             ("snapshot", state.snapshot.json(capped: false)),
         ]).compactBytes
     }
 
-    package init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String]) {
+    package init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String],
+                 incarnations: [String: String] = [:]) {
         self.streamCreated = streamCreated; self.streamSeq = streamSeq; self.state = state; self.owners = owners
+        self.incarnations = incarnations
     }
 
     /// Whether it is a snapshot of this stream (`info`) that the stream's messages follow on from.
@@ -88,5 +95,8 @@ package struct SnapshotRecord: Equatable, Sendable {
         streamSeq = UInt64(seq)
         state = restored
         self.owners = Dictionary(owners.compactMap { k, v in v.stringValue.map { (k, $0) } }, uniquingKeysWith: { _, last in last })
+        // A record of a tabd before incarnations has none: nodes are then judged by name.
+        incarnations = Dictionary((json["incarnations"]?.objectValue ?? []).compactMap { k, v in v.stringValue.map { (k, $0) } },
+                                  uniquingKeysWith: { _, last in last })
     }
 }

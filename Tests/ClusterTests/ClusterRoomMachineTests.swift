@@ -21,8 +21,8 @@ import Testing
         EventBatch(by: by, ref: nil, events: [SequencedEvent(seq: seq, event: .scrolled(tab: "home", offset: offset))])
     }
 
-    static func delivery(_ streamSeq: UInt64, _ batch: EventBatch, writer: String = "n1") -> Machine.Delivery {
-        Machine.Delivery(streamSeq: streamSeq, kind: nil, writer: writer, data: batch.frameBytes)
+    static func delivery(_ streamSeq: UInt64, _ batch: EventBatch, writer: String = "n1", incarnation: String? = nil) -> Machine.Delivery {
+        Machine.Delivery(streamSeq: streamSeq, kind: nil, writer: writer, incarnation: incarnation, data: batch.frameBytes)
     }
 
     static func publication(_ actions: [Action]) -> Machine.Publication? {
@@ -186,12 +186,32 @@ import Testing
         ])
         _ = m.delivered(Self.delivery(3, leave, writer: "n1"), now: 0)
         #expect(m.owners == ["c2": "n2", "c3": "n1"])
-        #expect(m.orphans(node: "n1", includingOwn: false) { $0 != "n2" } == ["c2"], "n2 is dead")
-        #expect(m.orphans(node: "n1", includingOwn: true) { _ in true } == ["c3"], "this node's clients of an earlier life")
+        #expect(m.orphans(node: "n1", includingOwn: false) { name, _ in name != "n2" } == ["c2"], "n2 is dead")
+        #expect(m.orphans(node: "n1", includingOwn: true) { _, _ in true } == ["c3"], "this node's clients of an earlier life")
         // A leave the roster refuses breaks the room and changes no owner.
         let bogus = EventBatch(by: "tabd", ref: nil, events: [SequencedEvent(seq: 5, event: .clientLeft("c42"))])
         _ = m.delivered(Self.delivery(4, bogus, writer: "n2"), now: 0)
         #expect(m.broken != nil && m.owners == ["c2": "n2", "c3": "n1"])
+    }
+
+    /// A node started again under the same name is heard, but in another life: the clients
+    /// and the counted share of its earlier life are gone.
+    @Test func aNodeHeardInAnotherLifeHasLostTheClientsAndTheShareOfThisOne() throws {
+        var m = try Self.machine()
+        let join = EventBatch(by: "tabd", ref: nil, events: [SequencedEvent(seq: 1, event: .clientJoined(ClientInfo(id: "c1", name: "a")))])
+        _ = m.delivered(Self.delivery(2, join, writer: "n2", incarnation: "life-1"), now: 0)
+        #expect(m.incarnations == ["n2": "life-1"])
+        #expect(m.orphans(node: "n1", includingOwn: false) { _, life in life == "life-1" }.isEmpty, "heard in the same life")
+        #expect(m.orphans(node: "n1", includingOwn: false) { _, life in life == "life-2" } == ["c1"], "heard in another life")
+        let counted = EventBatch(by: "tabd", ref: nil, events: [
+            SequencedEvent(seq: 2, event: .clientIdsReserved(node: "n2", from: 2, count: 1000)),
+            SequencedEvent(seq: 3, event: .presenceCounted(count: 7, nodes: ["n1": 0, "n2": 7])),
+        ])
+        _ = m.delivered(Self.delivery(3, counted, writer: "n2", incarnation: "life-1"), now: 0)
+        #expect(m.owners.isEmpty, "a counted room lists no owners")
+        #expect(m.deadShares(node: "n1", includingOwn: false) { _, life in life == "life-1" }.isEmpty)
+        #expect(m.deadShares(node: "n1", includingOwn: false) { _, life in life == "life-2" } == ["n2"])
+        #expect(m.deadShares(node: "n2", includingOwn: true) { _, _ in true } == ["n2"], "a node's own share of an earlier life")
     }
 
     @Test func ownBatchesFarFromTheLastSnapshotStoreOne() throws {
