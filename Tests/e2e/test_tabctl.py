@@ -7,18 +7,20 @@ import json
 import os
 import pty
 import re
+import resource
 import select
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
 
-from conftest import ROOT, TABD, WAIT, Daemon
+from conftest import ROOT, TABD, WAIT, Client, Daemon
 
 TABCTL = os.environ.get("TABCTL_BIN", os.path.join(os.path.dirname(TABD), "tabctl"))
 COMMANDS = ["watch", "state", "tap", "select", "push", "pop", "pop-to-root", "scroll", "set", "add-tab",
-            "update-tab", "move-tab", "remove-tab", "ping", "rooms"]
+            "update-tab", "move-tab", "remove-tab", "ping", "clients", "rooms"]
 
 
 def env(**variables):
@@ -72,6 +74,11 @@ def test_help_lists_every_command_and_each_command_has_its_own_help():
     (["move-tab", "home", "x"], "INDEX must be a whole number"),
     (["add-tab", "news", "--title", "News"], "add-tab needs --title, --icon and --color"),
     (["watch", "--count", "0"], "--count must be a whole number 1 or more"),
+    (["clients", "--limit", "0"], "--limit must be 1 to 1000"),
+    (["clients", "--limit", "1001"], "--limit must be 1 to 1000"),
+    (["clients", "--limit", "x"], "--limit must be a whole number"),
+    (["clients", "--all", "--after", "c1"], "--all and --after exclude each other"),
+    (["clients", "c1"], "usage: tabctl clients"),
     (["--url", "ftp://example.com", "state"], "does not start with ws://, wss://, http:// or https://"),
     (["--url"], "--url needs a value"),
 ])
@@ -374,3 +381,123 @@ def test_watch_ends_when_its_reader_goes_away(daemon):
         assert w.proc.wait(timeout=WAIT) == 0
     finally:
         w.kill()
+
+
+# clients (presence in big rooms)
+
+MASSCLIENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "massclient.py")
+
+
+async def test_clients_lists_each_connected_client_one_per_line_tabctl_among_them(daemon):
+    others = [await Client.connect(daemon.ws, name="alice"), await Client.connect(daemon.ws, name="bob"),
+              await Client.connect(daemon.ws)]                       # no name: its id is its name
+    ids = [c.welcome["client"] for c in others]
+    lines = on(daemon, "clients").splitlines()
+    assert lines[:3] == [f'{ids[0]} "alice"', f'{ids[1]} "bob"', ids[2]], lines
+    assert len(lines) == 4 and re.fullmatch(r'c(\d+) "tabctl"', lines[3]), lines
+    assert int(lines[3].split()[0][1:]) > int(ids[2][1:]), "in join order: tabctl joined last"
+    rows = [json.loads(l) for l in on(daemon, "--json", "clients").splitlines()]
+    assert rows[:3] == [{"id": ids[0], "name": "alice"}, {"id": ids[1], "name": "bob"}, {"id": ids[2], "name": ids[2]}]
+    assert len(rows) == 4 and rows[3]["name"] == "tabctl" and list(rows[3]) == ["id", "name"], rows
+    for c in others:
+        await c.close()
+
+
+async def test_clients_pages_with_limit_and_after(daemon):
+    others = [await Client.connect(daemon.ws, name=n) for n in ("alice", "bob", "carol")]
+    ids = [c.welcome["client"] for c in others]
+    assert on(daemon, "clients", "--limit", "2").splitlines() == [
+        f'{ids[0]} "alice"', f'{ids[1]} "bob"', f"more: tabctl clients --after {ids[1]}"]
+    lines = on(daemon, "clients", "--after", ids[1]).splitlines()
+    assert lines[0] == f'{ids[2]} "carol"' and len(lines) == 2 and re.fullmatch(r'c\d+ "tabctl"', lines[1]), lines
+    lines = on(daemon, "clients", "--after", ids[1], "--limit", "1").splitlines()
+    assert lines == [f'{ids[2]} "carol"', f"more: tabctl clients --after {ids[2]}"], lines
+    rows = [json.loads(l) for l in on(daemon, "--json", "clients", "--limit", "2").splitlines()]
+    assert rows == [{"id": ids[0], "name": "alice"}, {"id": ids[1], "name": "bob"}, {"next": ids[1]}], rows
+    code, out, err = tabctl("--url", daemon.http, "clients", "--after", "p1")
+    assert code == 1 and out == "" and "invalid" in err, (code, out, err)
+    for c in others:
+        await c.close()
+
+
+def test_clients_all_lists_everyone_across_pages(make_daemon):
+    n = 1001  # past one page of 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 200:  # the crowd's sockets, in a child that inherits this limit
+        if hard < n + 200:
+            pytest.skip(f"{n + 200} open files needed; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n + 200, hard))
+    d = make_daemon("--presence-limit", "5", "--log-level", "warn")  # stderr is not read: a line per join would fill it
+    crowd = subprocess.Popen([sys.executable, MASSCLIENT, d.host, "--clients", str(n), "--rooms", "1", "--step", str(2 * n)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Its one line (a step past N: no progress lines): `ready N` once all are welcomed
+        # (room r0), or `done ...` if some failed.
+        ready, _, _ = select.select([crowd.stdout], [], [], 60)
+        line = crowd.stdout.readline().strip() if ready else "(nothing within 60 s)"
+        assert line == f"ready {n}", (line, crowd.stderr.read()[-500:] if crowd.poll() is not None else "")
+        out = on(d, "clients", "--all", room="r0").splitlines()
+        assert len(out) == n + 1 and not [l for l in out if l.startswith("more:")], out[-3:]
+        ids = [int(l.split()[0][1:]) for l in out]
+        assert ids == sorted(set(ids)), "each client once, in join order"
+        assert {l.split()[1] for l in out[:-1]} == {f'"m{i}"' for i in range(n)} and out[-1].endswith('"tabctl"')
+        rows = [json.loads(l) for l in on(d, "--json", "clients", "--all", room="r0").splitlines()]
+        assert len(rows) == n + 1 and all(list(r) == ["id", "name"] for r in rows), rows[-2:]
+        state = json.loads(on(d, "--json", "state", room="r0"))["snapshot"]
+        assert state["presence"] == "counted" and state["clients"] == []
+    finally:
+        crowd.stdin.close()  # the end of its stdin ends it
+        try:
+            crowd.wait(timeout=WAIT)
+        except subprocess.TimeoutExpired:
+            crowd.kill()
+            crowd.wait()
+        crowd.stdout.close()
+        crowd.stderr.close()
+
+
+async def test_state_of_a_counted_room_prints_the_count(make_daemon):
+    d = make_daemon("--presence-limit", "1", "--presence-interval", "3600000")  # no count reported after the switch
+    others = [await Client.connect(d.ws, name="alice"), await Client.connect(d.ws, name="bob")]  # bob: counted, 2
+    text = on(d, "state")
+    assert text.splitlines()[-1] == "clients: 2 online (counted; 'tabctl clients' lists them)", text
+    snap = json.loads(on(d, "--json", "state"))["snapshot"]
+    assert snap["presence"] == "counted" and snap["clientCount"] == 2 and snap["clients"] == [], snap
+    # Listed, as before.
+    text = on(d, "state", room="small")
+    assert re.search(r'^clients \(1\): c\d+ "tabctl"$', text, re.M), text
+    for c in others:
+        await c.close()
+
+
+async def test_watch_prints_the_presence_events_of_a_counted_room(make_daemon):
+    d = make_daemon("--presence-limit", "2", "--presence-interval", "50")
+    plain = Watch("--url", d.http, "--count", "4")
+    as_json = None
+    others = []
+    try:
+        plain.wait_for_notice("connected to room main")
+        as_json = Watch("--url", d.http, "--json", "--count", "3")
+        as_json.wait_for_notice("connected to room main")
+        others.append(await Client.connect(d.ws, name="alice"))  # the 3rd: the room counts
+        others.append(await Client.connect(d.ws, name="bob"))    # counted, reported 50 ms after
+        text, rows = plain.finish(), [json.loads(l) for l in as_json.finish().splitlines()]
+    finally:
+        plain.kill()
+        if as_json:
+            as_json.kill()
+    assert plain.proc.returncode == 0 and as_json.proc.returncode == 0
+    lines = text.splitlines()
+    assert len(lines) == 4 and re.fullmatch(r'\s*\d+  clientJoined\s+c\d+ "tabctl"  by tabd', lines[0]), lines
+    m = re.fullmatch(r"\s*\d+  clientIdsReserved c(\d+)…c(\d+)  by tabd", lines[1])
+    assert m and int(m.group(2)) - int(m.group(1)) == 999 and f"c{m.group(1)}" == others[0].welcome["client"], lines
+    assert re.fullmatch(r"\s*\d+  presenceCounted 3 online, counted from here on  by tabd", lines[2]), lines
+    assert re.fullmatch(r"\s*\d+  clientCount  4 online  by tabd", lines[3]), lines
+    reserved = {"kind": "clientIdsReserved", "from": int(m.group(1)), "count": 1000, "by": "tabd", "ref": None}
+    assert [{k: v for k, v in r.items() if k != "seq"} for r in rows] == [
+        reserved, {"kind": "presenceCounted", "count": 3, "by": "tabd", "ref": None},
+        {"kind": "clientCount", "count": 4, "by": "tabd", "ref": None}], rows
+    assert [list(r) for r in rows] == [["seq", "kind", "from", "count", "by", "ref"], ["seq", "kind", "count", "by", "ref"],
+                                       ["seq", "kind", "count", "by", "ref"]]
+    for c in others:
+        await c.close()
