@@ -23,9 +23,10 @@ import Testing
     /// `presenceLimit` below 100 makes a big room of a small one: joins come in bursts,
     /// time passes (in steps the session draws), and counts are reported, so the room
     /// switches to counted and back, with every presence event kind.
-    static func session(seed: UInt64, commands: Int, joinFirst: Int,
-                        presenceLimit: Int = Limits.maxClientsInSnapshot) async throws -> (start: Snapshot, batches: [EventBatch], end: Snapshot) {
-        let c = try Coordinator(configuration: .init(presenceLimit: presenceLimit, presenceInterval: .seconds(1)))
+    /// `node` names the coordinator a cluster's node: its counts are then per node.
+    static func session(seed: UInt64, commands: Int, joinFirst: Int, presenceLimit: Int = Limits.maxClientsInSnapshot,
+                        node: String? = nil) async throws -> (start: Snapshot, batches: [EventBatch], end: Snapshot) {
+        let c = try Coordinator(configuration: .init(presenceLimit: presenceLimit, presenceInterval: .seconds(1), node: node))
         var rng = SeededRandom(seed: seed)
         var connected: [ClientID] = []
         var now = ContinuousClock.now
@@ -103,6 +104,18 @@ import Testing
         let folded = try Self.fold(wireStart, batches).get()
         #expect(folded.clientCount == end.clientCount)
         try Self.write(name: "session-\(seed)", start: wireStart, batches: batches, end: folded, refusedAt: nil)
+    }
+
+    /// A cluster node's stream: `presenceCounted` with `nodes`, `clientCount`,
+    /// `presenceListed` and `clientIdsReserved` with `node`.
+    @Test func aClusterNodesSessionFoldsToItsSnapshot() async throws {
+        let (start, batches, end) = try await Self.session(seed: 24, commands: 400, joinFirst: 0, presenceLimit: 4, node: "n1")
+        let events = batches.flatMap(\.events).map(\.event)
+        #expect(events.contains { if case let .presenceCounted(_, nodes?) = $0 { nodes.keys.sorted() == ["n1"] } else { false } })
+        #expect(events.contains { if case .clientCount(.some("n1"), _) = $0 { true } else { false } })
+        #expect(events.contains { if case .presenceListed(.some("n1"), _) = $0 { true } else { false } })
+        #expect(try Self.fold(start, batches).get() == end)
+        try Self.write(name: "session-24-node", start: start, batches: batches, end: end, refusedAt: nil)
     }
 
     /// Broken presence: a `clientJoined` in a counted room, and a `clientCount` in a

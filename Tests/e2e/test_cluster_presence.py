@@ -21,6 +21,7 @@ from conftest import WAIT, Client
 from replay import replay_all
 from test_cluster import engine, nodes, room_name  # noqa: F401 (engine: the module's three JetStream servers)
 from test_rooms import call
+from test_schema import check
 
 LIMIT = 4
 PRESENCE = ("--presence-limit", str(LIMIT), "--presence-interval", "200")
@@ -284,6 +285,11 @@ async def test_the_limit_crossed_by_joins_on_different_nodes_switches_once_with_
     for c in alive:
         await c.until_seq(snaps[0]["seq"])
     assert_one_stream(clients, snaps[0]["seq"])
+    # The cluster's shapes (`node`, `nodes`) are those of the JSON Schemas, every frame.
+    for c in clients:
+        for f in c.frames:
+            check("server-frame.json", f)
+            check(f"{f['type']}.json", f)
     await close_all(alive)
 
 
