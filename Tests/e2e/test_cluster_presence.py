@@ -455,14 +455,21 @@ async def test_a_killed_node_s_share_of_a_counted_room_goes_to_zero_within_the_l
 
 
 
-async def test_every_node_killed_and_started_again_zeroes_the_counts_of_nodes_not_back_and_ids_go_on_past_every_block(
-        make_daemon, engine):
+async def counted_room_of_nine(make_daemon, engine):
+    """Three nodes and a counted room of 9 clients, 3 on each, every count reported:
+    (nodes, room, node of each client id, the clients, the first client as a watcher)."""
     ds = nodes(make_daemon, engine, 3, *PRESENCE)
     room = room_name()
     node_of = {}
     clients = await join(ds, room, [k % 3 for k in range(9)], node_of)
     watcher = clients[0]
     await read_until(watcher, lambda: nonzero(reported(watcher)) == {"n0": 3, "n1": 3, "n2": 3}, "counts reach 3 each")
+    return ds, room, node_of, clients, watcher
+
+
+async def test_every_node_killed_and_started_again_zeroes_the_counts_of_nodes_not_back_and_ids_go_on_past_every_block(
+        make_daemon, engine):
+    ds, room, node_of, clients, watcher = await counted_room_of_nine(make_daemon, engine)
     blocks = [e for e in events(watcher) if e["kind"] == "clientIdsReserved"]
     assert {b["node"] for b in blocks} == set(NAMES)
     past = max([number(cid) + 1 for cid in node_of] + [b["from"] + b["count"] for b in blocks])
@@ -543,12 +550,7 @@ async def test_a_node_killed_and_started_again_at_once_has_its_earlier_count_go_
     """A crashed node its supervisor starts again within the liveness bound is alive by
     name, but every client it counted is gone: its share must go to 0 (as a dead node's),
     whether or not the new process ever loads the room."""
-    ds = nodes(make_daemon, engine, 3, *PRESENCE)
-    room = room_name()
-    node_of = {}
-    clients = await join(ds, room, [k % 3 for k in range(9)], node_of)
-    watcher = clients[0]
-    await read_until(watcher, lambda: nonzero(reported(watcher)) == {"n0": 3, "n1": 3, "n2": 3}, "counts reach 3 each")
+    ds, room, node_of, clients, watcher = await counted_room_of_nine(make_daemon, engine)
     ds[1].stop(signal.SIGKILL)
     node(make_daemon, engine, "n1")  # its clients do not come back to it
     killed = time.monotonic()

@@ -698,6 +698,16 @@ async def counted_room_to_restart(d):
     return w, others, list(w.batches), switch["events"][0]
 
 
+async def resumed_after_restart(second, seen, epoch):
+    """A client resuming after `seen` on the restarted tabd `second`, once its own join
+    came: (the client, its {id, name})."""
+    back = await one(second, "back", live=True, resume=seen, epoch=epoch)
+    assert back.welcome["resumed"] is True
+    me = {"id": ident(back), "name": "back"}
+    await back.until_event(lambda e: e.get("client") == me, "its own join")
+    return back, me
+
+
 async def test_a_restart_lists_a_counted_room_again_in_its_first_batch_and_ids_go_on(make_daemon, tmp_path):
     # A crash: the state file holds the room counted, as its last batch left it.
     options = ("--state", str(tmp_path / "state.sqlite"), "--presence-limit", "2", "--presence-interval", "50")
@@ -708,10 +718,7 @@ async def test_a_restart_lists_a_counted_room_again_in_its_first_batch_and_ids_g
     await close_all([w, *others])
 
     second = make_daemon(*options)
-    back = await one(second, "back", live=True, resume=seen, epoch=epoch)
-    assert back.welcome["resumed"] is True
-    me = {"id": ident(back), "name": "back"}
-    await back.until_event(lambda e: e.get("client") == me, "its own join")
+    back, me = await resumed_after_restart(second, seen, epoch)
     assert back.batches[0] == {"type": "events", "by": "tabd", "ref": None,
                                "events": [{"seq": seen + 1, "kind": "presenceListed", "clients": []}]}, back.batches
     assert [strip_seq(b) for b in back.batches[1:]] == [[{"kind": "clientJoined", "client": me}]]
@@ -740,11 +747,7 @@ async def test_a_graceful_restart_of_a_counted_room_keeps_one_stream_that_lists_
     await w.until(lambda: w.ended, "the close at the stop")
     await close_all([w, *others])
 
-    second = make_daemon(*options)
-    back = await one(second, "back", live=True, resume=seen, epoch=epoch)
-    assert back.welcome["resumed"] is True
-    me = {"id": ident(back), "name": "back"}
-    await back.until_event(lambda e: e.get("client") == me, "its own join")
+    back, me = await resumed_after_restart(make_daemon(*options), seen, epoch)
     contiguous(back.batches, seen)
     evs = events_of(back.batches)
     assert [e["kind"] for e in evs][-2:] == ["presenceListed", "clientJoined"] and evs[-2]["clients"] == [], evs
