@@ -53,7 +53,7 @@ let package = Package(
         ),
         // The engine of cluster mode: NATS JetStream streams, compare-and-set publishes,
         // ordered consumers (docs/CLUSTER.md).
-        .target(name: "JetStream", dependencies: ["CNATS"], swiftSettings: strict),
+        .target(name: "JetStream", dependencies: ["CNATS", "Locking"], swiftSettings: strict),
         // A tabd node of a cluster: rooms as streams in the engine, their durability
         // (compare-and-set appends) and their followers (ordered consumers).
         .target(name: "Cluster", dependencies: ["Coordinator", "JetStream", "Locking"], swiftSettings: strict),

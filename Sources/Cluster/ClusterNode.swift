@@ -34,7 +34,7 @@ public final class ClusterNode: Sendable {
     private let connectedSince = Locked<Double?>(ClusterNode.now())
     private let heartbeat = Locked<(any DispatchSourceTimer)?>(nil)
     private let subscriptions = Locked([EngineSubscription]())
-    private let reconnected = Locked<(@Sendable () -> Void)?>(nil)
+    private let reconnected = Locked<Handler?>(nil)
     /// ``onGiveUp(_:)``'s handler, and libnats' reason if it gave up before there was one.
     private let gaveUp = Locked<(handler: (@Sendable (String) -> Void)?, reason: String?)>((nil, nil))
 
@@ -52,7 +52,7 @@ public final class ClusterNode: Sendable {
             client = try EngineClient(urls: urls, name: "tabd \(name)", security: security) { [connectedSince, reconnected] up in
                 connectedSince.withLock { $0 = up ? ($0 ?? ClusterNode.now()) : nil }
                 log(up ? "engine connection up" : "engine connection lost; retrying")
-                if up, let handler = reconnected.withLock({ $0 }) { DispatchQueue.global().async(execute: handler) }
+                if up, let handler = reconnected.withLock({ $0 }) { DispatchQueue.global().async { handler.run() } }
             } onGiveUp: { [gaveUp] reason in
                 log("libnats closed the engine connection for good (\(reason)): no more retries")
                 let handler = gaveUp.withLock { g -> (@Sendable (String) -> Void)? in
@@ -122,7 +122,7 @@ public final class ClusterNode: Sendable {
     /// Calls `handler` (off the engine's threads) each time the engine connection comes
     /// back: notices sent meanwhile (deletions) were missed.
     public func onReconnect(_ handler: @escaping @Sendable () -> Void) {
-        reconnected.withLock { $0 = handler }
+        reconnected.withLock { $0 = Handler(handler) }
     }
 
     /// Calls `handler` (off the engine's threads) with libnats' reason if libnats closes the

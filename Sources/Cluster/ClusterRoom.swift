@@ -21,14 +21,15 @@ public final class ClusterRoom: Durability, Sendable {
     /// The stream's creation time: snapshots name it, so none outlives its incarnation.
     let streamCreated: Int64
     private let state: Locked<Shell>
-    /// Publishes, one at a time, in the order the machine asks for them.
+    /// Sends publications in the order the machine asks for them (their answers come back
+    /// on libnats' thread).
     private let publishing: DispatchQueue
     private let caughtUp = DispatchSemaphore(value: 0)
     private let subscription = Locked<EngineSubscription?>(nil)
     /// Runs the consumer's watch while stored batches wait for it.
     private let watchdog: DispatchQueue
     /// Told (on the engine's thread) when another node's batches arrived.
-    private let foreign = Locked<(@Sendable () -> Void)?>(nil)
+    private let foreign = Locked<Handler?>(nil)
 
     /// The machine, and the callbacks its waits stand for.
     private struct Shell {
@@ -101,13 +102,14 @@ public final class ClusterRoom: Durability, Sendable {
 
     /// Called with every later batch of other nodes (on the engine's thread; quick).
     public func onForeignBatches(_ handler: @escaping @Sendable () -> Void) {
-        foreign.withLock { $0 = handler }
+        foreign.withLock { $0 = Handler(handler) }
     }
 
     /// An ordered consumer of the room's stream from `seq` on, feeding ``received(_:)``.
     private func follow(from seq: UInt64) throws(EngineError) -> EngineSubscription {
         try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq,
-                                         headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader]) { [weak self] message in
+                                         headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader,
+                                                     EngineNames.messageIDHeader]) { [weak self] message in
             self?.received(message)
         }
     }
@@ -129,7 +131,7 @@ public final class ClusterRoom: Durability, Sendable {
             case let .publishLater(publication, after):
                 publishing.asyncAfter(deadline: .now() + after.dispatch) { self.send(publication) }
             case .foreignBatches:
-                foreign.withLock { $0 }?()
+                foreign.withLock { $0 }?.run()
             case let .storeSnapshot(record):
                 store(record)
             case let .watch(after):
@@ -147,24 +149,28 @@ public final class ClusterRoom: Durability, Sendable {
         }
     }
 
-    /// One attempt of a publication (on the publishing queue); the answer goes to the machine.
+    /// One attempt of a publication (on the publishing queue, so that the messages of the
+    /// chain go out in the order the machine made them); the answer goes to the machine.
     private func send(_ publication: ClusterRoomMachine.Publication) {
-        guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed meanwhile
+        guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed or settled meanwhile
         let sent = DispatchTime.now().uptimeNanoseconds
-        let result = node.client.publish(subject: subject, data: publication.batch.frameBytes,
-                                         headers: [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)],
-                                         expectedLastSeq: publication.expectedLastSeq, msgID: publication.messageID)
-        let now = DispatchTime.now().uptimeNanoseconds
-        node.stats.published(seconds: Double(now - sent) / 1e9)
-        if publication.attempt > 0 { node.stats.retried() }
-        let outcome: ClusterRoomMachine.PublishOutcome = switch result {
-        case let .stored(seq, _): .stored(seq: seq)
-        case .wrongLastSequence: .wrongLastSequence
-        case let .unknown(why): .unknown(why)
-        case let .failed(why): .failed(why)
+        let stats = node.stats
+        node.client.publishAsync(subject: subject, data: publication.data,
+                                 headers: [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)],
+                                 expectedLastSeq: publication.expectedLastSeq, expectedLastMessageID: publication.expectedLastMessageID,
+                                 msgID: publication.messageID) { [weak self] result in
+            let now = DispatchTime.now().uptimeNanoseconds
+            stats.published(seconds: Double(now - sent) / 1e9, batches: publication.batches.count)
+            if publication.attempt > 0 { stats.retried() }
+            let outcome: ClusterRoomMachine.PublishOutcome = switch result {
+            case let .stored(seq, _): .stored(seq: seq)
+            case .wrongLastSequence: .wrongLastSequence
+            case let .unknown(why): .unknown(why)
+            case let .failed(why): .failed(why)
+            }
+            if outcome == .wrongLastSequence { stats.conflict() }
+            self?.step { $0.published(publication, outcome, now: now) }
         }
-        if outcome == .wrongLastSequence { node.stats.conflict() }
-        step { $0.published(publication, outcome, now: now) }
     }
 
     /// Replaces the consumer by one from `from` on. Messages both deliver are taken once
@@ -245,7 +251,8 @@ public final class ClusterRoom: Durability, Sendable {
     private func received(_ message: StreamMessage) {
         let delivery = ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
                                                    writer: message.headers[EngineNames.nodeHeader],
-                                                   incarnation: message.headers[EngineNames.incarnationHeader], data: message.data)
+                                                   incarnation: message.headers[EngineNames.incarnationHeader],
+                                                   messageID: message.headers[EngineNames.messageIDHeader], data: message.data)
         step { $0.delivered(delivery, now: DispatchTime.now().uptimeNanoseconds) }
     }
 
@@ -265,4 +272,12 @@ extension Duration {
         let (seconds, attoseconds) = components
         return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
     }
+}
+
+/// A callback kept behind a lock. A class, not the closure itself: a closure in a
+/// `Locked` state is re-wrapped (reabstracted) by every `inout` access that reads it, and
+/// one read per delivered message grew a chain of wrappers without end.
+final class Handler: Sendable {
+    let run: @Sendable () -> Void
+    init(_ run: @escaping @Sendable () -> Void) { self.run = run }
 }

@@ -1,46 +1,67 @@
 import Coordinator
 
-/// Every decision of a cluster room, as a value: which batch to publish and where in the
-/// stream it must land, what an answer of the engine means (stored, a conflict, no
-/// answer, refused), what a delivered message changes (the fold, whose clients are whose,
-/// which waits it ends), when the consumer is stalled, and what closing fails. It takes
-/// inputs and returns ``Action``s; ``ClusterRoom`` performs them (the engine's calls,
-/// timers, callbacks) and does nothing else. Time comes in as uptime nanoseconds.
+/// Every decision of a cluster room, as a value: which batches go into which engine
+/// message and where in the stream it must land, what an answer of the engine means
+/// (stored, a conflict, no answer, refused), what a delivered message changes (the fold,
+/// whose clients are whose, which waits it ends), when the consumer is stalled, and what
+/// closing fails. It takes inputs and returns ``Action``s; ``ClusterRoom`` performs them
+/// (the engine's calls, timers, callbacks) and does nothing else. Time comes in as uptime
+/// nanoseconds.
 ///
 /// Waits are named by ``Waiter`` numbers the shell hands in with each batch and gets back
 /// in ``Action/report(_:_:)``; the machine holds no closure.
 ///
 /// The rules:
 /// - A batch is reported committed only once the consumer delivers it.
-/// - One publication is in flight at a time, expecting the stream to end at the message
-///   that ends the batch's base state (the state it was decided on).
-/// - A publication another batch got ahead of (`wrongLastSequence`) fails with a
-///   conflict, and so does every later batch of its generation; the failures are reported
-///   only once the consumer has delivered past what took its place and past every batch of
-///   this node already stored, so the state the coordinator rolls back to holds them all.
-/// - A publication without an answer is sent again with the same message id (the engine
-///   deduplicates) until the engine says what became of it; a refused one is tried again
-///   for a while (an election), then fails `unavailable`.
-/// - A message that is not a batch, or does not fold, breaks the room: every wait fails.
+/// - **Group commit**: one message carries every batch that queued while the pipeline
+///   was full (up to ``maxGroupBytes``), as the state file's writer commits what queued
+///   in one transaction. Clients see each batch as its own `events` frame all the same.
+/// - **A chain of appends**: up to ``pipelineDepth`` messages are in flight. Each expects
+///   the stream to end where the one before it will end (its stream sequence plus one)
+///   and names that message's id, so that the engine stores a chain only as a whole
+///   prefix, in order, with nothing of another writer's in between.
+/// - Answers are taken in chain order. A link that was sent while every link before it
+///   was known stored and finds another message at its place (`wrongLastSequence`) is a
+///   conflict: it and every later link and queued batch of its generation fail, reported
+///   only once the consumer has delivered past what took its place and past every batch
+///   of this node already stored, so the state the coordinator rolls back to holds them
+///   all. A link refused or unanswered while an earlier one was still unsettled is sent
+///   again, unchanged, once the earlier one is stored.
+/// - The chain's head without an answer is sent again with the same message id (the
+///   engine deduplicates: a retry of a stored message is answered with its place) until
+///   the engine says what became of it; a refused head is tried again for a while (an
+///   election), then fails `unavailable` with everything after it.
+/// - A message that is not a group of batches, or does not fold, breaks the room: every
+///   wait fails.
 package struct ClusterRoomMachine: Sendable {
     package typealias Waiter = UInt64
 
-    /// A batch on its way into the stream.
+    /// One engine message on its way into the stream: one or more consecutive batches.
     package struct Publication: Equatable, Sendable {
-        package let waiter: Waiter
-        package let batch: EventBatch
-        /// The stream sequence the stream must end at for the batch to land.
+        /// One per batch, in order.
+        package let waiters: [Waiter]
+        package let batches: [EventBatch]
+        /// The stream sequence the stream must end at for the message to land.
         package let expectedLastSeq: UInt64
+        /// The id of the message the stream must end with: the chain's previous link,
+        /// when one was in flight as this one was made.
+        package let expectedLastMessageID: String?
         /// The same for every attempt: the engine stores it once.
         package let messageID: String
         /// How many times it was sent before this attempt.
         package var attempt = 0
+
+        /// The message's body: each batch's `events` frame, one per line (frames are
+        /// compact JSON, which holds no raw line feed). A message of one batch is that
+        /// batch's frame.
+        package var data: [UInt8] { ClusterRoomMachine.body(batches) }
     }
 
     /// What the engine answered a publication.
     package enum PublishOutcome: Equatable, Sendable {
         case stored(seq: UInt64)
-        /// Another message is at the expected place.
+        /// Another message is at the expected place, or the stream does not end with the
+        /// expected message.
         case wrongLastSequence
         /// No answer (a timeout, a reconnect): its fate is unknown.
         case unknown(String)
@@ -56,17 +77,21 @@ package struct ClusterRoomMachine: Sendable {
         /// The node that wrote it, and which life of it.
         package let writer: String?
         package let incarnation: String?
+        /// The message's id (`Nats-Msg-Id`), if it has one.
+        package let messageID: String?
         package let data: [UInt8]
 
-        package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, data: [UInt8]) {
-            self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation; self.data = data
+        package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, messageID: String? = nil,
+                     data: [UInt8]) {
+            self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation
+            self.messageID = messageID; self.data = data
         }
     }
 
     package enum Action: Equatable, Sendable {
         /// The wait ends: committed (nil) or failed.
         case report(Waiter, CommandError?)
-        /// Send this publication now (one at a time, in order).
+        /// Send this publication now (in the order given).
         case publish(Publication)
         /// Send it again after this long.
         case publishLater(Publication, after: Duration)
@@ -91,11 +116,28 @@ package struct ClusterRoomMachine: Sendable {
     package static let stallNanoseconds: UInt64 = 500_000_000
     /// Refused publications are tried this many times before the batch fails.
     package static let refusedAttempts = 300
+    /// Messages of one room in flight at once, by default.
+    package static let defaultPipelineDepth = 8
+    /// A message carries batches up to this many bytes (a single larger batch goes alone;
+    /// the engine takes up to 1 MB by default).
+    package static let maxGroupBytes = 256 * 1024
 
     private struct Queued: Sendable {
         let batch: EventBatch
         let generation: Int
         let waiter: Waiter
+    }
+
+    /// A message of the chain, sent and not settled yet.
+    private struct Link: Sendable {
+        var publication: Publication
+        /// Sent when every earlier link was known stored: another message at its place is
+        /// a conflict, not the chain waiting for an earlier link's retry.
+        var sentAsHead: Bool
+        /// Answered, not stored, while an earlier link was unsettled: sent again once the
+        /// earlier one is stored.
+        var resend = false
+        var stored: UInt64?
     }
 
     package let room: RoomID
@@ -106,6 +148,8 @@ package struct ClusterRoomMachine: Sendable {
     package let resumeWindow: Int
     /// The stream's creation time: snapshots name it, so none outlives its incarnation.
     package let streamCreated: Int64
+    /// How many messages may be in flight at once.
+    package let pipelineDepth: Int
 
     /// The state at the last delivered batch, its history and counters.
     package private(set) var stored: StoredState
@@ -121,19 +165,21 @@ package struct ClusterRoomMachine: Sendable {
     private let target: UInt64
     package private(set) var loading: Bool
     private var queue: [Queued] = []
-    /// The publication sent and not answered yet.
-    private var inFlight: Waiter?
-    /// The stream sequence of the message that ends at each room seq (delivered, or
-    /// published by this node).
+    /// The messages sent and not settled, in chain order.
+    private var chain: [Link] = []
+    /// The stream sequence of the message that ends at each room seq (delivered or
+    /// stored; where a link in flight will land is its own).
     private var streamSeqOf: [Int: UInt64]
     private var generation = 0
+    /// The generation each message sent and not delivered yet was decided in.
+    private var sentGeneration: [String: Int] = [:]
     /// Set after a failure: every batch of the failed generation fails alike, reported
     /// once the consumer has delivered past `failureAfter`.
     private var failure: CommandError?
     private var failureAfter: UInt64 = 0
     package private(set) var closed = false
     /// Stored, reported once the consumer delivers them, by stream sequence.
-    private var awaiting: [UInt64: Waiter] = [:]
+    private var awaiting: [UInt64: [Waiter]] = [:]
     /// Failures reported once the consumer has delivered past `after`.
     private var heldFailures: [(after: UInt64, waiter: Waiter, error: CommandError)] = []
     /// The stream position of the last snapshot this node loaded or stored.
@@ -142,6 +188,9 @@ package struct ClusterRoomMachine: Sendable {
     package private(set) var broken: String?
     /// Publications another node's batch got ahead of.
     package private(set) var conflicts = 0
+    /// Messages sent, and the batches they carried (first attempts only).
+    package private(set) var messagesSent = 0
+    package private(set) var batchesSent = 0
     /// When the consumer last delivered, and whether a watch is scheduled.
     private var lastDelivery: UInt64 = 0
     private var watching = false
@@ -149,7 +198,8 @@ package struct ClusterRoomMachine: Sendable {
     /// A room read from `start` (a snapshot at stream sequence `from`, or the genesis at
     /// 1), whose stream ended at `streamEnd` when it was opened.
     package init(room: RoomID, start: StoredState, owners: [ClientID: String], incarnations: [String: String] = [:],
-                 from: UInt64, streamEnd: UInt64, streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String) {
+                 from: UInt64, streamEnd: UInt64, streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String,
+                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth) {
         self.room = room
         self.stored = start
         self.owners = owners
@@ -162,6 +212,29 @@ package struct ClusterRoomMachine: Sendable {
         self.streamCreated = streamCreated
         self.resumeWindow = resumeWindow
         self.messageIDPrefix = messageIDPrefix
+        self.pipelineDepth = max(1, pipelineDepth)
+    }
+
+    /// The body of a message carrying `batches`.
+    package static func body(_ batches: [EventBatch]) -> [UInt8] {
+        if batches.count == 1 { return batches[0].frameBytes }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(batches.reduce(0) { $0 + $1.frameBytes.count + 1 })
+        for (i, batch) in batches.enumerated() {
+            if i > 0 { bytes.append(0x0A) }
+            bytes += batch.frameBytes
+        }
+        return bytes
+    }
+
+    /// The batches of a message's body, or nil when a line is not an `events` frame.
+    package static func batches(in body: [UInt8]) -> [EventBatch]? {
+        var batches: [EventBatch] = []
+        for line in body.split(separator: 0x0A, omittingEmptySubsequences: false) {
+            guard case let .events(batch)? = try? ServerFrame(bytes: Array(line)) else { return nil }
+            batches.append(batch)
+        }
+        return batches.isEmpty ? nil : batches
     }
 
     // MARK: Appending
@@ -178,84 +251,158 @@ package struct ClusterRoomMachine: Sendable {
         if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
         if let failure { return fail(waiter, failure) }
         queue.append(Queued(batch: batch, generation: generation, waiter: waiter))
-        return inFlight == nil ? advance() : []
+        return chain.count < pipelineDepth ? advance() : []
     }
 
-    /// The next publication, after reporting what the queue's head says about itself.
+    /// Sends what the queue holds while the chain has room: each message takes every
+    /// queued batch that follows on from the one before it, up to ``maxGroupBytes``.
     private mutating func advance() -> [Action] {
         var actions: [Action] = []
-        while inFlight == nil, !queue.isEmpty {
-            let next = queue.removeFirst()
-            published += 1
-            if let failure { actions += fail(next.waiter, failure); continue }
-            if next.generation < generation { actions.append(.report(next.waiter, .unavailable("rolled back"))); continue }
-            guard let expected = streamSeqOf[next.batch.firstSeq - 1] else {
+        while chain.count < pipelineDepth, !queue.isEmpty {
+            var group: [Queued] = []
+            var bytes = 0
+            while let next = queue.first {
+                if let failure {
+                    queue.removeFirst()
+                    actions += fail(next.waiter, failure)
+                    continue
+                }
+                if next.generation < generation {
+                    queue.removeFirst()
+                    actions.append(.report(next.waiter, .unavailable("rolled back")))
+                    continue
+                }
+                let size = next.batch.frameBytes.count + 1
+                if let last = group.last {
+                    guard next.batch.firstSeq == last.batch.lastSeq + 1, next.generation == last.generation,
+                          bytes + size <= Self.maxGroupBytes else { break }
+                }
+                queue.removeFirst()
+                group.append(next)
+                bytes += size
+            }
+            guard let first = group.first, let last = group.last else { break }
+            guard let expected = place(after: first.batch.firstSeq - 1) else {
                 // Decided on a state this node cannot place in the stream (every base is a
-                // delivered or published batch, so this is a fault).
-                actions += failAll(first: next.waiter, .unavailable("the batch's place in the stream is unknown"), after: nil)
+                // delivered, stored or chained batch, so this is a fault).
+                queue.insert(contentsOf: group.dropFirst(), at: 0)
+                actions += failAll(first: [first.waiter], .unavailable("the batch's place in the stream is unknown"), after: nil)
                 continue
             }
-            inFlight = next.waiter
-            actions.append(.publish(Publication(waiter: next.waiter, batch: next.batch, expectedLastSeq: expected,
-                                                messageID: "\(messageIDPrefix)-\(published)")))
+            let previous = chain.last.flatMap { $0.publication.batches.last?.lastSeq == first.batch.firstSeq - 1 ? $0 : nil }
+            published += 1
+            let publication = Publication(waiters: group.map(\.waiter), batches: group.map(\.batch), expectedLastSeq: expected,
+                                          expectedLastMessageID: previous?.publication.messageID,
+                                          messageID: "\(messageIDPrefix)-\(published)")
+            chain.append(Link(publication: publication, sentAsHead: chain.isEmpty))
+            sentGeneration[publication.messageID] = first.generation
+            messagesSent += 1
+            batchesSent += group.count
+            actions.append(.publish(publication))
         }
         return actions
     }
 
     /// Whether `publication` is still to be sent (not answered, not failed by a close).
-    package func isInFlight(_ publication: Publication) -> Bool { inFlight == publication.waiter && !closed }
+    package func isInFlight(_ publication: Publication) -> Bool {
+        !closed && chain.contains { $0.publication.messageID == publication.messageID && $0.publication.attempt == publication.attempt }
+    }
 
     /// The engine's answer to `publication`, at `now`. An answer after a close (which
-    /// failed the publication's wait already) changes nothing.
+    /// failed the publication's wait already), to an attempt sent again since, or to a
+    /// link failed with an earlier one, changes nothing.
     package mutating func published(_ publication: Publication, _ outcome: PublishOutcome, now: UInt64) -> [Action] {
-        guard inFlight == publication.waiter else { return [] }
-        var again = publication
-        again.attempt += 1
+        guard !closed, let i = chain.firstIndex(where: { $0.publication.messageID == publication.messageID }),
+              chain[i].publication.attempt == publication.attempt else { return [] }
+        var actions: [Action] = []
         switch outcome {
         case let .stored(seq):
-            inFlight = nil
-            streamSeqOf[publication.batch.lastSeq] = seq
-            var actions: [Action] = []
+            chain[i].stored = seq
+        case .wrongLastSequence:
+            if chain[i].sentAsHead {
+                conflicts += 1
+                let failed = chain.flatMap(\.publication.waiters)
+                forgetChain()
+                return failAll(first: failed, .conflict(), after: publication.expectedLastSeq) + advance()
+            }
+            chain[i].resend = true
+        case let .unknown(why):
+            guard i == 0 else { chain[i].resend = true; break }
+            let again = retry(0)
+            let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
+                ? [.log("room '\(room)': no answer from the engine for a batch (\(why)); asking again")] : []
+            // Elections answer "no responders" at once: a short pause between attempts.
+            return log + [.publishLater(again, after: .milliseconds(min(50 * again.attempt, 250)))]
+        case let .failed(why):
+            guard i == 0 else { chain[i].resend = true; break }
+            if publication.attempt + 1 >= Self.refusedAttempts {
+                let failed = chain.flatMap(\.publication.waiters)
+                forgetChain()
+                return failAll(first: failed, .unavailable("the engine refused the batch: \(why)"), after: nil) + advance()
+            }
+            let again = retry(0)
+            let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
+                ? [.log("room '\(room)': the engine refused a batch (\(why)); trying again")] : []
+            return log + [.publishLater(again, after: .milliseconds(min(50 * again.attempt, 500)))]
+        }
+        actions += settleChain(now: now)
+        return actions + advance()
+    }
+
+    /// The chain's link `i` as it is sent again, now as the head.
+    private mutating func retry(_ i: Int) -> Publication {
+        chain[i].publication.attempt += 1
+        chain[i].sentAsHead = true
+        chain[i].resend = false
+        return chain[i].publication
+    }
+
+    /// Takes the stored links off the chain's head (their batches wait for the consumer)
+    /// and sends again a new head that was answered while an earlier link was unsettled.
+    private mutating func settleChain(now: UInt64) -> [Action] {
+        var actions: [Action] = []
+        while let head = chain.first, let seq = head.stored {
+            chain.removeFirst()
+            if let last = head.publication.batches.last { streamSeqOf[last.lastSeq] = seq }
             if delivered >= seq {
-                actions.append(.report(publication.waiter, nil))
+                actions += head.publication.waiters.map { .report($0, nil) }
             } else {
-                awaiting[seq] = publication.waiter
+                awaiting[seq] = head.publication.waiters
                 if !watching {
                     watching = true
                     lastDelivery = max(lastDelivery, now)
                     actions.append(.watch(after: .nanoseconds(Int(Self.stallNanoseconds))))
                 }
             }
-            return actions + advance()
-        case .wrongLastSequence:
-            inFlight = nil
-            conflicts += 1
-            return failAll(first: publication.waiter, .conflict(), after: publication.expectedLastSeq) + advance()
-        case let .unknown(why):
-            let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
-                ? [.log("room '\(room)': no answer from the engine for a batch (\(why)); asking again")] : []
-            // Elections answer "no responders" at once: a short pause between attempts.
-            return log + [.publishLater(again, after: .milliseconds(min(50 * again.attempt, 250)))]
-        case let .failed(why):
-            if again.attempt >= Self.refusedAttempts {
-                inFlight = nil
-                return failAll(first: publication.waiter, .unavailable("the engine refused the batch: \(why)"), after: nil) + advance()
-            }
-            let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
-                ? [.log("room '\(room)': the engine refused a batch (\(why)); trying again")] : []
-            return log + [.publishLater(again, after: .milliseconds(min(50 * again.attempt, 500)))]
         }
+        if let head = chain.first, head.resend { actions.append(.publish(retry(0))) }
+        return actions
+    }
+
+    /// Drops the chain: it failed from its head on, and none of it will be delivered.
+    private mutating func forgetChain() {
+        for link in chain { sentGeneration[link.publication.messageID] = nil }
+        chain = []
+    }
+
+    /// The stream sequence of the message that ends at room seq `seq`: a link of the
+    /// chain (where it will land), else a delivered or stored message.
+    private func place(after seq: Int) -> UInt64? {
+        if let link = chain.last(where: { $0.publication.batches.last?.lastSeq == seq }) {
+            return link.stored ?? link.publication.expectedLastSeq + 1
+        }
+        return streamSeqOf[seq]
     }
 
     /// Fails `first` and every queued batch with `error`: a conflict once the consumer has
     /// delivered past `after` (what took the batch's place), and past every batch of this
     /// node stored but not delivered yet; another failure likewise past what is stored.
-    private mutating func failAll(first: Waiter, _ error: CommandError, after: UInt64?) -> [Action] {
+    private mutating func failAll(first: [Waiter], _ error: CommandError, after: UInt64?) -> [Action] {
         failure = error
         var past = after ?? (delivered > 0 ? delivered - 1 : 0)
         if let stored = awaiting.keys.max(), stored > 0 { past = max(past, stored - 1) }
         failureAfter = past
-        let all = [first] + queue.map(\.waiter)
+        let all = first + queue.map(\.waiter)
         queue = []
         return all.flatMap { fail($0, error) }
     }
@@ -281,29 +428,33 @@ package struct ClusterRoomMachine: Sendable {
         if message.kind == "genesis" {
             delivered = message.streamSeq
         } else {
-            guard case let .events(batch)? = try? ServerFrame(bytes: message.data) else {
+            guard let batches = Self.batches(in: message.data) else {
                 return breakRoom("room '\(room)': stream message \(message.streamSeq) is not a batch")
             }
-            do { try stored.apply(batch) } catch {
-                return breakRoom("room '\(room)': stream message \(message.streamSeq) does not fold: \(error)")
-            }
-            delivered = message.streamSeq
-            streamSeqOf[batch.lastSeq] = message.streamSeq
-            if streamSeqOf.count > 4096 { streamSeqOf = streamSeqOf.filter { $0.key >= batch.lastSeq - 1024 } }
-            stored.history.append(batch)
-            trimHistory()
-            if let writer = message.writer, let incarnation = message.incarnation { incarnations[writer] = incarnation }
-            for e in batch.events {
-                switch e.event {
-                case let .clientJoined(c): owners[c.id] = message.writer ?? ""
-                case let .clientLeft(id): owners[id] = nil
-                // The list is gone (counted) or starts again (listed): so are its owners.
-                case .presenceCounted, .presenceListed: owners = [:]
-                default: break
+            for batch in batches {
+                do { try stored.apply(batch) } catch {
+                    return breakRoom("room '\(room)': stream message \(message.streamSeq) does not fold: \(error)")
+                }
+                stored.history.append(batch)
+                for e in batch.events {
+                    switch e.event {
+                    case let .clientJoined(c): owners[c.id] = message.writer ?? ""
+                    case let .clientLeft(id): owners[id] = nil
+                    // The list is gone (counted) or starts again (listed): so are its owners.
+                    case .presenceCounted, .presenceListed: owners = [:]
+                    default: break
+                    }
                 }
             }
-            if let waiter = awaiting.removeValue(forKey: message.streamSeq) {
-                reports.append(.report(waiter, nil))
+            delivered = message.streamSeq
+            let lastSeq = batches[batches.count - 1].lastSeq
+            streamSeqOf[lastSeq] = message.streamSeq
+            if streamSeqOf.count > 4096 { streamSeqOf = streamSeqOf.filter { $0.key >= lastSeq - 1024 } }
+            trimHistory()
+            if let writer = message.writer, let incarnation = message.incarnation { incarnations[writer] = incarnation }
+            let own = isOwn(message)
+            if let waiters = awaiting.removeValue(forKey: message.streamSeq) {
+                reports += waiters.map { .report($0, nil) }
                 // By stream distance, whoever wrote the batches in between: a room stays
                 // loadable from a snapshot and the kept tail however its writers come and go.
                 if delivered - snapshotSeq >= Self.snapshotDistance {
@@ -311,9 +462,11 @@ package struct ClusterRoomMachine: Sendable {
                     snapshot = SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners,
                                               incarnations: incarnations)
                 }
-            } else if !loading {
-                others = true
             }
+            // This node's own messages are no news to the coordinator, which holds their
+            // batches already (one delivered before its answer came back, too) — unless it
+            // rolled back since.
+            if !loading, !own { others = true }
         }
         let ready = heldFailures.filter { delivered > $0.after }
         heldFailures.removeAll { delivered > $0.after }
@@ -329,6 +482,13 @@ package struct ClusterRoomMachine: Sendable {
         return actions
     }
 
+    /// Whether the coordinator holds `message`'s batches already: this machine sent it
+    /// in the coordinator's current generation (a rollback since threw them away).
+    private mutating func isOwn(_ message: Delivery) -> Bool {
+        guard let id = message.messageID, let sent = sentGeneration.removeValue(forKey: id) else { return false }
+        return sent == generation
+    }
+
     /// A message that does not fold: nothing waits for a stream that no longer does.
     private mutating func breakRoom(_ why: String) -> [Action] {
         broken = why
@@ -338,12 +498,15 @@ package struct ClusterRoomMachine: Sendable {
     }
 
     /// Keeps the batches of the last `resumeWindow` events, and never fewer than 10,000.
+    /// Trimmed in steps of a quarter of that (at least 1,024 events), so that a delivery
+    /// costs no copy of the whole history.
     private mutating func trimHistory() {
-        guard let last = stored.history.last else { return }
-        let floor = last.lastSeq - max(resumeWindow, 10_000)
-        if let first = stored.history.first, first.firstSeq <= floor {
-            stored.history.removeAll { $0.lastSeq <= floor }
-        }
+        guard let last = stored.history.last, let first = stored.history.first else { return }
+        let keep = max(resumeWindow, 10_000)
+        let floor = last.lastSeq - keep
+        guard first.firstSeq <= floor - max(1024, keep / 4) else { return }
+        let drop = stored.history.partitioningIndex { $0.lastSeq > floor }
+        stored.history.removeFirst(drop)
     }
 
     // MARK: The consumer's watch
@@ -378,13 +541,13 @@ package struct ClusterRoomMachine: Sendable {
     private mutating func failEverything(_ error: CommandError) -> [Action] {
         closed = true
         var waiters = queue.map(\.waiter)
-        if let inFlight { waiters.append(inFlight) }
-        waiters += awaiting.values.sorted()
+        waiters += chain.flatMap(\.publication.waiters)
+        waiters += awaiting.sorted { $0.key < $1.key }.flatMap(\.value)
         waiters += heldFailures.map(\.waiter)
         queue = []
         awaiting = [:]
         heldFailures = []
-        inFlight = nil
+        chain = []
         return waiters.map { .report($0, error) }
     }
 
@@ -407,4 +570,17 @@ package struct ClusterRoomMachine: Sendable {
 
     /// The node a listed client joined on, as the stream says.
     package func owner(of client: ClientID) -> String? { owners[client].flatMap { $0.isEmpty ? nil : $0 } }
+}
+
+extension Array {
+    /// The first index whose element satisfies `isAbove`, for a predicate that is false
+    /// then true along the array (a binary search).
+    func partitioningIndex(where isAbove: (Element) -> Bool) -> Int {
+        var low = 0, high = count
+        while low < high {
+            let mid = (low + high) / 2
+            if isAbove(self[mid]) { high = mid } else { low = mid + 1 }
+        }
+        return low
+    }
 }

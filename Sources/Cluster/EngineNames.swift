@@ -21,6 +21,8 @@ enum EngineNames {
     /// Which life of that node wrote it (a random id per start; see ``ClusterNode/incarnation``).
     static let incarnationHeader = "Tabd-Incarnation"
     static let kindHeader = "Tabd-Kind"
+    /// JetStream's own: the id a message was published with (deduplication).
+    static let messageIDHeader = "Nats-Msg-Id"
 }
 
 /// What the first message of a room's stream holds: its epoch and first tabs.

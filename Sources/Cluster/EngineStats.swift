@@ -13,12 +13,15 @@ public final class EngineStats: Sendable {
         var conflicts = 0
         var retries = 0
         var refollowed = 0
+        var batches = 0
     }
     private let state = Locked(State())
 
-    func published(seconds: Double) {
+    /// A message's publish came back after `seconds`; it carried `batches` batches.
+    func published(seconds: Double, batches: Int = 1) {
         state.withLock { s in
             s.count += 1
+            s.batches += batches
             s.sum += seconds
             if let i = Self.bounds.firstIndex(where: { seconds <= $0 }) { s.buckets[i] += 1 }
         }
@@ -47,7 +50,10 @@ public final class EngineStats: Sendable {
         # HELP tabd_engine_consumers_replaced_total Room consumers replaced after delivering nothing while batches waited.
         # TYPE tabd_engine_consumers_replaced_total counter
         tabd_engine_consumers_replaced_total \(s.refollowed)
-        # HELP tabd_engine_publish_seconds Round trip of a batch's publish to the engine's stored ack.
+        # HELP tabd_engine_batches_published_total Batches carried by the messages published (group commit: several per message).
+        # TYPE tabd_engine_batches_published_total counter
+        tabd_engine_batches_published_total \(s.batches)
+        # HELP tabd_engine_publish_seconds Round trip of a message's publish to the engine's answer (messages of a room are pipelined).
         # TYPE tabd_engine_publish_seconds histogram
 
         """

@@ -1,6 +1,7 @@
 import CNATS
 import Dispatch
 import Glibc
+import Locking
 import Synchronization
 
 /// One connection to the engine (NATS with JetStream), through libnats: streams,
@@ -16,6 +17,8 @@ public final class EngineClient: @unchecked Sendable {
     private let js: OpaquePointer
     private let closed = Atomic<Bool>(false)
     private let status: StatusBox
+    /// Asynchronous publishes waiting for their answer, by message id.
+    private let pending: PendingAcks
 
     /// Connects to any of `urls` (reconnecting forever to any of them afterwards), over TLS
     /// and with credentials as `security` says. `onChange` hears `true` on every
@@ -81,6 +84,13 @@ public final class EngineClient: @unchecked Sendable {
         var jsOpts = jsOptions()
         jsOptions_Init(&jsOpts)
         jsOpts.Wait = timeoutMs
+        // Every asynchronous publish's answer comes to one handler, which finds its
+        // callback by message id. The box lives as long as the process: libnats may call
+        // the handler until the context's last reference is gone, after close().
+        let pending = PendingAcks()
+        jsOpts.PublishAsync.AckHandler = Self.asyncAck
+        jsOpts.PublishAsync.AckHandlerClosure = Unmanaged.passRetained(pending).toOpaque()
+        jsOpts.PublishAsync.MaxPending = 1 << 20
         var ctx: OpaquePointer?
         s = natsConnection_JetStream(&ctx, nc, &jsOpts)
         guard s == NATS_OK, let ctx else {
@@ -93,6 +103,7 @@ public final class EngineClient: @unchecked Sendable {
         connection = nc
         js = ctx
         self.status = status
+        self.pending = pending
         onChange(true)
     }
 
@@ -243,13 +254,74 @@ public final class EngineClient: @unchecked Sendable {
             defer { jsPubAck_Destroy(ack) }
             return .stored(seq: ack.pointee.Sequence, duplicate: ack.pointee.Duplicate)
         }
-        if Int(err.rawValue) == EngineError.wrongLastSequence { return .wrongLastSequence }
+        if Int(err.rawValue) == EngineError.wrongLastSequence || Int(err.rawValue) == EngineError.wrongLastMessageID { return .wrongLastSequence }
         let error = EngineError(s, err, "publish to \(subject)")
         // A timeout, or no connection at the moment: the message may have been stored.
         if s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED || s == NATS_CONNECTION_CLOSED || err.rawValue == 0 {
             return .unknown(error.description)
         }
         return .failed(error.description)
+    }
+
+    /// Publishes like ``publish(subject:data:headers:expectedLastSeq:msgID:timeoutMs:)``
+    /// without waiting: messages published from one thread go out in the order of the
+    /// calls, and `done` hears each one's answer (on libnats' thread; quick) — within
+    /// `timeoutMs` or as `unknown`. With `expectedLastMessageID` the stream must also end
+    /// with that message (a chain of appends: a broken link fails every later one).
+    /// At most one publish with a given `msgID` may wait for its answer at a time.
+    public func publishAsync(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64,
+                             expectedLastMessageID: String? = nil, msgID: String, timeoutMs: Int64 = 2000,
+                             done: @escaping @Sendable (PublishResult) -> Void) {
+        var msg: OpaquePointer?
+        var s = data.withUnsafeBufferPointer { buffer in
+            natsMsg_Create(&msg, subject, nil, buffer.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(data.count))
+        }
+        guard s == NATS_OK, let msg else { return done(.failed(EngineError(s, jsErrCode(rawValue: 0), "cannot build a message").description)) }
+        for (key, value) in headers { natsMsgHeader_Set(msg, key, value) }
+        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, "Nats-Expected-Last-Sequence", "0") }
+        if let expectedLastMessageID { natsMsgHeader_Set(msg, "Nats-Expected-Last-Msg-Id", expectedLastMessageID) }
+        var opts = jsPubOptions()
+        jsPubOptions_Init(&opts)
+        opts.MaxWait = timeoutMs
+        if expectedLastSeq > 0 { opts.ExpectLastSeq = expectedLastSeq }
+        pending.register(msgID, done)
+        var owned: OpaquePointer? = msg
+        s = msgID.withCString { id in
+            opts.MsgId = id
+            return js_PublishMsgAsync(js, &owned, &opts)
+        }
+        guard s != NATS_OK else { return }
+        // Not sent: the message is still ours, and so is the answer.
+        if let owned { natsMsg_Destroy(owned) }
+        guard let callback = pending.take(msgID) else { return }
+        let error = EngineError(s, jsErrCode(rawValue: 0), "publish to \(subject)")
+        callback(s == NATS_CONNECTION_CLOSED || s == NATS_CONNECTION_DISCONNECTED || s == NATS_TIMEOUT
+                 ? .unknown(error.description) : .failed(error.description))
+    }
+
+    /// The answer to an asynchronous publish, to the callback of its message id.
+    private static let asyncAck: jsPubAckHandler = { _, msg, pa, pae, closure in
+        guard let msg, let closure else { return }
+        defer { natsMsg_Destroy(msg) }
+        let pending = Unmanaged<PendingAcks>.fromOpaque(closure).takeUnretainedValue()
+        var value: UnsafePointer<CChar>?
+        guard natsMsgHeader_Get(msg, "Nats-Msg-Id", &value) == NATS_OK, let value,
+              let callback = pending.take(String(cString: value)) else { return }
+        if let pa {
+            callback(.stored(seq: pa.pointee.Sequence, duplicate: pa.pointee.Duplicate))
+            return
+        }
+        let status = pae?.pointee.Err ?? NATS_ERR
+        let code = Int(pae?.pointee.ErrCode.rawValue ?? 0)
+        if code == EngineError.wrongLastSequence || code == EngineError.wrongLastMessageID { return callback(.wrongLastSequence) }
+        let text = pae?.pointee.ErrText.map { String(cString: $0) } ?? String(cString: natsStatus_GetText(status))
+        let why = code == 0 ? "asynchronous publish: \(text)" : "asynchronous publish: \(text) (JetStream error \(code))"
+        if status == NATS_TIMEOUT || status == NATS_NO_RESPONDERS || status == NATS_CONNECTION_DISCONNECTED
+            || status == NATS_CONNECTION_CLOSED || code == 0 {
+            callback(.unknown(why))
+        } else {
+            callback(.failed(why))
+        }
     }
 
     /// The last message on `subject` in `stream`, or nil when there is none.
@@ -403,6 +475,15 @@ final class HandlerBox: Sendable {
     init(handler: @escaping @Sendable (StreamMessage) -> Void, headerKeys: [String], ordered: Bool) {
         self.handler = handler; self.headerKeys = headerKeys; self.ordered = ordered
     }
+}
+
+/// The callbacks of asynchronous publishes waiting for an answer, by message id.
+final class PendingAcks: Sendable {
+    private let callbacks = Locked<[String: @Sendable (PublishResult) -> Void]>([:])
+    func register(_ id: String, _ callback: @escaping @Sendable (PublishResult) -> Void) {
+        callbacks.withLock { $0[id] = callback }
+    }
+    func take(_ id: String) -> (@Sendable (PublishResult) -> Void)? { callbacks.withLock { $0.removeValue(forKey: id) } }
 }
 
 /// The connection's callbacks, and whether tabd is closing it (then its end is no news).

@@ -13,6 +13,8 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
 
     /// JetStream error codes tabd acts on.
     public static let wrongLastSequence = 10071
+    /// The stream does not end with the expected message id (a broken chain).
+    public static let wrongLastMessageID = 10070
     public static let streamNotFound = 10059
     public static let noMessageFound = 10037
 

@@ -51,17 +51,24 @@ package enum LWS {
     /// Sets what libwebsockets logs and where: to `sink` (one call per line, its level and
     /// text), or to stderr in lws' own format when nil. Process-wide: lws has one log.
     package static func setLogging(_ level: WebSocketLogLevel, sink: (@Sendable (WebSocketLogLevel, String) -> Void)?) {
-        logSink.withLock { $0 = sink }
+        logSink.withLock { $0 = sink.map(LogSink.init) }
         lws_set_log_level(logMask(level), sink == nil ? nil : { level, line in
             guard let line, let sink = LWS.logSink.withLock({ $0 }) else { return }
             let text = String(cString: line).trimmingCharacters(in: .whitespacesAndNewlines)
             guard !text.isEmpty else { return }
             let mapped: WebSocketLogLevel = level & tabd_lll_err() != 0 ? .error : level & tabd_lll_warn() != 0 ? .warn : .debug
-            sink(mapped, text)
+            sink.write(mapped, text)
         })
     }
 
-    private static let logSink = Locked<(@Sendable (WebSocketLogLevel, String) -> Void)?>(nil)
+    /// A class, not the closure: a closure in a `Locked` state is re-wrapped by each
+    /// `inout` read, a chain that grows with every line logged.
+    private static let logSink = Locked<LogSink?>(nil)
+
+    private final class LogSink: Sendable {
+        let write: @Sendable (WebSocketLogLevel, String) -> Void
+        init(_ write: @escaping @Sendable (WebSocketLogLevel, String) -> Void) { self.write = write }
+    }
 
     package static func logMask(_ level: WebSocketLogLevel) -> Int32 {
         switch level {

@@ -9,11 +9,11 @@ import Testing
     typealias Action = ClusterRoomMachine.Action
 
     /// A room at its genesis (stream message 1), the stream ending at `streamEnd`.
-    static func machine(streamEnd: UInt64 = 1) throws -> Machine {
+    static func machine(streamEnd: UInt64 = 1, depth: Int = 1) throws -> Machine {
         let origin = try Coordinator.origin(tabs: TabInfo.defaults)
         let start = StoredState(epoch: "e1", snapshot: origin, nextPage: TabInfo.defaults.count + 1, nextClient: 1, history: [])
         return Machine(room: "r", start: start, owners: [:], from: 1, streamEnd: streamEnd, streamCreated: 7,
-                       resumeWindow: 100, messageIDPrefix: "n1-r-x")
+                       resumeWindow: 100, messageIDPrefix: "n1-r-x", pipelineDepth: depth)
     }
 
     /// A batch of one scroll at `seq` (any offset folds on any tab).
@@ -21,8 +21,10 @@ import Testing
         EventBatch(by: by, ref: nil, events: [SequencedEvent(seq: seq, event: .scrolled(tab: "home", offset: offset))])
     }
 
-    static func delivery(_ streamSeq: UInt64, _ batch: EventBatch, writer: String = "n1", incarnation: String? = nil) -> Machine.Delivery {
-        Machine.Delivery(streamSeq: streamSeq, kind: nil, writer: writer, incarnation: incarnation, data: batch.frameBytes)
+    /// A delivered message; `id` is its message id (a publication's, for this node's own).
+    static func delivery(_ streamSeq: UInt64, _ batch: EventBatch, writer: String = "n1", incarnation: String? = nil,
+                         id: String? = nil) -> Machine.Delivery {
+        Machine.Delivery(streamSeq: streamSeq, kind: nil, writer: writer, incarnation: incarnation, messageID: id, data: batch.frameBytes)
     }
 
     static func publication(_ actions: [Action]) -> Machine.Publication? {
@@ -30,32 +32,153 @@ import Testing
         return nil
     }
 
-    @Test func batchesArePublishedOneAtATimeAndReportedOnlyWhenDelivered() throws {
-        var m = try Self.machine()
-        let first = m.append(Self.batch(1), generation: 0, waiter: 1)
-        let p1 = try #require(Self.publication(first))
-        #expect(p1.expectedLastSeq == 1, "the first batch lands right after the genesis")
-        #expect(p1.messageID == "n1-r-x-1")
-        #expect(m.append(Self.batch(2), generation: 0, waiter: 2).isEmpty, "one publication in flight at a time")
-        let stored = m.published(p1, .stored(seq: 2), now: 0)
-        #expect(stored.first == .watch(after: .milliseconds(500)), "a stored batch waits for the consumer, watched")
-        let p2 = try #require(Self.publication(stored))
-        #expect(p2.expectedLastSeq == 2 && p2.messageID == "n1-r-x-2", "the next expects the stream to end at the first")
-        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 1) == [.report(1, nil)])
-        #expect(m.published(p2, .stored(seq: 3), now: 2).isEmpty)
-        #expect(m.delivered(Self.delivery(3, Self.batch(2)), now: 3) == [.report(2, nil)])
-        #expect(m.stored.snapshot.seq == 2 && m.delivered == 3)
-        #expect(m.stored.history.map(\.lastSeq) == [1, 2])
+    static func publications(_ actions: [Action]) -> [Machine.Publication] {
+        actions.compactMap { if case let .publish(p) = $0 { p } else { nil } }
     }
 
-    @Test func aBatchAlreadyDeliveredIsReportedAtOnce() throws {
+    @Test func messagesArePipelinedAsAChainAndReportedOnlyWhenDelivered() throws {
+        var m = try Self.machine(depth: 2)
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        #expect(p1.expectedLastSeq == 1 && p1.expectedLastMessageID == nil, "the first lands right after the genesis")
+        #expect(p1.messageID == "n1-r-x-1")
+        let p2 = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 2)))
+        #expect(p2.expectedLastSeq == 2, "expects the stream to end where the first will land")
+        #expect(p2.expectedLastMessageID == "n1-r-x-1", "and to end with the first: nobody else in between")
+        #expect(m.append(Self.batch(3), generation: 0, waiter: 3).isEmpty, "two in flight: the pipeline is full")
+        #expect(m.append(Self.batch(4), generation: 0, waiter: 4).isEmpty)
+        let stored = m.published(p1, .stored(seq: 2), now: 0)
+        #expect(stored.first == .watch(after: .milliseconds(500)), "a stored batch waits for the consumer, watched")
+        // Group commit: what queued meanwhile goes as one message, chained to the second.
+        let p3 = try #require(Self.publication(stored))
+        #expect(p3.batches == [Self.batch(3), Self.batch(4)] && p3.waiters == [3, 4])
+        #expect(p3.expectedLastSeq == 3 && p3.expectedLastMessageID == p2.messageID)
+        #expect(p3.data == Self.batch(3).frameBytes + [0x0A] + Self.batch(4).frameBytes, "one events frame per line")
+        #expect(Machine.batches(in: p3.data) == [Self.batch(3), Self.batch(4)])
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 1) == [.report(1, nil)])
+        #expect(m.published(p2, .stored(seq: 3), now: 2).isEmpty)
+        #expect(m.published(p3, .stored(seq: 4), now: 2).isEmpty)
+        #expect(m.delivered(Self.delivery(3, Self.batch(2), id: p2.messageID), now: 3) == [.report(2, nil)])
+        let group = Machine.Delivery(streamSeq: 4, kind: nil, writer: "n1", messageID: p3.messageID, data: p3.data)
+        #expect(m.delivered(group, now: 4) == [.report(3, nil), .report(4, nil)], "each batch of a message is committed with it")
+        #expect(m.stored.snapshot.seq == 4 && m.delivered == 4)
+        #expect(m.stored.history.map(\.lastSeq) == [1, 2, 3, 4], "the history keeps each batch as its own")
+        #expect(m.messagesSent == 3 && m.batchesSent == 4)
+        let p5 = try #require(Self.publication(m.append(Self.batch(5), generation: 0, waiter: 5)))
+        #expect(p5.expectedLastSeq == 4 && p5.expectedLastMessageID == nil, "a new chain starts from what is stored")
+    }
+
+    @Test func aGroupStopsAtItsSizeLimit() throws {
+        var m = try Self.machine(depth: 1)
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let big = String(repeating: "x", count: Machine.maxGroupBytes / 3)
+        for seq in 2...5 {
+            let batch = EventBatch(by: "c1", ref: nil, events: [SequencedEvent(seq: seq, event: .valueSet(tab: "home", key: "k", value: .string(big)))])
+            _ = m.append(batch, generation: 0, waiter: UInt64(seq))
+        }
+        let groups = Self.publications(m.published(p1, .stored(seq: 2), now: 0))
+        #expect(groups.map(\.waiters) == [[2, 3]], "two of a third each fit, not three")
+        #expect(groups[0].data.count <= Machine.maxGroupBytes)
+    }
+
+    @Test func aBreakMidChainFailsEveryLaterLinkAsAConflict() throws {
+        var m = try Self.machine(depth: 3)
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let p2 = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 2)))
+        let p3 = try #require(Self.publication(m.append(Self.batch(3), generation: 0, waiter: 3)))
+        // The engine answers the chain's later links first: they wait for the head.
+        #expect(m.published(p2, .wrongLastSequence, now: 0).isEmpty)
+        #expect(m.published(p3, .wrongLastSequence, now: 0).isEmpty)
+        #expect(m.conflicts == 0, "a later link's refusal alone is no conflict")
+        // The head itself found another writer's message at its place: the whole chain fails.
+        #expect(m.published(p1, .wrongLastSequence, now: 0).isEmpty, "held until the winner is delivered")
+        #expect(m.conflicts == 1)
+        #expect(!m.isInFlight(p2) && !m.isInFlight(p3), "nothing of the broken chain is sent again")
+        let winner = Self.batch(1, offset: 42, by: "c9")
+        #expect(m.delivered(Self.delivery(2, winner, writer: "n2"), now: 1)
+            == [.report(1, .conflict()), .report(2, .conflict()), .report(3, .conflict()), .foreignBatches])
+        m.reset(generation: 1)
+        let again = try #require(Self.publication(m.append(Self.batch(2), generation: 1, waiter: 4)))
+        #expect(again.expectedLastSeq == 2 && again.expectedLastMessageID == nil, "decided again on the winner, a new chain")
+    }
+
+    @Test func aLinkRefusedWhileItsPredecessorIsUnsettledIsSentAgainOnceThatIsStored() throws {
+        var m = try Self.machine(depth: 4)
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let p2 = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 2)))
+        // The head got no answer (stored or not?); the second was refused because the
+        // stream did not end with the head yet.
+        var retry = p1
+        retry.attempt = 1
+        #expect(m.published(p1, .unknown("timeout"), now: 0).last == .publishLater(retry, after: .milliseconds(50)))
+        #expect(m.published(p2, .wrongLastSequence, now: 0).isEmpty)
+        // The retry of the head is answered as a duplicate (the engine had it): the same
+        // place. The second goes again, unchanged but for its attempt, now as the head.
+        let settled = m.published(retry, .stored(seq: 2), now: 1)
+        var p2again = p2
+        p2again.attempt = 1
+        #expect(Self.publications(settled) == [p2again])
+        #expect(p2again.messageID == p2.messageID && p2again.expectedLastSeq == 2 && p2again.expectedLastMessageID == p1.messageID)
+        #expect(m.published(p2, .stored(seq: 3), now: 1).isEmpty, "a late answer to an attempt sent again since changes nothing")
+        #expect(m.isInFlight(p2again) && !m.isInFlight(p2))
+        _ = m.published(p2again, .stored(seq: 3), now: 2)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 3) == [.report(1, nil)])
+        #expect(m.delivered(Self.delivery(3, Self.batch(2), id: p2.messageID), now: 3) == [.report(2, nil)])
+        #expect(m.conflicts == 0)
+    }
+
+    @Test func anotherWritersMessageInTheMiddleOfTheChainIsAConflictOnceTheLinkIsTheHead() throws {
+        var m = try Self.machine(depth: 2)
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let p2 = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 2)))
+        // The head is stored at 2; another node's message landed at 3 before the second.
+        #expect(m.published(p2, .wrongLastSequence, now: 0).isEmpty)
+        let settled = m.published(p1, .stored(seq: 2), now: 0)
+        var p2again = p2
+        p2again.attempt = 1
+        #expect(Self.publications(settled) == [p2again], "refused while the head was unsettled: asked once more")
+        #expect(m.published(p2again, .wrongLastSequence, now: 1).isEmpty, "refused as the head: a conflict, held")
+        #expect(m.conflicts == 1)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 2) == [.report(1, nil)])
+        #expect(m.delivered(Self.delivery(3, Self.batch(2, offset: 7, by: "c9"), writer: "n2"), now: 2)
+            == [.report(2, .conflict()), .foreignBatches], "reported once the message in between is delivered")
+    }
+
+    @Test func aRefusedHeadFailsTheLinksBehindItUnavailable() throws {
+        var m = try Self.machine(depth: 2)
+        var p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let p2 = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 2)))
+        _ = m.append(Self.batch(3), generation: 0, waiter: 3)
+        #expect(m.published(p2, .failed("no leader"), now: 0).isEmpty)
+        for _ in 1..<Machine.refusedAttempts {
+            guard case let .publishLater(next, _)? = m.published(p1, .failed("no leader"), now: 0).last else {
+                Issue.record("the head is not tried again"); return
+            }
+            p1 = next
+        }
+        let error = CommandError.unavailable("the engine refused the batch: no leader")
+        #expect(Set(m.published(p1, .failed("no leader"), now: 0).compactMap { if case let .report(w, e) = $0, e == error { w } else { nil } })
+            == Set<UInt64>([1, 2, 3]))
+    }
+
+    @Test func aBatchAlreadyDeliveredIsReportedAtOnceAndIsNoNewsToTheCoordinator() throws {
         var m = try Self.machine()
         let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
-        // The consumer can be quicker than the publish's answer.
-        // Until the engine answers, the machine cannot tell it from another node's batch
-        // (the coordinator's absorb skips what it published itself).
-        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 0) == [.foreignBatches])
+        // The consumer can be quicker than the publish's answer. The message's id says it
+        // is this node's own: the coordinator holds its batch already.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 0).isEmpty)
         #expect(m.published(p, .stored(seq: 2), now: 0) == [.report(1, nil)])
+        // Another node's message is news.
+        #expect(m.delivered(Self.delivery(3, Self.batch(2), writer: "n2", id: "n2-r-y-1"), now: 0) == [.foreignBatches])
+    }
+
+    @Test func anOwnMessageOfAGenerationRolledBackIsNewsToTheCoordinator() throws {
+        var m = try Self.machine(depth: 2)
+        let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.published(p1, .stored(seq: 2), now: 0)
+        // The coordinator rolled back (a failure it heard of): the batch stored meanwhile
+        // is one it no longer holds, and must take in from the stream.
+        m.reset(generation: 1)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 0) == [.report(1, nil), .foreignBatches])
     }
 
     @Test func aConflictFailsTheChainOnceTheWinnerIsDelivered() throws {
@@ -84,7 +207,7 @@ import Testing
         let p2 = try #require(Self.publication(m.published(p1, .stored(seq: 2), now: 0) + m.append(Self.batch(2), generation: 0, waiter: 2)))
         #expect(m.published(p2, .wrongLastSequence, now: 0).isEmpty)
         // Stream: 2 is ours (stored), 3 another's. The conflict is reported past both.
-        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 1) == [.report(1, nil)])
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 1) == [.report(1, nil)])
         #expect(m.delivered(Self.delivery(3, Self.batch(2, offset: 5), writer: "n2"), now: 2) == [.report(2, .conflict()), .foreignBatches])
     }
 
@@ -102,7 +225,7 @@ import Testing
         #expect(third.messageID == p.messageID, "a retry is the same message: the engine stores it once")
         #expect(m.isInFlight(third))
         _ = m.published(third, .stored(seq: 2), now: 0)
-        #expect(m.delivered(Self.delivery(2, Self.batch(1)), now: 0) == [.report(1, nil)])
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 0) == [.report(1, nil)])
     }
 
     @Test func aBatchTheEngineKeepsRefusingFailsUnavailable() throws {

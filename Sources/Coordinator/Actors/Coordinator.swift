@@ -372,7 +372,14 @@ public actor Coordinator {
         _ = await settle()
         guard let durability else { return }
         let stored = durability.committedState()
-        for batch in stored.history where batch.lastSeq > seq {
+        // The history is in seq order: start at the first batch past this seq (a binary
+        // search; the history holds at least the resume window).
+        var low = 0, high = stored.history.count
+        while low < high {
+            let mid = (low + high) / 2
+            if stored.history[mid].lastSeq > seq { high = mid } else { low = mid + 1 }
+        }
+        for batch in stored.history[low...] {
             guard batch.events.first?.seq == seq + 1 else { break } // not contiguous: wait for more
             await apply(batch.events.map(\.event))
             seq = batch.lastSeq

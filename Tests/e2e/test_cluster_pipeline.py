@@ -1,0 +1,157 @@
+"""A cluster with its pipelines full: every node has many commands of one room in flight at
+once, so each node's engine messages carry several batches (group commit) and several
+messages are in flight per room (a chain of appends). The streams stay one, gap-free and
+identical everywhere; every acknowledged command is in the stream at the seqs it was
+acknowledged with; nothing acknowledged is lost when the stream's leader or a node is
+killed with SIGKILL in the middle of it.
+"""
+import asyncio
+import random
+import re
+import signal
+
+import websockets.exceptions
+
+from conftest import Client
+from test_cluster import COMMANDS, NatsCluster, assert_one_order, engine, nodes, room_name  # noqa: F401 (engine: the fixture)
+from test_rooms import wait_for
+
+IN_FLIGHT = 64   # commands each node's client keeps in flight
+ROUNDS = 4       # bursts of IN_FLIGHT commands per client
+REPLY_WAIT = 60  # seconds a reply may take (an engine election stalls a room for ~5-9 s)
+
+
+async def burst(c, rng, n, acked, sent_refs):
+    """Sends `n` random commands at once, then reads until each has its answer. Records
+    every ack's events (the batch the command caused) in `acked` by (client, ref)."""
+    refs = {}
+    for _ in range(n):
+        type_, fields = rng.choice(COMMANDS)(rng)
+        refs[await c.send(type_, **fields)] = type_
+    sent_refs.update(refs)
+    caused, answered = {}, {}
+    while len(answered) < len(refs):
+        f = await c.recv(timeout=REPLY_WAIT)
+        ref = f.get("ref")
+        if f["type"] == "events" and f["by"] == c.welcome["client"] and ref in refs:
+            caused[ref] = f["events"]
+        elif f["type"] in ("ack", "error") and ref in refs:
+            assert ref not in answered, f"two answers for {ref}"
+            answered[ref] = f
+    for ref, reply in answered.items():
+        if reply["type"] == "ack":
+            if ref in caused:
+                assert caused[ref][-1]["seq"] == reply["seq"], f"ack {reply} is not the seq of its events {caused[ref]}"
+                acked[(c.welcome["client"], ref)] = caused[ref]
+        else:
+            # A command may be refused (popping a root page is fine: `invalid`), never lost.
+            assert reply["code"] != "unavailable", reply
+
+
+async def storm(clients, acked, seed, rounds=ROUNDS):
+    sent = {}
+
+    async def one(k, c):
+        rng = random.Random(seed * 100 + k)
+        for _ in range(rounds):
+            await burst(c, rng, IN_FLIGHT, acked, sent)
+
+    await asyncio.gather(*(one(k, c) for k, c in enumerate(clients)))
+    return sent
+
+
+def assert_acks_in_history(acked, history):
+    for (client, ref), events in acked.items():
+        for e in events:
+            assert history.get(e["seq"]) == e, f"acknowledged event {e} of {client} {ref} lost or its seq reused"
+
+
+async def full_history(ws, room, epoch):
+    reader = await Client.connect(ws, room=room, resume=0, epoch=epoch)
+    assert reader.welcome["resumed"] is True, "the whole history is within the resume window"
+    _, sync = await reader.command("sync")
+    await reader.until_seq(sync["snapshot"]["seq"])
+    seqs = [e["seq"] for b in reader.batches for e in b["events"]]
+    assert seqs == list(range(1, seqs[-1] + 1)), "the room's history is gap-free, no seq twice"
+    history = {e["seq"]: e for b in reader.batches for e in b["events"]}
+    await reader.close()
+    return history
+
+
+def batches_per_message(daemon):
+    """From a node's /metrics: batches published over messages published."""
+    _, body = daemon.get("/metrics")
+    batches = int(re.search(r"^tabd_engine_batches_published_total (\d+)$", body, re.M).group(1))
+    messages = int(re.search(r"^tabd_engine_publish_seconds_count (\d+)$", body, re.M).group(1))
+    return batches, messages
+
+
+async def test_random_commands_with_64_in_flight_on_every_node_give_one_stream_and_keep_every_ack(make_daemon, engine):
+    ds = nodes(make_daemon, engine)
+    room = room_name()
+    clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
+    acked = {}
+    await storm(clients, acked, seed=1)
+    assert len(acked) > IN_FLIGHT, "most commands were acknowledged"
+    _, sync = await clients[0].command("sync")
+    for c in clients:
+        await c.until_seq(sync["snapshot"]["seq"])
+    assert_one_order(clients, sync["snapshot"])
+    assert_acks_in_history(acked, await full_history(ds[1].ws, room, clients[0].welcome["epoch"]))
+    # Group commit happened: some message carried more than one batch.
+    totals = [batches_per_message(d) for d in ds]
+    assert sum(b for b, _ in totals) > sum(m for _, m in totals), f"no message carried two batches: {totals}"
+    for c in clients:
+        await c.close()
+
+
+async def test_the_stream_leader_killed_with_every_pipeline_full_loses_no_ack(make_daemon, tmp_path):
+    with NatsCluster(3, base_dir=str(tmp_path / "nats")) as engine:
+        ds = nodes(make_daemon, engine)
+        room = room_name()
+        clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
+        leader = engine.leader_of(f"TABD_ROOM_{room}")
+        assert leader is not None, "the room's stream has a leader"
+        acked = {}
+        task = asyncio.create_task(storm(clients, acked, seed=2, rounds=6))
+        await wait_for(lambda: len(acked) >= IN_FLIGHT, "commands acknowledged before the kill")
+        engine.kill(leader)
+        await task
+        _, sync = await clients[0].command("sync")
+        for c in clients:
+            await c.until_seq(sync["snapshot"]["seq"])
+        assert_one_order(clients, sync["snapshot"])
+        assert_acks_in_history(acked, await full_history(ds[2].ws, room, clients[0].welcome["epoch"]))
+        for c in clients:
+            await c.close()
+
+
+async def test_a_node_killed_with_its_pipeline_full_loses_no_ack(make_daemon, engine):
+    ds = nodes(make_daemon, engine)
+    room = room_name()
+    victim = await Client.connect(ds[0].ws, room=room, name="victim")
+    others = [await Client.connect(ds[k].ws, room=room, name=f"o{k}") for k in (1, 2)]
+    acked = {}
+
+    async def victim_storm():
+        rng = random.Random(3)
+        try:
+            for _ in range(50):
+                await burst(victim, rng, IN_FLIGHT, acked, {})
+        except (websockets.exceptions.ConnectionClosed, ConnectionError):
+            return
+
+    doomed = asyncio.create_task(victim_storm())
+    survivors = asyncio.create_task(storm(others, acked, seed=4))
+    await wait_for(lambda: sum(1 for (client, _) in acked if client == victim.welcome["client"]) >= IN_FLIGHT,
+                   "the victim's commands acknowledged before the kill")
+    ds[0].stop(signal.SIGKILL)
+    await doomed
+    await survivors
+    _, sync = await others[0].command("sync")
+    for c in others:
+        await c.until_seq(sync["snapshot"]["seq"])
+    assert_one_order(others, sync["snapshot"])
+    assert_acks_in_history(acked, await full_history(ds[2].ws, room, others[0].welcome["epoch"]))
+    for c in others:
+        await c.close()
