@@ -281,7 +281,7 @@ package struct ClusterRoomMachine: Sendable {
                 group.append(next)
                 bytes += size
             }
-            guard let first = group.first, let last = group.last else { break }
+            guard let first = group.first else { break }
             guard let expected = place(after: first.batch.firstSeq - 1) else {
                 // Decided on a state this node cannot place in the stream (every base is a
                 // delivered, stored or chained batch, so this is a fault).
