@@ -310,7 +310,10 @@ const char *tabd_tls_verify_error(const void *ssl) {
 	if (!ssl)
 		return NULL;
 	result = SSL_get_verify_result((const SSL *)ssl);
-	return result == X509_V_OK ? NULL : X509_verify_cert_error_string(result);
+	/* OpenSSL 3 starts every connection at X509_V_ERR_UNSPECIFIED: a handshake that failed
+	 * before the server's certificate was checked (the connection closed or reset) is no
+	 * refusal of the certificate, and lws' own message says what happened. */
+	return result == X509_V_OK || result == X509_V_ERR_UNSPECIFIED ? NULL : X509_verify_cert_error_string(result);
 }
 
 void tabd_tls_close_notify(void *ssl) {

@@ -66,6 +66,9 @@ import Testing
         // The CA as PEM bytes, and the wss:// form of the URL with a host name.
         let pem = try TLSTrust(extraCertificates: Array(try Data(contentsOf: URL(fileURLWithPath: certs.ca))))
         let other = try await TabdClient.connect(url: "wss://localhost:\(daemon.port)/ws", room: "secure", options: .init(tls: pem))
+        // The first client hears of the second one's join (in the second one's welcome)
+        // by the time its `sync` is answered.
+        _ = try await client.sync()
         let seen = await other.state, theirs = await client.state
         #expect(seen == theirs)
 
