@@ -78,6 +78,19 @@ async def full_history(ws, room, epoch):
     return history
 
 
+async def assert_one_stream_with_every_ack(clients, acked, reader_ws, room):
+    """After a storm: every client caught up with `sync` saw one order, and the room's
+    whole history (read from `reader_ws`) holds every acknowledged command's events.
+    Closes the clients."""
+    _, sync = await clients[0].command("sync")
+    for c in clients:
+        await c.until_seq(sync["snapshot"]["seq"])
+    assert_one_order(clients, sync["snapshot"])
+    assert_acks_in_history(acked, await full_history(reader_ws, room, clients[0].welcome["epoch"]))
+    for c in clients:
+        await c.close()
+
+
 def batches_per_message(daemon):
     """From a node's /metrics: batches published over messages published."""
     _, body = daemon.get("/metrics")
@@ -93,16 +106,10 @@ async def test_random_commands_with_64_in_flight_on_every_node_give_one_stream_a
     acked = {}
     await storm(clients, acked, seed=1)
     assert len(acked) > IN_FLIGHT, "most commands were acknowledged"
-    _, sync = await clients[0].command("sync")
-    for c in clients:
-        await c.until_seq(sync["snapshot"]["seq"])
-    assert_one_order(clients, sync["snapshot"])
-    assert_acks_in_history(acked, await full_history(ds[1].ws, room, clients[0].welcome["epoch"]))
+    await assert_one_stream_with_every_ack(clients, acked, ds[1].ws, room)
     # Group commit happened: some message carried more than one batch.
     totals = [batches_per_message(d) for d in ds]
     assert sum(b for b, _ in totals) > sum(m for _, m in totals), f"no message carried two batches: {totals}"
-    for c in clients:
-        await c.close()
 
 
 async def test_the_stream_leader_killed_with_every_pipeline_full_loses_no_ack(make_daemon, tmp_path):
@@ -117,13 +124,7 @@ async def test_the_stream_leader_killed_with_every_pipeline_full_loses_no_ack(ma
         await wait_for(lambda: len(acked) >= IN_FLIGHT, "commands acknowledged before the kill")
         engine.kill(leader)
         await task
-        _, sync = await clients[0].command("sync")
-        for c in clients:
-            await c.until_seq(sync["snapshot"]["seq"])
-        assert_one_order(clients, sync["snapshot"])
-        assert_acks_in_history(acked, await full_history(ds[2].ws, room, clients[0].welcome["epoch"]))
-        for c in clients:
-            await c.close()
+        await assert_one_stream_with_every_ack(clients, acked, ds[2].ws, room)
 
 
 async def test_a_node_killed_with_its_pipeline_full_loses_no_ack(make_daemon, engine):
@@ -148,10 +149,4 @@ async def test_a_node_killed_with_its_pipeline_full_loses_no_ack(make_daemon, en
     ds[0].stop(signal.SIGKILL)
     await doomed
     await survivors
-    _, sync = await others[0].command("sync")
-    for c in others:
-        await c.until_seq(sync["snapshot"]["seq"])
-    assert_one_order(others, sync["snapshot"])
-    assert_acks_in_history(acked, await full_history(ds[2].ws, room, others[0].welcome["epoch"]))
-    for c in others:
-        await c.close()
+    await assert_one_stream_with_every_ack(others, acked, ds[2].ws, room)
