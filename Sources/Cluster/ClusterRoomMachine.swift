@@ -572,15 +572,3 @@ package struct ClusterRoomMachine: Sendable {
     package func owner(of client: ClientID) -> String? { owners[client].flatMap { $0.isEmpty ? nil : $0 } }
 }
 
-extension Array {
-    /// The first index whose element satisfies `isAbove`, for a predicate that is false
-    /// then true along the array (a binary search).
-    func partitioningIndex(where isAbove: (Element) -> Bool) -> Int {
-        var low = 0, high = count
-        while low < high {
-            let mid = (low + high) / 2
-            if isAbove(self[mid]) { high = mid } else { low = mid + 1 }
-        }
-        return low
-    }
-}

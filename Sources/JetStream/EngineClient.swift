@@ -231,15 +231,13 @@ public final class EngineClient: @unchecked Sendable {
     /// within the stream's duplicate window.
     public func publish(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64? = nil,
                         msgID: String? = nil, timeoutMs: Int64 = 2000) -> PublishResult {
-        var msg: OpaquePointer?
-        var s = data.withUnsafeBufferPointer { buffer in
-            natsMsg_Create(&msg, subject, nil, buffer.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(data.count))
+        let msg: OpaquePointer
+        switch Self.message(subject: subject, data: data, headers: headers, expectedLastSeq: expectedLastSeq) {
+        case let .success(m): msg = m
+        case let .failure(why): return .failed(why.description)
         }
-        guard s == NATS_OK, let msg else { return .failed(EngineError(s, jsErrCode(rawValue: 0), "cannot build a message").description) }
         defer { natsMsg_Destroy(msg) }
-        for (key, value) in headers { natsMsgHeader_Set(msg, key, value) }
-        // libnats sends ExpectLastSeq only when > 0; an empty stream's 0 goes as a header.
-        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, "Nats-Expected-Last-Sequence", "0") }
+        var s: natsStatus
         var opts = jsPubOptions()
         jsPubOptions_Init(&opts)
         opts.MaxWait = timeoutMs
@@ -272,13 +270,12 @@ public final class EngineClient: @unchecked Sendable {
     public func publishAsync(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64,
                              expectedLastMessageID: String? = nil, msgID: String, timeoutMs: Int64 = 2000,
                              done: @escaping @Sendable (PublishResult) -> Void) {
-        var msg: OpaquePointer?
-        var s = data.withUnsafeBufferPointer { buffer in
-            natsMsg_Create(&msg, subject, nil, buffer.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(data.count))
+        let msg: OpaquePointer
+        switch Self.message(subject: subject, data: data, headers: headers, expectedLastSeq: expectedLastSeq) {
+        case let .success(m): msg = m
+        case let .failure(why): return done(.failed(why.description))
         }
-        guard s == NATS_OK, let msg else { return done(.failed(EngineError(s, jsErrCode(rawValue: 0), "cannot build a message").description)) }
-        for (key, value) in headers { natsMsgHeader_Set(msg, key, value) }
-        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, "Nats-Expected-Last-Sequence", "0") }
+        var s: natsStatus
         if let expectedLastMessageID { natsMsgHeader_Set(msg, "Nats-Expected-Last-Msg-Id", expectedLastMessageID) }
         var opts = jsPubOptions()
         jsPubOptions_Init(&opts)
@@ -297,6 +294,21 @@ public final class EngineClient: @unchecked Sendable {
         let error = EngineError(s, jsErrCode(rawValue: 0), "publish to \(subject)")
         callback(s == NATS_CONNECTION_CLOSED || s == NATS_CONNECTION_DISCONNECTED || s == NATS_TIMEOUT
                  ? .unknown(error.description) : .failed(error.description))
+    }
+
+    /// A message to publish (the caller destroys it): `data` with `headers`; an expected
+    /// last sequence of 0 (an empty stream) goes as a header, since libnats sends
+    /// `ExpectLastSeq` only when it is above 0.
+    private static func message(subject: String, data: [UInt8], headers: [(String, String)],
+                                expectedLastSeq: UInt64?) -> Result<OpaquePointer, EngineError> {
+        var msg: OpaquePointer?
+        let s = data.withUnsafeBufferPointer { buffer in
+            natsMsg_Create(&msg, subject, nil, buffer.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(data.count))
+        }
+        guard s == NATS_OK, let msg else { return .failure(EngineError(s, jsErrCode(rawValue: 0), "cannot build a message")) }
+        for (key, value) in headers { natsMsgHeader_Set(msg, key, value) }
+        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, "Nats-Expected-Last-Sequence", "0") }
+        return .success(msg)
     }
 
     /// The answer to an asynchronous publish, to the callback of its message id.

@@ -374,12 +374,8 @@ public actor Coordinator {
         let stored = durability.committedState()
         // The history is in seq order: start at the first batch past this seq (a binary
         // search; the history holds at least the resume window).
-        var low = 0, high = stored.history.count
-        while low < high {
-            let mid = (low + high) / 2
-            if stored.history[mid].lastSeq > seq { high = mid } else { low = mid + 1 }
-        }
-        for batch in stored.history[low...] {
+        let start = stored.history.partitioningIndex { $0.lastSeq > seq }
+        for batch in stored.history[start...] {
             guard batch.events.first?.seq == seq + 1 else { break } // not contiguous: wait for more
             await apply(batch.events.map(\.event))
             seq = batch.lastSeq
@@ -578,4 +574,17 @@ final class SignalFlag: Sendable {
     func raise() -> Bool { !raised.exchange(true, ordering: .acquiringAndReleasing) }
 
     func lower() { raised.store(false, ordering: .sequentiallyConsistent) }
+}
+
+extension Array {
+    /// The first index whose element satisfies `isAbove`, for a predicate that is false
+    /// then true along the array (a binary search).
+    package func partitioningIndex(where isAbove: (Element) -> Bool) -> Int {
+        var low = 0, high = count
+        while low < high {
+            let mid = (low + high) / 2
+            if isAbove(self[mid]) { high = mid } else { low = mid + 1 }
+        }
+        return low
+    }
 }
