@@ -316,6 +316,10 @@ const char *tabd_tls_verify_error(const void *ssl) {
 	return result == X509_V_OK || result == X509_V_ERR_UNSPECIFIED ? NULL : X509_verify_cert_error_string(result);
 }
 
+void tabd_tls_clear_errors(void) {
+	ERR_clear_error();
+}
+
 void tabd_tls_close_notify(void *ssl) {
 	if (!ssl)
 		return;

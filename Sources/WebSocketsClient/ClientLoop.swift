@@ -219,6 +219,8 @@ final class ClientLoop: @unchecked Sendable {
             if let refused = tabd_tls_verify_error(UnsafeRawPointer(lws_get_ssl(wsi))) {
                 message = "TLS: the server's certificate was refused: \(String(cString: refused))"
             }
+            // What this handshake left in the thread's error queue is not the next one's.
+            tabd_tls_clear_errors()
             let status = Int(lws_http_client_http_response(wsi))
             finish(wsi, failure: message, httpStatus: status > 0 ? status : nil)
             return 0

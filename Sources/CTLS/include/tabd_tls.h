@@ -72,6 +72,11 @@ void tabd_tls_client_free(tabd_tls_client *client);
 /// verified; for errors that say why a certificate was refused.
 const char *tabd_tls_verify_error(const void *ssl);
 
+/// Empties this thread's OpenSSL error queue. A failed handshake can leave errors there;
+/// on a thread that serves many connections, the next connection's SSL_get_error() would
+/// read them as its own failure.
+void tabd_tls_clear_errors(void);
+
 /// Sends a close_notify on a server connection (void *: lws_get_ssl's) before its sending
 /// side is shut, so the peer reads a clean end; best effort.
 void tabd_tls_close_notify(void *ssl);
