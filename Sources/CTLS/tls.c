@@ -183,6 +183,24 @@ int tabd_tls_server_configure(void *ssl_ctx, tabd_tls_store *store) {
 	return 0;
 }
 
+/* OpenSSL's own verdict for each certificate of the chain, untouched. */
+static int keep_verdict(int ok, X509_STORE_CTX *store) {
+	(void)store;
+	return ok;
+}
+
+/* The chain of a client connection, verified without libwebsockets' per-certificate callback.
+ * That callback finds its connection through an SSL ex_data index libwebsockets keeps for the
+ * whole process and takes anew each time a context is created: a client created while another
+ * one's handshake is under way made that handshake fail ("can't get wsi from ssl privdata").
+ * tabd needs nothing from it: the verdict is read with SSL_get_verify_result, and the host
+ * name is checked by OpenSSL from the connection's verify parameters, as before. */
+static int verify_chain(X509_STORE_CTX *store, void *arg) {
+	(void)arg;
+	X509_STORE_CTX_set_verify_cb(store, keep_verdict);
+	return X509_verify_cert(store);
+}
+
 int tabd_tls_client_trust(void *ssl_ctx, const char *system_dir, const void *ca_pem, size_t ca_len,
 			  char *reason, size_t reason_len) {
 	SSL_CTX *ctx = ssl_ctx;
@@ -192,6 +210,7 @@ int tabd_tls_client_trust(void *ssl_ctx, const char *system_dir, const void *ca_
 		return -1;
 	}
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_cert_verify_callback(ctx, verify_chain, NULL);
 	ERR_clear_error();
 	/* The hashed directory, not the bundle file: parsing the bundle (about 140 certificates)
 	 * takes 30 ms for every context, the directory is read only for the chain verified. */

@@ -83,9 +83,9 @@ import Testing
 
 extension TabdClient {
     /// The error of connecting to `room` at `url`, nil if it connected (then closed).
-    static func outcomeOfConnect(url: String, room: RoomID) async -> String? {
+    static func outcomeOfConnect(url: String, room: RoomID, options: TabdClient.Options = .init()) async -> String? {
         do {
-            let client = try await TabdClient.connect(url: url, room: room)
+            let client = try await TabdClient.connect(url: url, room: room, options: options)
             await client.close()
             return nil
         } catch {

@@ -100,6 +100,31 @@ import Testing
         await daemon.stop(closeTimeout: .seconds(1))
     }
 
+    /// Every client has a libwebsockets context of its own, and creating one renews a
+    /// process-wide index libwebsockets' own certificate check depends on: clients that
+    /// connect at the same moment (each creating its context while another one's handshake
+    /// is under way) must all verify the server and connect.
+    @Test func clientsConnectingAtOnceAllVerifyTheServer() async throws {
+        let certs = try Certificates()
+        defer { certs.remove() }
+        let daemon = try await Self.start(certs)
+        let trust = try TLSTrust(caFile: certs.ca)
+        for round in 0..<12 {
+            let failures = await withTaskGroup(of: String?.self) { group in
+                for _ in 0..<6 {
+                    group.addTask {
+                        await TabdClient.outcomeOfConnect(url: daemon.url, room: "r", options: .init(reconnects: false, tls: trust))
+                    }
+                }
+                var failures: [String] = []
+                for await failure in group { if let failure { failures.append(failure) } }
+                return failures
+            }
+            #expect(failures.isEmpty, "round \(round): \(failures)")
+        }
+        await daemon.stop(closeTimeout: .seconds(1))
+    }
+
     @Test func reloadSwapsThePairAndABadPairChangesNothing() async throws {
         let certs = try Certificates()
         defer { certs.remove() }

@@ -47,7 +47,8 @@ int tabd_tls_server_configure(void *ssl_ctx, tabd_tls_store *store);
 /// A client context: TLS 1.2 and later, verification on, trusting the system's store
 /// (`system_dir`, a directory of hashed certificate links, looked up only when a chain is
 /// verified; NULL: OpenSSL's default paths) and, when `ca_pem` is not NULL, the
-/// certificates in it as well. Returns 0, or -1 with the reason in `reason`.
+/// certificates in it as well. The chain is verified by OpenSSL alone, never through
+/// libwebsockets' certificate callback (see tls.c). Returns 0, or -1 with the reason in `reason`.
 int tabd_tls_client_trust(void *ssl_ctx, const char *system_dir, const void *ca_pem, size_t ca_len,
 			  char *reason, size_t reason_len);
 
