@@ -90,6 +90,9 @@ public actor Coordinator {
     private var generation = 0
     /// Applied batches waiting for their commit, in seq order.
     private var unpublished: [(batch: EventBatch, wait: CommitWait)] = []
+    /// Other writers stored batches while this coordinator's own were pending: taken in
+    /// once those have settled.
+    private var absorbPending = false
 
     /// A new in-memory history: the tabs as given (validated), the first one selected,
     /// and its root page's `firstAppear` + `appear` as batch 1 (by `tabd`).
@@ -310,6 +313,7 @@ public actor Coordinator {
         // wait was taken above, not looked up by its old index.
         if n > 0 { publishCommitted(through: unpublished[n - 1].batch.lastSeq) }
         if let failure { await rollback(failure.error, failed: failure.wait) }
+        else if absorbPending, unpublished.isEmpty { await absorb() }
     }
 
     /// After a failed commit: publishes what did commit, then puts the state back to the
@@ -365,12 +369,18 @@ public actor Coordinator {
 
     /// Takes in what other writers stored (a cluster's other nodes): every batch of the
     /// store's committed state past this coordinator's, applied and published in order.
-    /// Batches of this coordinator's own still pending are settled first: if another
-    /// writer took their seqs, they are decided again after the others' batches.
+    /// While batches of this coordinator's own are pending, nothing is taken in and the
+    /// gate is not held for their commit: once they have all committed, the commit task
+    /// takes the others' batches in; if another writer took their seqs, the rollback does
+    /// (and the commands are decided again after the others' batches). Waiting here for
+    /// the commit, as before, stopped every command for a round trip to the engine at
+    /// each batch of another node: with writers on every node, a node decided one
+    /// command per round trip.
     public func absorb() async {
         await enter(); defer { leave() }
-        _ = await settle()
         guard let durability else { return }
+        if !unpublished.isEmpty { absorbPending = true; return }
+        absorbPending = false
         let stored = durability.committedState()
         // The history is in seq order: start at the first batch past this seq (a binary
         // search; the history holds at least the resume window).
