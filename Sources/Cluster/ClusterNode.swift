@@ -24,7 +24,7 @@ public final class ClusterNode: Sendable {
     public let heartbeatTimeout: Double
     let client: EngineClient
     let log: @Sendable (String) -> Void
-    let stats = EngineStats()
+    package let stats = EngineStats()
     /// When each node was last heard, and its incarnation then (nil from a tabd whose
     /// heartbeat carries only its name).
     private let seen = Locked([String: (time: Double, incarnation: String?)]())
@@ -146,6 +146,57 @@ public final class ClusterNode: Sendable {
             subscriptions.withLock { $0.append(sub) }
         } catch { throw Failure("cannot hear deletions: \(error)") }
     }
+
+    // MARK: Forwarding
+
+    /// Where the answers to this node's forwarded commands come (this life of it).
+    package var forwardReply: String { EngineNames.forwardAnswers(node: name, incarnation: incarnation) }
+
+    /// Calls `requests` with the commands another node forwards to this one, and `answers`
+    /// with the answers to commands this node forwarded, as they come in one message (on
+    /// the engine's threads; quick). What does not parse is dropped: the sender decides a
+    /// command itself when no answer comes.
+    package func onForwards(requests: @escaping @Sendable ([ForwardRequest]) -> Void,
+                            answers: @escaping @Sendable ([ForwardAnswer]) -> Void) throws(Failure) {
+        do {
+            let asked = try client.subscribeCore(subject: EngineNames.forwardPrefix + name) { message in
+                let parsed = Self.lines(message.data).compactMap { try? ForwardRequest(bytes: $0) }
+                if !parsed.isEmpty { requests(parsed) }
+            }
+            subscriptions.withLock { $0.append(asked) }
+            let answered = try client.subscribeCore(subject: forwardReply) { message in
+                let parsed = Self.lines(message.data).compactMap { try? ForwardAnswer(bytes: $0) }
+                if !parsed.isEmpty { answers(parsed) }
+            }
+            subscriptions.withLock { $0.append(answered) }
+        } catch { throw Failure("cannot hear forwarded commands: \(error)") }
+    }
+
+    /// Sends clients' commands to `node`, the room's writer, in one message (one per line:
+    /// compact JSON holds no raw line feed).
+    package func forward(_ requests: [ForwardRequest], to node: String) {
+        guard !requests.isEmpty else { return }
+        stats.forwarded(requests.count)
+        client.publishCore(subject: EngineNames.forwardPrefix + node, data: Self.joined(requests.map(\.bytes)))
+    }
+
+    /// Answers forwarded commands of one node, in one message.
+    package func answer(_ answers: [ForwardAnswer], to reply: String) {
+        guard !answers.isEmpty else { return }
+        client.publishCore(subject: reply, data: Self.joined(answers.map(\.bytes)))
+    }
+
+    private static func joined(_ lines: [[UInt8]]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(lines.reduce(0) { $0 + $1.count + 1 })
+        for (i, line) in lines.enumerated() {
+            if i > 0 { out.append(0x0A) }
+            out += line
+        }
+        return out
+    }
+
+    private static func lines(_ bytes: [UInt8]) -> [[UInt8]] { bytes.split(separator: 0x0A).map(Array.init) }
 
     public func close() {
         heartbeat.withLock { $0 }?.cancel()

@@ -109,7 +109,7 @@ public final class ClusterRoom: Durability, Sendable {
     private func follow(from seq: UInt64) throws(EngineError) -> EngineSubscription {
         try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq,
                                          headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader,
-                                                     EngineNames.messageIDHeader]) { [weak self] message in
+                                                     EngineNames.messageIDHeader, EngineNames.forwardsHeader]) { [weak self] message in
             self?.received(message)
         }
     }
@@ -155,8 +155,9 @@ public final class ClusterRoom: Durability, Sendable {
         guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed or settled meanwhile
         let sent = DispatchTime.now().uptimeNanoseconds
         let stats = node.stats
-        node.client.publishAsync(subject: subject, data: publication.data,
-                                 headers: [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)],
+        var headers = [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)]
+        if let forwards = publication.forwardsHeader { headers.append((EngineNames.forwardsHeader, forwards)) }
+        node.client.publishAsync(subject: subject, data: publication.data, headers: headers,
                                  expectedLastSeq: publication.expectedLastSeq, expectedLastMessageID: publication.expectedLastMessageID,
                                  msgID: publication.messageID) { [weak self] result in
             let now = DispatchTime.now().uptimeNanoseconds
@@ -238,13 +239,26 @@ public final class ClusterRoom: Durability, Sendable {
     }
 
     public func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
+        append(batch, generation: generation, forwardID: nil, done: done)
+    }
+
+    public func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
+        append(batch, generation: generation, forwardID: Optional(forwardID), done: done)
+    }
+
+    private func append(_ batch: EventBatch, generation: Int, forwardID: String?, done: @escaping @Sendable (CommandError?) -> Void) {
         perform(state.withLock { s in
             let waiter = s.nextWaiter
             s.nextWaiter += 1
             s.waiters[waiter] = done
-            return s.machine.append(batch, generation: generation, waiter: waiter)
+            return s.machine.append(batch, generation: generation, waiter: waiter, forwardID: forwardID)
         })
     }
+
+    public func storedForward(_ forwardID: String) -> Int? { state.withLock { $0.machine.storedForward(forwardID) } }
+
+    /// The node that wrote the room's last message delivered here.
+    public var lastWriter: String? { state.withLock { $0.machine.lastWriter } }
 
     // MARK: The stream
 
@@ -252,7 +266,8 @@ public final class ClusterRoom: Durability, Sendable {
         let delivery = ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
                                                    writer: message.headers[EngineNames.nodeHeader],
                                                    incarnation: message.headers[EngineNames.incarnationHeader],
-                                                   messageID: message.headers[EngineNames.messageIDHeader], data: message.data)
+                                                   messageID: message.headers[EngineNames.messageIDHeader],
+                                                   forwards: message.headers[EngineNames.forwardsHeader], data: message.data)
         step { $0.delivered(delivery, now: DispatchTime.now().uptimeNanoseconds) }
     }
 

@@ -50,6 +50,15 @@ package struct ClusterRoomMachine: Sendable {
         package let messageID: String
         /// How many times it was sent before this attempt.
         package var attempt = 0
+        /// The batches that are commands forwarded by other nodes (or decided here in their
+        /// stead), by last seq: the id each was forwarded with. Every node learns from the
+        /// message's header which forwarded commands are stored, so none is applied twice.
+        package var forwards: [Int: String] = [:]
+
+        /// The ``ClusterRoomMachine/forwardsHeader`` value, if any batch was forwarded.
+        package var forwardsHeader: String? {
+            forwards.isEmpty ? nil : forwards.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+        }
 
         /// The message's body: each batch's `events` frame, one per line (frames are
         /// compact JSON, which holds no raw line feed). A message of one batch is that
@@ -79,12 +88,14 @@ package struct ClusterRoomMachine: Sendable {
         package let incarnation: String?
         /// The message's id (`Nats-Msg-Id`), if it has one.
         package let messageID: String?
+        /// The forwarded commands among its batches (``Publication/forwardsHeader``).
+        package let forwards: String?
         package let data: [UInt8]
 
         package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, messageID: String? = nil,
-                     data: [UInt8]) {
+                     forwards: String? = nil, data: [UInt8]) {
             self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation
-            self.messageID = messageID; self.data = data
+            self.messageID = messageID; self.forwards = forwards; self.data = data
         }
     }
 
@@ -121,11 +132,15 @@ package struct ClusterRoomMachine: Sendable {
     /// A message carries batches up to this many bytes (a single larger batch goes alone;
     /// the engine takes up to 1 MB by default).
     package static let maxGroupBytes = 256 * 1024
+    /// How many stored forwarded commands are remembered (a duplicate comes within
+    /// seconds: a resend, or a node that gave up waiting and decides it itself).
+    package static let forwardMemory = 100_000
 
     private struct Queued: Sendable {
         let batch: EventBatch
         let generation: Int
         let waiter: Waiter
+        let forwardID: String?
     }
 
     /// A message of the chain, sent and not settled yet.
@@ -188,6 +203,14 @@ package struct ClusterRoomMachine: Sendable {
     package private(set) var broken: String?
     /// Publications another node's batch got ahead of.
     package private(set) var conflicts = 0
+    /// The node that wrote the last message delivered: the room's writer, to which other
+    /// nodes forward their clients' commands.
+    package private(set) var lastWriter: String?
+    /// The forwarded commands the stream holds, by id: the room seq their batch ends at.
+    private var storedForwards: [String: Int] = [:]
+    /// The same ids, oldest first (from `forwardHead` on), for forgetting the oldest.
+    private var forwardOrder: [String] = []
+    private var forwardHead = 0
     /// Messages sent, and the batches they carried (first attempts only).
     package private(set) var messagesSent = 0
     package private(set) var batchesSent = 0
@@ -245,12 +268,13 @@ package struct ClusterRoomMachine: Sendable {
         failure = nil
     }
 
-    /// A batch to append, decided in `generation`.
-    package mutating func append(_ batch: EventBatch, generation: Int, waiter: Waiter) -> [Action] {
+    /// A batch to append, decided in `generation`; `forwardID` when it is a forwarded
+    /// command's (its id goes into the message's header).
+    package mutating func append(_ batch: EventBatch, generation: Int, waiter: Waiter, forwardID: String? = nil) -> [Action] {
         if closed { return [.report(waiter, closedError)] }
         if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
         if let failure { return fail(waiter, failure) }
-        queue.append(Queued(batch: batch, generation: generation, waiter: waiter))
+        queue.append(Queued(batch: batch, generation: generation, waiter: waiter, forwardID: forwardID))
         return chain.count < pipelineDepth ? advance() : []
     }
 
@@ -291,9 +315,10 @@ package struct ClusterRoomMachine: Sendable {
             }
             let previous = chain.last.flatMap { $0.publication.batches.last?.lastSeq == first.batch.firstSeq - 1 ? $0 : nil }
             published += 1
-            let publication = Publication(waiters: group.map(\.waiter), batches: group.map(\.batch), expectedLastSeq: expected,
+            var publication = Publication(waiters: group.map(\.waiter), batches: group.map(\.batch), expectedLastSeq: expected,
                                           expectedLastMessageID: previous?.publication.messageID,
                                           messageID: "\(messageIDPrefix)-\(published)")
+            for queued in group { if let id = queued.forwardID { publication.forwards[queued.batch.lastSeq] = id } }
             chain.append(Link(publication: publication, sentAsHead: chain.isEmpty))
             sentGeneration[publication.messageID] = first.generation
             messagesSent += 1
@@ -422,6 +447,7 @@ package struct ClusterRoomMachine: Sendable {
     package mutating func delivered(_ message: Delivery, now: UInt64) -> [Action] {
         guard message.streamSeq > delivered, broken == nil else { return [] } // seen already (a refollow)
         lastDelivery = now
+        if let writer = message.writer { lastWriter = writer }
         var reports: [Action] = []
         var others = false
         var snapshot: SnapshotRecord?
@@ -448,6 +474,7 @@ package struct ClusterRoomMachine: Sendable {
             }
             delivered = message.streamSeq
             let lastSeq = batches[batches.count - 1].lastSeq
+            if let forwards = message.forwards { remember(forwards, within: batches[0].firstSeq...lastSeq) }
             streamSeqOf[lastSeq] = message.streamSeq
             if streamSeqOf.count > 4096 { streamSeqOf = streamSeqOf.filter { $0.key >= lastSeq - 1024 } }
             trimHistory()
@@ -480,6 +507,29 @@ package struct ClusterRoomMachine: Sendable {
         if others { actions.append(.foreignBatches) }
         if let snapshot { actions.append(.storeSnapshot(snapshot)) }
         return actions
+    }
+
+    /// The room seq the batch of the forwarded command `id` ends at, if the stream holds it
+    /// (as far as it was delivered here).
+    package func storedForward(_ id: String) -> Int? { storedForwards[id] }
+
+    /// Takes note of a message's forwarded commands (`seq=id,…`; seqs outside the
+    /// message's own are ignored), forgetting the oldest past ``forwardMemory``.
+    private mutating func remember(_ header: String, within seqs: ClosedRange<Int>) {
+        for pair in header.split(separator: ",") {
+            guard let eq = pair.firstIndex(of: "="), let seq = Int(pair[..<eq]), seqs.contains(seq) else { continue }
+            let id = String(pair[pair.index(after: eq)...])
+            guard !id.isEmpty, storedForwards.updateValue(seq, forKey: id) == nil else { continue }
+            forwardOrder.append(id)
+        }
+        while forwardOrder.count - forwardHead > Self.forwardMemory {
+            storedForwards[forwardOrder[forwardHead]] = nil
+            forwardHead += 1
+        }
+        if forwardHead > Self.forwardMemory / 2 {
+            forwardOrder.removeFirst(forwardHead)
+            forwardHead = 0
+        }
     }
 
     /// Whether the coordinator holds `message`'s batches already: this machine sent it

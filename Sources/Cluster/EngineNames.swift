@@ -21,6 +21,12 @@ enum EngineNames {
     /// Which life of that node wrote it (a random id per start; see ``ClusterNode/incarnation``).
     static let incarnationHeader = "Tabd-Incarnation"
     static let kindHeader = "Tabd-Kind"
+    /// The forwarded commands among a message's batches: `SEQ=ID,…` (docs/CLUSTER.md).
+    static let forwardsHeader = "Tabd-Forwards"
+    /// Commands forwarded to a node (core NATS): `tabd.fwd.NODE`.
+    static let forwardPrefix = "tabd.fwd."
+    /// Their answers, to one life of the node that forwarded them: `tabd.fwdr.NODE.INCARNATION`.
+    static func forwardAnswers(node: String, incarnation: String) -> String { "tabd.fwdr.\(node).\(incarnation)" }
     /// JetStream's own: the id a message was published with (deduplication).
     static let messageIDHeader = "Nats-Msg-Id"
 }

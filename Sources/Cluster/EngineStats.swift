@@ -14,6 +14,9 @@ public final class EngineStats: Sendable {
         var retries = 0
         var refollowed = 0
         var batches = 0
+        var forwarded = 0
+        var forwardsReceived = 0
+        var forwardsDecidedHere = 0
     }
     private let state = Locked(State())
 
@@ -30,6 +33,11 @@ public final class EngineStats: Sendable {
     func conflict() { state.withLock { $0.conflicts += 1 } }
     func retried() { state.withLock { $0.retries += 1 } }
     func refollowed() { state.withLock { $0.refollowed += 1 } }
+    func forwarded(_ n: Int) { state.withLock { $0.forwarded += n } }
+    /// Another node forwarded this one a command.
+    package func forwardReceived() { state.withLock { $0.forwardsReceived += 1 } }
+    /// A command this node forwarded was not answered in time (or refused): decided here.
+    package func forwardDecidedHere() { state.withLock { $0.forwardsDecidedHere += 1 } }
 
     /// Prometheus text for `node`.
     func render(node: String, connected: Bool) -> String {
@@ -53,6 +61,15 @@ public final class EngineStats: Sendable {
         # HELP tabd_engine_batches_published_total Batches carried by the messages published (group commit: several per message).
         # TYPE tabd_engine_batches_published_total counter
         tabd_engine_batches_published_total \(s.batches)
+        # HELP tabd_forwarded_total Commands of this node's clients forwarded to the room's writer.
+        # TYPE tabd_forwarded_total counter
+        tabd_forwarded_total \(s.forwarded)
+        # HELP tabd_forwards_received_total Commands other nodes forwarded to this one.
+        # TYPE tabd_forwards_received_total counter
+        tabd_forwards_received_total \(s.forwardsReceived)
+        # HELP tabd_forwards_decided_here_total Forwarded commands not answered in time (or refused), decided by this node instead.
+        # TYPE tabd_forwards_decided_here_total counter
+        tabd_forwards_decided_here_total \(s.forwardsDecidedHere)
         # HELP tabd_engine_publish_seconds Round trip of a message's publish to the engine's answer (messages of a room are pipelined).
         # TYPE tabd_engine_publish_seconds histogram
 

@@ -89,7 +89,7 @@ public final class Daemon: Sendable {
         let settings = RoomRegistry.Settings(
             creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
             resumeWindow: options.resumeWindow, rateLimit: options.rateLimit,
-            presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval)
+            presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding)
         let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log)
         let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry)
 

@@ -18,6 +18,8 @@ final class ScriptedStore: Durability {
         /// While holding commits, appended batches wait here before they are even written.
         var holdingCommits = false
         var heldCommits: [@Sendable () -> Void] = []
+        /// Forwarded commands committed, by id: their batch's last seq.
+        var forwards: [String: Int] = [:]
     }
     // `Locked` (a pthread mutex), not `Mutex`: the TSan run must see this synchronisation.
     private let state: Locked<State>
@@ -59,6 +61,15 @@ final class ScriptedStore: Durability {
         }
         for commit in commits { queue.async(execute: commit) }
     }
+
+    func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
+        append(batch, generation: generation) { [state] error in
+            if error == nil { state.withLock { $0.forwards[forwardID] = batch.lastSeq } }
+            done(error)
+        }
+    }
+
+    func storedForward(_ forwardID: String) -> Int? { state.withLock { $0.forwards[forwardID] } }
 
     func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         // Whether the disk is full is decided when the batch arrives, so tests are deterministic.

@@ -95,6 +95,15 @@ import Testing
         }
     }
 
+    @Test func forwardingIsOnUnlessTurnedOff() throws {
+        #expect(try #require(parsed(Self.cluster)).clusterForwarding == true)
+        #expect(try #require(parsed(Self.cluster + ["--cluster-forwarding", "off"])).clusterForwarding == false)
+        #expect(try #require(parsed(Self.cluster, ["TABD_CLUSTER_FORWARDING": "off"])).clusterForwarding == false)
+        #expect(try #require(parsed(Self.cluster + ["--cluster-forwarding", "on"], ["TABD_CLUSTER_FORWARDING": "off"])).clusterForwarding)
+        #expect(refused(Self.cluster + ["--cluster-forwarding", "maybe"])?.0 == "tabd: --cluster-forwarding takes on or off, got 'maybe'")
+        #expect(refused(["--cluster-forwarding", "off"])?.0 == "tabd: --cluster-forwarding is for a node of a cluster: it needs --cluster")
+    }
+
     @Test func theEnginesOptionsNeedCluster() {
         let cases: [([String], [String: String], String)] = [
             (["--cluster-tls-ca", "ca.pem"], [:], "--cluster-tls-ca"),

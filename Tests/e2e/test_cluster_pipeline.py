@@ -1,6 +1,7 @@
 """A cluster with its pipelines full: every node has many commands of one room in flight at
-once, so each node's engine messages carry several batches (group commit) and several
-messages are in flight per room (a chain of appends). The streams stay one, gap-free and
+once. The room's writer gets the other nodes' commands forwarded, its engine messages carry
+several batches (group commit) and several messages are in flight per room (a chain of
+appends). The streams stay one, gap-free and
 identical everywhere; every acknowledged command is in the stream at the seqs it was
 acknowledged with; nothing acknowledged is lost when the stream's leader or a node is
 killed with SIGKILL in the middle of it.
@@ -34,6 +35,7 @@ async def burst(c, rng, n, acked, sent_refs):
         f = await c.recv(timeout=REPLY_WAIT)
         ref = f.get("ref")
         if f["type"] == "events" and f["by"] == c.welcome["client"] and ref in refs:
+            assert ref not in caused, f"command {ref} applied twice: {caused[ref]} and {f['events']}"
             caused[ref] = f["events"]
         elif f["type"] in ("ack", "error") and ref in refs:
             assert ref not in answered, f"two answers for {ref}"
@@ -112,6 +114,31 @@ async def test_random_commands_with_64_in_flight_on_every_node_give_one_stream_a
     assert sum(b for b, _ in totals) > sum(m for _, m in totals), f"no message carried two batches: {totals}"
 
 
+def metric(daemon, name):
+    _, body = daemon.get("/metrics")
+    return int(re.search(rf"^{name} (\d+)$", body, re.M).group(1))
+
+
+async def test_the_other_nodes_forward_their_clients_commands_to_the_room_s_writer(make_daemon, engine):
+    ds = nodes(make_daemon, engine)
+    room = room_name()
+    # The last client to join is on n2: n2 wrote the room's last message (the join), so it
+    # is the writer the others forward to.
+    clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
+    acked = {}
+    await storm(clients, acked, seed=5)
+    await assert_one_stream_with_every_ack(clients, acked, ds[2].ws, room)
+    forwarded = [metric(d, "tabd_forwarded_total") for d in ds]
+    received = [metric(d, "tabd_forwards_received_total") for d in ds]
+    published = [batches_per_message(d)[0] for d in ds]
+    assert forwarded[0] > 0 and forwarded[1] > 0 and forwarded[2] == 0, (forwarded, received)
+    assert received == [0, 0, forwarded[0] + forwarded[1]], (forwarded, received)
+    # The writer appended nearly every batch (the others only their clients' joins, and
+    # whatever raced before the first forward).
+    assert published[2] > 4 * (published[0] + published[1]), published
+    assert sum(metric(d, "tabd_forwards_decided_here_total") for d in ds) == 0, "no forward went unanswered"
+
+
 async def test_the_stream_leader_killed_with_every_pipeline_full_loses_no_ack(make_daemon, tmp_path):
     with NatsCluster(3, base_dir=str(tmp_path / "nats")) as engine:
         ds = nodes(make_daemon, engine)
@@ -130,8 +157,10 @@ async def test_the_stream_leader_killed_with_every_pipeline_full_loses_no_ack(ma
 async def test_a_node_killed_with_its_pipeline_full_loses_no_ack(make_daemon, engine):
     ds = nodes(make_daemon, engine)
     room = room_name()
-    victim = await Client.connect(ds[0].ws, room=room, name="victim")
     others = [await Client.connect(ds[k].ws, room=room, name=f"o{k}") for k in (1, 2)]
+    # The victim joins last: its node wrote the room's last message, and is the writer the
+    # others forward their commands to.
+    victim = await Client.connect(ds[0].ws, room=room, name="victim")
     acked = {}
 
     async def victim_storm():
@@ -150,3 +179,6 @@ async def test_a_node_killed_with_its_pipeline_full_loses_no_ack(make_daemon, en
     await doomed
     await survivors
     await assert_one_stream_with_every_ack(others, acked, ds[2].ws, room)
+    # The others' commands in flight to n0 when it died were decided by the nodes that had
+    # forwarded them (each once: `burst` checks).
+    assert sum(metric(d, "tabd_forwards_decided_here_total") for d in ds[1:]) > 0

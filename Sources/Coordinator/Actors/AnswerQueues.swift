@@ -20,6 +20,16 @@ struct AnswerQueues {
         case unchanged(after: Int)
         /// To be decided again after a conflict: it, and everything after it, waits.
         case held
+        /// Forwarded to another node, whose answer it waits for (``settleRemote(_:order:frame:)``).
+        case remote
+        /// Acked by the node it was forwarded to, at `seq`: sent once `seq` is published
+        /// here. Nothing this coordinator rolls back changes it (another node stored it).
+        case acked(seq: Int)
+        /// A `sync` behind answers that wait for other nodes: its snapshot is taken once
+        /// it is its turn (``takeDueSyncs()``), so that it holds every command acked before it.
+        case syncLater
+        /// Its snapshot is being taken.
+        case syncDue
     }
 
     /// A command to decide again after a conflict: what it was and where its answer goes.
@@ -30,6 +40,9 @@ struct AnswerQueues {
         let client: ClientID
         let ref: String?
         let command: Command
+        /// The id it was forwarded with, if it was: the store's record of it keeps it from
+        /// being applied twice.
+        let forwardID: String?
     }
 
     private struct Entry {
@@ -39,18 +52,63 @@ struct AnswerQueues {
         let order: Int
         /// The command, for entries that a conflict may send back to be decided again.
         let command: Command?
+        let forwardID: String?
     }
 
     /// Only addresses with answers not yet released.
     private var queues: [UInt64: [Entry]] = [:]
     private var nextOrder = 0
+    /// `sync`s whose turn has come: (address, order).
+    private var dueSyncs: [(address: UInt64, order: Int, ref: String?)] = []
 
     var isEmpty: Bool { queues.isEmpty }
 
-    /// `command`: keep it, so a conflict can have it decided again.
-    mutating func add(_ pending: Pending, client: ClientID, ref: String?, to address: UInt64, command: Command? = nil) {
+    /// Whether `address` has answers not released yet.
+    func hasAnswers(_ address: UInt64) -> Bool { queues[address] != nil }
+
+    var hasDueSyncs: Bool { !dueSyncs.isEmpty }
+
+    /// The `sync`s whose snapshot is to be taken now (each is then given its answer with
+    /// ``settle(_:order:_:)``).
+    mutating func takeDueSyncs() -> [(address: UInt64, order: Int, ref: String?)] {
+        defer { dueSyncs = [] }
+        return dueSyncs
+    }
+
+    /// Gives entry `order` of `address` its answer.
+    mutating func settle(_ address: UInt64, order: Int, _ pending: Pending) {
+        guard let i = queues[address]?.firstIndex(where: { $0.order == order }) else { return }
+        queues[address]![i].pending = pending
+    }
+
+    /// `command`: keep it, so a conflict can have it decided again. Returns the entry's
+    /// order (its name for ``settleRemote(_:order:frame:)``).
+    @discardableResult
+    mutating func add(_ pending: Pending, client: ClientID, ref: String?, to address: UInt64, command: Command? = nil,
+                      forwardID: String? = nil) -> Int {
         nextOrder += 1
-        queues[address, default: []].append(Entry(client: client, ref: ref, pending: pending, order: nextOrder, command: command))
+        queues[address, default: []].append(Entry(client: client, ref: ref, pending: pending, order: nextOrder, command: command,
+                                                  forwardID: forwardID))
+        return nextOrder
+    }
+
+    /// A forwarded command's answer came back: an `ack` goes once its seq is published
+    /// here too, anything else at its turn.
+    mutating func settleRemote(_ address: UInt64, order: Int, frame: ServerFrame) {
+        guard let i = queues[address]?.firstIndex(where: { $0.order == order }), case .remote = queues[address]![i].pending else { return }
+        if case let .ack(_, seq) = frame {
+            queues[address]![i].pending = .acked(seq: seq)
+        } else {
+            queues[address]![i].pending = .ready(frame)
+        }
+    }
+
+    /// A forwarded command that is to be decided here instead, as a ``Redo``; nil when it
+    /// is not waiting for another node's answer.
+    func remote(_ address: UInt64, order: Int) -> Redo? {
+        guard let entry = queues[address]?.first(where: { $0.order == order }), case .remote = entry.pending,
+              let command = entry.command else { return nil }
+        return Redo(address: address, order: order, client: entry.client, ref: entry.ref, command: command, forwardID: entry.forwardID)
     }
 
     /// After a conflict rolled the state back to `committed`: every command whose answer
@@ -67,7 +125,8 @@ struct AnswerQueues {
                 default: continue
                 }
                 queue[i].pending = .held
-                out.append(Redo(address: address, order: queue[i].order, client: queue[i].client, ref: queue[i].ref, command: command))
+                out.append(Redo(address: address, order: queue[i].order, client: queue[i].client, ref: queue[i].ref, command: command,
+                                forwardID: queue[i].forwardID))
             }
             queues[address] = queue
         }
@@ -101,15 +160,20 @@ struct AnswerQueues {
             out.append(Answer(to: address, client: queue[n].client, frame: frame))
             n += 1
         }
-        queues[address] = n == queue.count ? nil : Array(queue[n...])
+        var rest = n == queue.count ? nil : Array(queue[n...])
+        if case .syncLater? = rest?.first?.pending {
+            rest![0].pending = .syncDue
+            dueSyncs.append((address, rest![0].order, rest![0].ref))
+        }
+        queues[address] = rest
     }
 
     private static func frame(_ entry: Entry, published: Int) -> ServerFrame? {
         switch entry.pending {
         case let .ready(frame): return frame
-        case let .applied(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
+        case let .applied(seq), let .acked(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
         case let .unchanged(after): return after <= published ? .ack(ref: entry.ref, seq: after) : nil
-        case .held: return nil
+        case .held, .remote, .syncLater, .syncDue: return nil
         }
     }
 

@@ -47,6 +47,7 @@ extension Coordinator {
         case .unchanged: return Receipt(state: .unchanged(after: lastUnpublished))
         case let .recorded(batch, nil): return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
         case let .recorded(batch, wait?): return Receipt(state: .pending(batch, wait))
+        case let .forwardedBefore(seq): return Receipt(state: .done(.applied(seq: seq, batch: nil))) // no forward id here
         }
     }
 
@@ -54,16 +55,76 @@ extension Coordinator {
     /// ``addPublisher(_:)``) addressed to `address`, after the answers of every command
     /// submitted before it to the same address, and an `ack` together with the batch it
     /// reports. The daemon's short road: nobody waits for the commit.
-    public func enqueue(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64) async {
+    ///
+    /// `forwardID`: the command was forwarded by another node of a cluster with this id
+    /// (or is decided here for one that did not answer): if the store holds it already, it
+    /// is not applied again, and its answer is the `ack` of its stored batch.
+    public func enqueue(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64, forwardID: String? = nil) async {
         await enter(); defer { leave() }
+        // A `sync` behind answers that wait for another node (forwarded commands): its
+        // snapshot is taken when its turn comes, to hold what those answers report.
+        if case .sync = command, answers.hasAnswers(address) {
+            _ = await settle()
+            if answers.hasAnswers(address) {
+                answers.add(.syncLater, client: client, ref: ref, to: address)
+                return
+            }
+        }
         // The ack is queued before the batch is recorded: in memory, recording publishes
         // the batch at once, and the ack goes with it.
-        let step = await perform(command, by: client, ref: ref) { lastSeq in
-            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address, command: command)
+        let step = await perform(command, by: client, ref: ref, forwardID: forwardID) { lastSeq in
+            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address, command: command, forwardID: forwardID)
         }
         guard let pending = pendingAnswer(step, ref: ref) else { return } // its ack goes with the batch
-        answers.add(pending, client: client, ref: ref, to: address, command: command)
+        answers.add(pending, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
         publishAnswers(to: address)
+    }
+
+    /// A command of `client` forwarded to another node with `forwardID`: its answer
+    /// (``settleRemote(_:order:frame:)``) goes to `address` in its turn among the
+    /// address's answers, an `ack` once its seq is published here. Returns the name of
+    /// the wait.
+    public func expectRemote(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64, forwardID: String) -> Int {
+        answers.add(.remote, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
+    }
+
+    /// The other node's answer to a command of ``expectRemote(_:by:ref:replyTo:forwardID:)``.
+    public func settleRemote(_ address: UInt64, order: Int, frame: ServerFrame) {
+        answers.settleRemote(address, order: order, frame: frame)
+        publishAnswers(to: address)
+    }
+
+    /// The other node did not answer: the command is decided here instead, in its turn
+    /// (unless the store holds its forwarded batch already: then that is its `ack`).
+    public func decideInstead(_ address: UInt64, order: Int) async {
+        await enter(); defer { leave() }
+        guard let redo = answers.remote(address, order: order) else { return }
+        let step = await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
+            answers.settle(redo, .applied(seq: lastSeq))
+        }
+        if let pending = pendingAnswer(step, ref: redo.ref) { answers.settle(redo, pending) }
+        publishAnswers(to: address)
+    }
+
+    /// Answers the `sync`s whose turn has come (``AnswerQueues/Pending/syncLater``) with
+    /// a snapshot taken now.
+    func answerDueSyncs() async {
+        await enter(); defer { leave() }
+        guard answers.hasDueSyncs else { return }
+        _ = await settle()
+        let snapshot = await buildSnapshot()
+        for due in answers.takeDueSyncs() { answers.settle(due.address, order: due.order, .ready(.snapshot(ref: due.ref, snapshot))) }
+        publish([])
+    }
+
+    /// Whether batches of this coordinator's own wait for their commit.
+    public var hasUnpublished: Bool { lastUnpublished != nil }
+
+    /// Waits until every batch applied so far is committed and published (or rolled back,
+    /// and the commands of a conflict decided again and committed).
+    public func settled() async {
+        await enter(); defer { leave() }
+        _ = await settle()
     }
 
     /// The answer a step leaves to wait for; nil when recording queued it already.
@@ -75,6 +136,7 @@ extension Coordinator {
         case let .answered(.applied(seq, _)): .ready(.ack(ref: ref, seq: seq))
         case let .refused(error): .ready(.error(ref: ref, error))
         case .unchanged: .unchanged(after: seq)
+        case let .forwardedBefore(stored): .applied(seq: stored)
         case .recorded: nil
         }
     }
@@ -85,7 +147,7 @@ extension Coordinator {
     /// (it may be `unknown_tab` or `invalid` now, or change nothing).
     func redecide(_ held: [AnswerQueues.Redo]) async {
         for redo in held {
-            let step = await perform(redo.command, by: redo.client, ref: redo.ref) { lastSeq in
+            let step = await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
                 answers.settle(redo, .applied(seq: lastSeq))
             }
             if let pending = pendingAnswer(step, ref: redo.ref) { answers.settle(redo, pending) }
@@ -101,12 +163,14 @@ extension Coordinator {
         case unchanged
         /// Applied and recorded; with a store, `wait` tells when it is committed.
         case recorded(EventBatch, wait: CommitWait?)
+        /// A forwarded command the store holds already, its batch ending at this seq.
+        case forwardedBefore(seq: Int)
     }
 
     /// What both roads share, inside the gate: `sync` and `ping` answered, any other
     /// command decided, applied and recorded. `recording` runs with the batch's last seq
     /// just before the batch is applied and recorded.
-    private func perform(_ command: Command, by client: ClientID, ref: String?,
+    private func perform(_ command: Command, by client: ClientID, ref: String?, forwardID: String? = nil,
                          recording: (Int) -> Void = { _ in }) async -> Step {
         switch command {
         case .sync:
@@ -124,12 +188,13 @@ extension Coordinator {
         default:
             break
         }
+        if let forwardID, let stored = storedForward(forwardID) { return .forwardedBefore(seq: stored) }
         let events: [Event]
         do { events = try await decide(command) } catch { return .refused(error) }
         guard !events.isEmpty else { return .unchanged }
         recording(seq + events.count)
         await apply(events)
-        let (batch, wait) = record(events, by: client, ref: ref)!
+        let (batch, wait) = record(events, by: client, ref: ref, forwardID: forwardID)!
         return .recorded(batch, wait: wait)
     }
 

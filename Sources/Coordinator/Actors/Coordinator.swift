@@ -245,7 +245,7 @@ public actor Coordinator {
 
     /// Stamps applied events as the next batch. In memory it is published at once (and
     /// nil returned); with a store it is queued for commit and its wait returned.
-    func record(_ events: [Event], by: ClientID, ref: String?) -> (EventBatch, CommitWait?)? {
+    func record(_ events: [Event], by: ClientID, ref: String?, forwardID: String? = nil) -> (EventBatch, CommitWait?)? {
         guard !events.isEmpty else { return nil }
         let batch = Self.stamp(events, after: seq, by: by, ref: ref)
         seq = batch.lastSeq
@@ -255,9 +255,14 @@ public actor Coordinator {
         }
         let wait = CommitWait()
         unpublished.append((batch, wait))
-        durability.append(batch, generation: generation) { [commitSignals, commitSignalled] error in
+        let done: @Sendable (CommandError?) -> Void = { [commitSignals, commitSignalled] error in
             wait.fulfil(error)
             if commitSignalled.raise() { commitSignals.yield() }
+        }
+        if let forwardID {
+            durability.append(batch, generation: generation, forwardID: forwardID, done: done)
+        } else {
+            durability.append(batch, generation: generation, done: done)
         }
         return (batch, wait)
     }
@@ -398,6 +403,9 @@ public actor Coordinator {
         await rollbackHoldingGate(error, failed: failed)
     }
 
+    /// Where the store holds the batch of the forwarded command `id`, if it does.
+    func storedForward(_ id: String) -> Int? { durability?.storedForward(id) }
+
     /// The commit wait and last seq of the last applied batch, if it is not published yet.
     var lastUnpublished: (wait: CommitWait, seq: Int)? { unpublished.last.map { ($0.wait, $0.batch.lastSeq) } }
 
@@ -423,6 +431,7 @@ public actor Coordinator {
             }
         }
         let released = answers.isEmpty ? [] : answers.release(published: publishedSeq)
+        if answers.hasDueSyncs { Task { await answerDueSyncs() } }
         guard !batches.isEmpty || !released.isEmpty else { return }
         for publisher in publishers { publisher(batches, released) }
     }
@@ -431,6 +440,7 @@ public actor Coordinator {
     /// only that address's answers can have become ready).
     func publishAnswers(to address: UInt64) {
         let released = answers.release(address, published: publishedSeq)
+        if answers.hasDueSyncs { Task { await answerDueSyncs() } }
         guard !released.isEmpty else { return }
         for publisher in publishers { publisher([], released) }
     }

@@ -51,11 +51,23 @@ public protocol Durability: Sendable {
     var hasOtherWriters: Bool { get }
     /// In a cluster, the node that owns a listed client (the one it joined), if known.
     func owner(of client: ClientID) -> String?
+    /// Like ``append(_:generation:done:)``, for the batch of a command another node
+    /// forwarded (or one forwarded to another node and decided here in its stead): the
+    /// store records `forwardID` with it, and ``storedForward(_:)`` finds it from then on.
+    func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void)
+    /// The last seq of the stored batch of the forwarded command `forwardID`, if the log
+    /// holds one: that command is never applied again.
+    func storedForward(_ forwardID: String) -> Int?
 }
 
 extension Durability {
     public var hasOtherWriters: Bool { false }
     public func owner(of client: ClientID) -> String? { nil }
+    /// A store with no other writers is never forwarded a command.
+    public func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
+        append(batch, generation: generation, done: done)
+    }
+    public func storedForward(_ forwardID: String) -> Int? { nil }
 }
 
 /// A batch's commit, reported once from the store's thread: nil when durable, else why

@@ -52,6 +52,14 @@ public enum Command: Sendable, Equatable {
         }
     }
 
+    /// `sync`, `ping` and `clients`: answered from the state, never a change of it.
+    public var isQuery: Bool {
+        switch self {
+        case .sync, .ping, .clients: true
+        default: false
+        }
+    }
+
     /// Every wire name, for metrics and documentation.
     public static let allTypes = [
         "select", "tap", "push", "pop", "popToRoot", "scroll", "set",

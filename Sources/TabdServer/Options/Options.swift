@@ -56,6 +56,9 @@ public struct Options: Sendable {
     public var clusterPasswordFile: String?
     /// `--node-name`: this node's name in the cluster (default: host name and port).
     public var nodeName: String?
+    /// `--cluster-forwarding on|off`: send clients' commands to the node that writes the
+    /// room (on, the default), or have every node append its clients' commands itself.
+    public var clusterForwarding = true
     /// `--tls-cert` and `--tls-key`: serve HTTPS and WSS only (both or neither).
     public var tlsCertificate: String?
     public var tlsKey: String?
@@ -97,6 +100,10 @@ public struct Options: Sendable {
                              at these comma-separated nats:// URLs (excludes --state);
                              see docs/CLUSTER.md
       --node-name NAME       this node's name in the cluster (default: host name and port)
+      --cluster-forwarding on|off
+                             forward clients' commands to the node that wrote the
+                             room last, which appends them with its own (default on);
+                             off: every node appends its clients' commands itself
       --cluster-tls-ca FILE  speak to the engine over TLS (as tls:// URLs do), its
                              servers' certificates checked against the CAs in FILE
                              (PEM; default: the system's CAs)
@@ -233,7 +240,7 @@ public struct Options: Sendable {
 
     /// How a node reaches the cluster's engine: only with `--cluster`.
     private static let engineOptions = ["--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key",
-                                        "--cluster-creds", "--cluster-user", "--cluster-password-file"]
+                                        "--cluster-creds", "--cluster-user", "--cluster-password-file", "--cluster-forwarding"]
 
     /// Options that may be given more than once; their variables hold comma-separated lists.
     private static let repeatable: Set<String> = ["--allow-origin", "--trusted-proxy"]
@@ -247,7 +254,7 @@ public struct Options: Sendable {
         case "--cluster": ["--state"]
         case "--cluster-creds": ["--cluster-user", "--cluster-password-file", "--state"]
         case "--cluster-user", "--cluster-password-file": ["--cluster-creds", "--state"]
-        case "--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key": ["--state"]
+        case "--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key", "--cluster-forwarding": ["--state"]
         default: []
         }
     }
@@ -298,6 +305,10 @@ public struct Options: Sendable {
             let v = try value()
             guard Limits.isRoomID(v) else { throw UsageError("\(name) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
             nodeName = v
+        case "--cluster-forwarding":
+            let v = try value()
+            guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
+            clusterForwarding = v == "on"
         case "--cluster-tls-ca": clusterTLSCA = try nonEmpty()
         case "--cluster-tls-cert": clusterTLSCert = try nonEmpty()
         case "--cluster-tls-key": clusterTLSKey = try nonEmpty()

@@ -1,4 +1,5 @@
 import Cluster
+import Dispatch
 import Coordinator
 import Locking
 import Synchronization
@@ -38,6 +39,12 @@ actor Room: DirectoryRoom {
         case verifyStream
         /// A counted room's changed count is due to be reported.
         case presenceReport
+        /// Cluster: another node forwarded a command of its client (this node writes the room).
+        case forwarded(ForwardRequest)
+        /// Cluster: the writer's answer to a command this node forwarded.
+        case forwardAnswer(ForwardAnswer)
+        /// Cluster: forwards in flight may be late.
+        case forwardCheck
     }
 
     enum APICall: Sendable {
@@ -94,6 +101,22 @@ actor Room: DirectoryRoom {
 
     /// Answer addresses of HTTP calls have the top bit set; connections' never do.
     static let apiAddressBit: UInt64 = 1 << 63
+    /// Answer addresses of commands other nodes forwarded have the next bit set.
+    static let forwardAddressBit: UInt64 = 1 << 62
+
+    /// Cluster: where this node's clients' commands go (``ForwardingPlan``).
+    private var forwarding: ForwardingPlan?
+    /// Cluster: commands (and everything after them) that wait while forwards that failed
+    /// are decided here.
+    private var held: [Input] = []
+    private var forwardCheckArmed = false
+    /// Cluster: the sessions of the nodes that forward commands to this one.
+    private var forwardSessions = ForwardSessions()
+    /// Cluster: where the answer of each forwarded command goes, by answer address.
+    private let forwardReplies = Locked<[UInt64: (id: String, reply: String)]>([:])
+    private var nextForwardAddress: UInt64 = 0
+    /// Forwards made in this turn of the loop, sent together at its end (one message).
+    private var outgoing: (to: String, requests: [ForwardRequest])?
 
     init(id: RoomID, channel: ChannelID, registry: RoomRegistry, server: WebSocketServer, template: [TabInfo]?, predecessor: Room?) {
         self.id = id
@@ -147,10 +170,18 @@ actor Room: DirectoryRoom {
                             leaves.append(leave)
                         }
                     }
-                case let .command(connection, client, envelope):
-                    await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue)
-                case let .refused(connection, client, frame):
-                    await coordinator.answer(frame, client: client, to: connection.rawValue)
+                case .command, .refused:
+                    await route(input, coordinator: coordinator)
+                case let .forwarded(request):
+                    await decideForwarded(request, coordinator: coordinator)
+                case let .forwardAnswer(answer):
+                    let now = Self.uptime()
+                    if let steps = forwarding?.answered(answer, now: now) { await perform(steps, coordinator: coordinator) }
+                case .forwardCheck:
+                    forwardCheckArmed = false
+                    let now = Self.uptime()
+                    if let steps = forwarding?.expire(now: now) { await perform(steps, coordinator: coordinator) }
+                    armForwardCheck()
                 case let .api(call):
                     await handle(call, coordinator: coordinator)
                 case .idleCheck:
@@ -192,6 +223,7 @@ actor Room: DirectoryRoom {
                     return
                 }
             }
+            sendForwards()
             if !joins.isEmpty || !leaves.isEmpty { await presence(coordinator, joins: joins, leaves: leaves) }
             if retire {
                 log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
@@ -227,7 +259,8 @@ actor Room: DirectoryRoom {
         publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
         if let summary = loaded.summary { log.info(summary) }
         await attach(coordinator)
-        if let stream = loaded.stream {
+        if let stream = loaded.stream, let cluster = registry.cluster {
+            if settings.forwarding { forwarding = ForwardingPlan(node: cluster.name, incarnation: cluster.incarnation, room: id) }
             // Other nodes' batches from now on, and those that arrived while loading.
             let inbox = inbox
             stream.onForeignBatches { inbox.put([.absorb]) }
@@ -241,6 +274,7 @@ actor Room: DirectoryRoom {
     /// wake-up; answers to HTTP calls go to their responders.
     private func attach(_ coordinator: Coordinator) async {
         let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
+        let (forwardReplies, cluster) = (forwardReplies, registry.cluster)
         let counter = coordinator.counter
         await coordinator.addPublisher { [weak self] batches, answers in
             if let last = batches.last {
@@ -250,6 +284,7 @@ actor Room: DirectoryRoom {
             var replies: [(ConnectionID, OutgoingFrame)] = []
             replies.reserveCapacity(answers.count)
             var answeredCalls = 0
+            var forwardAnswers: [String: [ForwardAnswer]] = [:]
             for answer in answers {
                 if case let .error(_, e) = answer.frame {
                     metrics.error(e.code)
@@ -258,12 +293,123 @@ actor Room: DirectoryRoom {
                 if answer.to & Self.apiAddressBit != 0 {
                     responders.withLock { $0.removeValue(forKey: answer.to) }?.respond(RoomsAPI.response(for: answer.frame))
                     answeredCalls += 1
+                } else if answer.to & Self.forwardAddressBit != 0 {
+                    if let (forwardID, reply) = forwardReplies.withLock({ $0.removeValue(forKey: answer.to) }) {
+                        forwardAnswers[reply, default: []].append(ForwardAnswer(id: forwardID, room: id, frame: answer.frame))
+                    }
                 } else {
                     replies.append((ConnectionID(rawValue: answer.to), OutgoingFrame(answer.frame.bytes)))
                 }
             }
+            for (reply, answers) in forwardAnswers { cluster?.answer(answers, to: reply) }
             server.publish(batches.map { (OutgoingFrame($0.frameBytes), $0.lastSeq) }, on: channel, replies: replies)
             if answeredCalls > 0, let self, registry.release(self, answeredCalls) { self.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
+        }
+    }
+
+    // MARK: Forwarding (cluster)
+
+    static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// A client's command (or a frame refused before it became one): decided here, or
+    /// forwarded to the node that writes the room (``ForwardingPlan``). `sync`, `ping`,
+    /// `clients` and refusals are answered here, in their turn among the connection's
+    /// answers; while commands are held, everything after them is held too.
+    private func route(_ input: Input, coordinator: Coordinator) async {
+        guard forwarding != nil, let cluster = registry.cluster, let stream = clusterRoom else { return await decideHere(input, coordinator) }
+        if !held.isEmpty { held.append(input); return }
+        guard case let .command(connection, client, envelope) = input, !envelope.command.isQuery else {
+            return await decideHere(input, coordinator)
+        }
+        let now = Self.uptime()
+        switch forwarding!.route(writer: stream.lastWriter, isAlive: { cluster.isAlive($0) }, now: now) {
+        case .local:
+            await decideHere(input, coordinator)
+        case .hold:
+            held.append(input)
+        case let .forward(to, fresh):
+            // None of this node's own batches may come after the first forward.
+            if fresh, await coordinator.hasUnpublished { await coordinator.settled() }
+            let id = forwarding!.nextID()
+            let order = await coordinator.expectRemote(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue,
+                                                       forwardID: id)
+            let request = forwarding!.forward(envelope, client: client, to: to, fresh: fresh, address: connection.rawValue, order: order,
+                                              reply: cluster.forwardReply, now: Self.uptime())
+            if outgoing?.to != to { sendForwards() }
+            outgoing = (to, (outgoing?.requests ?? []) + [request])
+        }
+    }
+
+    /// Sends the forwards of this turn of the loop, in their order, in one message.
+    private func sendForwards() {
+        guard let (to, requests) = outgoing else { return }
+        outgoing = nil
+        registry.cluster?.forward(requests, to: to)
+        armForwardCheck()
+    }
+
+    private func decideHere(_ input: Input, _ coordinator: Coordinator) async {
+        switch input {
+        case let .command(connection, client, envelope):
+            await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue)
+        case let .refused(connection, client, frame):
+            await coordinator.answer(frame, client: client, to: connection.rawValue)
+        default:
+            break
+        }
+    }
+
+    /// Performs what the plan said of answers and timeouts, then lets held commands go
+    /// once nothing is being decided here any more.
+    private func perform(_ steps: [ForwardingPlan.Step], coordinator: Coordinator) async {
+        for step in steps {
+            switch step {
+            case let .settle(address, order, frame):
+                await coordinator.settleRemote(address, order: order, frame: frame)
+            case let .decideHere(address, order):
+                registry.cluster?.stats.forwardDecidedHere()
+                await coordinator.decideInstead(address, order: order)
+            }
+        }
+        guard forwarding?.draining == false, !held.isEmpty else { return }
+        let waiting = held
+        held = []
+        for (n, input) in waiting.enumerated() {
+            // Held again (another failure): so is everything after it.
+            if !held.isEmpty { held += waiting[n...]; break }
+            await route(input, coordinator: coordinator)
+        }
+    }
+
+    /// A command another node forwarded: decided here in its session's order.
+    private func decideForwarded(_ request: ForwardRequest, coordinator: Coordinator) async {
+        guard let cluster = registry.cluster else { return }
+        let now = Self.uptime()
+        forwarding?.wasForwarded(now: now)
+        cluster.stats.forwardReceived()
+        switch forwardSessions.admit(request, now: now) {
+        case .seen:
+            break
+        case .gap:
+            cluster.answer([ForwardAnswer(id: request.id, room: id, refused: "an earlier command of its session did not arrive")],
+                           to: request.reply)
+        case .decide:
+            nextForwardAddress += 1
+            let address = Self.forwardAddressBit | nextForwardAddress
+            forwardReplies.withLock { $0[address] = (request.id, request.reply) }
+            await coordinator.enqueue(request.envelope.command, by: request.client, ref: request.envelope.ref, replyTo: address,
+                                      forwardID: request.id)
+        }
+    }
+
+    /// Checks the forwards in flight for late ones every so often while there are any.
+    private func armForwardCheck() {
+        guard !forwardCheckArmed, let plan = forwarding, !plan.isIdle else { return }
+        forwardCheckArmed = true
+        let inbox = inbox
+        Task {
+            try? await Task.sleep(for: .milliseconds(250))
+            inbox.put([.forwardCheck])
         }
     }
 
@@ -426,7 +572,10 @@ actor Room: DirectoryRoom {
                     : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
             case let .delete(done):
                 done.signal()
-            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport:
+            case let .forwarded(request):
+                registry.cluster?.answer([ForwardAnswer(id: request.id, room: request.room, refused: "room '\(id)' is not open here")],
+                                         to: request.reply)
+            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport, .forwardAnswer, .forwardCheck:
                 break
             }
         }

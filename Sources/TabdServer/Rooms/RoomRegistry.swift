@@ -53,6 +53,8 @@ final class RoomRegistry: Sendable {
         /// `--presence-limit` and `--presence-interval` (milliseconds).
         var presenceLimit = Limits.maxClientsInSnapshot
         var presenceIntervalMS = 1_000
+        /// Cluster: clients' commands go to the room's writer (`--cluster-forwarding`).
+        var forwarding = true
     }
 
     typealias Refusal = RoomRefusal
@@ -214,6 +216,24 @@ final class RoomRegistry: Sendable {
         cluster.onReconnect { [weak self] in
             for room in self?.loadedRooms ?? [] { room.submit([.verifyStream]) }
         }
+        // Commands other nodes forward to this one go to the room if it is open here (a
+        // node that is not the room's writer any more refuses them: the sender decides
+        // them itself); answers go to the room that forwarded.
+        try cluster.onForwards(requests: { [weak self] requests in
+            for (room, group) in Self.byRoom(requests, \.room) {
+                if let loaded = self?.state.withLock({ $0.directory.loadedRoom(room) }) {
+                    loaded.submit(group.map { .forwarded($0) })
+                } else {
+                    for (reply, asked) in Self.byRoom(group, \.reply) {
+                        cluster.answer(asked.map { ForwardAnswer(id: $0.id, room: room, refused: "room '\(room)' is not open here") }, to: reply)
+                    }
+                }
+            }
+        }, answers: { [weak self] answers in
+            for (room, group) in Self.byRoom(answers, \.room) {
+                self?.state.withLock { $0.directory.loadedRoom(room) }?.submit(group.map { .forwardAnswer($0) })
+            }
+        })
         let sweep = DispatchSource.makeTimerSource(queue: .global())
         sweep.schedule(deadline: .now() + 1, repeating: 1)
         sweep.setEventHandler { [weak self] in
@@ -221,6 +241,18 @@ final class RoomRegistry: Sendable {
         }
         sweep.resume()
         return sweep
+    }
+
+    /// `items` grouped by `key`, each group in its order, the groups in order of first appearance.
+    private static func byRoom<T>(_ items: [T], _ key: (T) -> String) -> [(String, [T])] {
+        var order: [String] = []
+        var groups: [String: [T]] = [:]
+        for item in items {
+            let k = key(item)
+            if groups[k] == nil { order.append(k) }
+            groups[k, default: []].append(item)
+        }
+        return order.map { ($0, groups[$0]!) }
     }
 
     /// Another node deleted room `id`: its clients here are closed with 4404 and it is

@@ -1,0 +1,156 @@
+import Coordinator
+import Testing
+@testable import Cluster
+
+/// Forwarding's rules without an engine: where a command goes, what an answer, a refusal
+/// or a late answer does to the forwards in flight, the writer's order per session, the
+/// wire format, and the stream's record of which forwarded commands it holds.
+@Suite struct CommandForwardingTests {
+    typealias Plan = ForwardingPlan
+    static let alive: @Sendable (String) -> Bool = { _ in true }
+    static let second: UInt64 = 1_000_000_000
+
+    static func envelope(_ tab: TabID = "home", ref: String? = nil) -> CommandEnvelope { CommandEnvelope(ref: ref, command: .tap(tab: tab)) }
+
+    /// Forwards `n` commands (addresses 1…n, waits 1…n) to `to` at `now`.
+    static func forward(_ plan: inout Plan, _ n: Int, to: String = "n2", now: UInt64 = 0) -> [ForwardRequest] {
+        (1...n).map { i in
+            guard case let .forward(target, fresh) = plan.route(writer: to, isAlive: alive, now: now) else {
+                Issue.record("not forwarded")
+                return ForwardRequest(id: "", room: "", client: "", envelope: envelope(), session: "", order: 0, reply: "")
+            }
+            return plan.forward(envelope(), client: "c1", to: target, fresh: fresh, address: UInt64(i), order: i, reply: "r", now: now)
+        }
+    }
+
+    @Test func commandsGoToTheRoomsWriterUnlessThisNodeWritesIt() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        #expect(plan.route(writer: nil, isAlive: Self.alive, now: 0) == .local, "nobody has written: decided here")
+        #expect(plan.route(writer: "n1", isAlive: Self.alive, now: 0) == .local, "this node wrote last")
+        #expect(plan.route(writer: "n2", isAlive: { $0 != "n2" }, now: 0) == .local, "a dead writer is not asked")
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 0) == .forward(to: "n2", fresh: true))
+        // A node other nodes forward to writes its own clients' commands too.
+        plan.wasForwarded(now: 10)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 10 + Plan.writerNanoseconds / 2) == .local)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 10 + Plan.writerNanoseconds) == .forward(to: "n2", fresh: true))
+    }
+
+    @Test func aNodeThatBecomesTheWriterLetsItsOwnForwardsFinishThenDecidesHere() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        let sent = Self.forward(&plan, 2)
+        plan.wasForwarded(now: 5)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 6) == .hold, "no more forwards, none decided before them")
+        _ = plan.answered(ForwardAnswer(id: sent[0].id, room: "r", frame: .ack(ref: nil, seq: 3)), now: 7)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 7) == .hold)
+        _ = plan.answered(ForwardAnswer(id: sent[1].id, room: "r", frame: .ack(ref: nil, seq: 4)), now: 8)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 8) == .local)
+    }
+
+    @Test func forwardsInFlightKeepTheirTargetAndSessionInOrder() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        let sent = Self.forward(&plan, 3)
+        #expect(sent.map(\.order) == [0, 1, 2] && Set(sent.map(\.session)).count == 1)
+        #expect(Set(sent.map(\.id)).count == 3 && sent.allSatisfy { $0.room == "r" && $0.reply == "r" })
+        // The stream's last writer changed meanwhile: the forwards in flight decide where
+        // the next goes (the writer decides a session only in order).
+        #expect(plan.route(writer: "n3", isAlive: Self.alive, now: 0) == .forward(to: "n2", fresh: false))
+        // Answers are taken in any order; once none is in flight, a new session begins.
+        for request in sent.reversed() {
+            let steps = plan.answered(ForwardAnswer(id: request.id, room: "r", frame: .ack(ref: nil, seq: 9)), now: 1)
+            #expect(steps.count == 1)
+        }
+        #expect(plan.isIdle)
+        let next = Self.forward(&plan, 1, to: "n3")
+        #expect(next[0].order == 0 && next[0].session != sent[0].session)
+    }
+
+    @Test func aLateForwardIsDecidedHereWithEveryLaterOneInOrderAndNewCommandsWait() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        let sent = Self.forward(&plan, 4)
+        #expect(plan.expire(now: Plan.timeoutNanoseconds - 1).isEmpty)
+        // The second is answered; the first is late: it and the third and fourth are
+        // decided here (nothing after a missing one is decided by the writer).
+        #expect(plan.answered(ForwardAnswer(id: sent[1].id, room: "r", frame: .ack(ref: nil, seq: 5)), now: 1)
+            == [.settle(address: 2, order: 2, frame: .ack(ref: nil, seq: 5))])
+        let steps = plan.expire(now: Plan.timeoutNanoseconds)
+        #expect(steps == [.decideHere(address: 1, order: 1), .decideHere(address: 3, order: 3), .decideHere(address: 4, order: 4)])
+        #expect(plan.isIdle && !plan.draining)
+        // The writer that did not answer is not asked again for a while.
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: Plan.timeoutNanoseconds + 1) == .local)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: Plan.timeoutNanoseconds + Plan.penaltyNanoseconds)
+            == .forward(to: "n2", fresh: true))
+    }
+
+    @Test func aRefusalDecidesItHereOnlyAfterEveryEarlierForwardIsSettled() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        let sent = Self.forward(&plan, 3)
+        // The second is refused (the first never reached the writer): the second and third
+        // wait for the first, and new commands wait until all three are settled.
+        #expect(plan.answered(ForwardAnswer(id: sent[1].id, room: "r", refused: "gap"), now: 1).isEmpty)
+        #expect(plan.draining && plan.route(writer: "n2", isAlive: Self.alive, now: 1) == .hold)
+        // A late answer to the third still counts: the writer decided it.
+        #expect(plan.answered(ForwardAnswer(id: sent[2].id, room: "r", frame: .error(ref: nil, .unknownTab("x"))), now: 2)
+            == [.settle(address: 3, order: 3, frame: .error(ref: nil, .unknownTab("x")))])
+        #expect(plan.answered(ForwardAnswer(id: sent[0].id, room: "r", frame: .ack(ref: nil, seq: 4)), now: 3)
+            == [.settle(address: 1, order: 1, frame: .ack(ref: nil, seq: 4)), .decideHere(address: 2, order: 2)])
+        #expect(plan.isIdle && !plan.draining)
+        #expect(plan.answered(ForwardAnswer(id: sent[1].id, room: "r", frame: .ack(ref: nil, seq: 5)), now: 4).isEmpty,
+                "an answer after it was decided here changes nothing (the stream's record of its id does)")
+    }
+
+    @Test func theWriterDecidesEachSessionInOrderOnlyFromItsStart() {
+        var sessions = ForwardSessions()
+        func request(_ session: String, _ order: Int) -> ForwardRequest {
+            ForwardRequest(id: "\(session)-\(order)", room: "r", client: "c1", envelope: CommandForwardingTests.envelope(), session: session,
+                           order: order, reply: "r")
+        }
+        #expect(sessions.admit(request("a", 1), now: 0) == .gap, "a session is taken only from its first command")
+        #expect(sessions.admit(request("a", 0), now: 0) == .decide)
+        #expect(sessions.admit(request("a", 1), now: 0) == .decide)
+        #expect(sessions.admit(request("a", 1), now: 0) == .seen)
+        #expect(sessions.admit(request("a", 3), now: 0) == .gap, "the third never came: the fourth is refused")
+        #expect(sessions.admit(request("a", 2), now: 0) == .decide)
+        #expect(sessions.admit(request("b", 0), now: 0) == .decide, "sessions are apart")
+    }
+
+    @Test func requestsAndAnswersSurviveTheWire() throws {
+        let request = ForwardRequest(id: "n1:i:r:f3", room: "r", client: "c7",
+                                     envelope: CommandEnvelope(ref: "x\"y", command: .set(tab: nil, key: "k", value: .array([.int(1), .null]))),
+                                     session: "n1:i:r:2", order: 5, reply: "tabd.fwdr.n1.i")
+        #expect(try ForwardRequest(bytes: request.bytes) == request)
+        for answer in [ForwardAnswer(id: "a", room: "r", frame: .ack(ref: "1", seq: 12)),
+                       ForwardAnswer(id: "a", room: "r", frame: .error(ref: nil, .invalid("no"))),
+                       ForwardAnswer(id: "a", room: "r", refused: "not open")] {
+            #expect(try ForwardAnswer(bytes: answer.bytes) == answer)
+        }
+        #expect(throws: (any Error).self) { try ForwardRequest(bytes: Array("{\"id\":1}".utf8)) }
+        #expect(throws: (any Error).self) { try ForwardAnswer(bytes: Array("{\"id\":\"a\",\"room\":\"r\",\"frame\":{\"type\":\"pong\",\"ref\":null}}".utf8)) }
+        #expect(throws: (any Error).self) { try ForwardAnswer(bytes: Array("not json".utf8)) }
+    }
+
+    // MARK: The stream's record
+
+    @Test func aMessageNamesItsForwardedBatchesAndEveryNodeLearnsThemFromTheStream() throws {
+        var m = try ClusterRoomMachineTests.machine(depth: 1)
+        let first = ClusterRoomMachineTests.batch(1)
+        let p1 = try #require(ClusterRoomMachineTests.publication(m.append(first, generation: 0, waiter: 1, forwardID: "n2:i:r:f1")))
+        // Queued behind it: one forwarded, one not, in one group.
+        _ = m.append(ClusterRoomMachineTests.batch(2), generation: 0, waiter: 2)
+        _ = m.append(ClusterRoomMachineTests.batch(3), generation: 0, waiter: 3, forwardID: "n3:i:r:f9")
+        #expect(p1.forwardsHeader == "1=n2:i:r:f1")
+        let p2 = try #require(ClusterRoomMachineTests.publication(m.published(p1, .stored(seq: 2), now: 0)))
+        #expect(p2.batches.count == 2 && p2.forwardsHeader == "3=n3:i:r:f9")
+        #expect(m.storedForward("n2:i:r:f1") == nil, "known once delivered, not when stored")
+        _ = m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "n1", messageID: p1.messageID, forwards: p1.forwardsHeader,
+                                         data: p1.data), now: 1)
+        #expect(m.storedForward("n2:i:r:f1") == 1 && m.lastWriter == "n1")
+        // Another node's message: its header is learned too (a seq outside it is not).
+        let other = ClusterRoomMachineTests.batch(2, offset: 5)
+        _ = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n3", forwards: "2=n1:i:r:f4,9=n1:i:r:f5,junk",
+                                         data: other.frameBytes), now: 2)
+        #expect(m.storedForward("n1:i:r:f4") == 2 && m.storedForward("n1:i:r:f5") == nil)
+        #expect(m.lastWriter == "n3")
+    }
+
+    typealias Machine = ClusterRoomMachine
+}
