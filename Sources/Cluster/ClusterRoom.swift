@@ -257,8 +257,8 @@ public final class ClusterRoom: Durability, Sendable {
 
     public func storedForward(_ forwardID: String) -> Int? { state.withLock { $0.machine.storedForward(forwardID) } }
 
-    /// The node that wrote the room's last message delivered here.
-    public var lastWriter: String? { state.withLock { $0.machine.lastWriter } }
+    /// The room's writer as the messages delivered here say (``ClusterRoomMachine/writer``).
+    public var writer: String? { state.withLock { $0.machine.writer } }
 
     // MARK: The stream
 

@@ -203,9 +203,14 @@ package struct ClusterRoomMachine: Sendable {
     package private(set) var broken: String?
     /// Publications another node's batch got ahead of.
     package private(set) var conflicts = 0
-    /// The node that wrote the last message delivered: the room's writer, to which other
-    /// nodes forward their clients' commands.
+    /// The node that wrote the last message delivered.
     package private(set) var lastWriter: String?
+    /// The writers of the last ``writerWindow`` messages delivered, oldest first from
+    /// `recentHead` on (a ring).
+    private var recentWriters: [String] = []
+    private var recentHead = 0
+    /// How many of the latest messages ``writer`` counts.
+    package static let writerWindow = 64
     /// The forwarded commands the stream holds, by id: the room seq their batch ends at.
     private var storedForwards: [String: Int] = [:]
     /// The same ids, oldest first (from `forwardHead` on), for forgetting the oldest.
@@ -447,7 +452,15 @@ package struct ClusterRoomMachine: Sendable {
     package mutating func delivered(_ message: Delivery, now: UInt64) -> [Action] {
         guard message.streamSeq > delivered, broken == nil else { return [] } // seen already (a refollow)
         lastDelivery = now
-        if let writer = message.writer { lastWriter = writer }
+        if let writer = message.writer {
+            lastWriter = writer
+            if recentWriters.count < Self.writerWindow {
+                recentWriters.append(writer)
+            } else {
+                recentWriters[recentHead] = writer
+                recentHead = (recentHead + 1) % Self.writerWindow
+            }
+        }
         var reports: [Action] = []
         var others = false
         var snapshot: SnapshotRecord?
@@ -507,6 +520,23 @@ package struct ClusterRoomMachine: Sendable {
         if others { actions.append(.foreignBatches) }
         if let snapshot { actions.append(.storeSnapshot(snapshot)) }
         return actions
+    }
+
+    /// The room's writer, to which other nodes forward their clients' commands: the node
+    /// that wrote most of the latest ``writerWindow`` messages (of several alike, the one
+    /// that wrote last). One join on another node does not move it; a writer that stopped
+    /// writing loses it as the others append.
+    package var writer: String? {
+        var counts: [String: Int] = [:]
+        for w in recentWriters { counts[w, default: 0] += 1 }
+        guard let most = counts.values.max() else { return lastWriter }
+        if let last = lastWriter, counts[last] == most { return last }
+        // The most recent of those with the most.
+        for i in 0..<recentWriters.count {
+            let w = recentWriters[(recentHead + recentWriters.count - 1 - i) % recentWriters.count]
+            if counts[w] == most { return w }
+        }
+        return lastWriter
     }
 
     /// The room seq the batch of the forwarded command `id` ends at, if the stream holds it

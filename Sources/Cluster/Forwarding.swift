@@ -1,7 +1,7 @@
 import Coordinator
 
 // Forwarding: a node sends its clients' commands for a room to the node that writes the
-// room's stream (the writer of its last message), which decides them with its own and
+// room's stream (``ClusterRoomMachine/writer``: most of its latest messages), which decides them with its own and
 // appends them in its groups, so that the nodes of a room with clients everywhere do not
 // race each other for every seq. The rules (docs/CLUSTER.md, "Writers on several nodes"):
 //
@@ -182,7 +182,7 @@ package struct ForwardingPlan: Sendable {
     package var isIdle: Bool { inFlight.isEmpty }
     package var inFlightCount: Int { inFlight.count }
 
-    /// Where a command goes at `now`, given the room's last writer and whether it is alive.
+    /// Where a command goes at `now`, given the room's writer and whether it is alive.
     package mutating func route(writer: String?, isAlive: (String) -> Bool, now: UInt64) -> Route {
         if draining { return .hold }
         // Commands are forwarded to this node: it is the writer, whatever it has seen last

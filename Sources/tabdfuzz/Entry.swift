@@ -20,6 +20,7 @@ let targets: [String: @Sendable ([UInt8]) -> Void] = [
     "frames": FramesTarget.run,
     "api": APITarget.run,
     "forwarded": ForwardedTarget.run,
+    "engine": EngineTarget.run,
 ]
 
 nonisolated(unsafe) var selected: (@Sendable ([UInt8]) -> Void)?

@@ -152,5 +152,22 @@ import Testing
         #expect(m.lastWriter == "n3")
     }
 
+    @Test func theWriterIsTheNodeThatWroteMostOfTheLatestMessages() throws {
+        var m = try ClusterRoomMachineTests.machine()
+        #expect(m.writer == nil)
+        var seq = 0
+        func deliver(_ writer: String) {
+            seq += 1
+            _ = m.delivered(ClusterRoomMachineTests.delivery(UInt64(seq + 1), ClusterRoomMachineTests.batch(seq), writer: writer), now: 0)
+        }
+        for _ in 0..<10 { deliver("n1") }
+        deliver("n2")
+        #expect(m.lastWriter == "n2" && m.writer == "n1", "one message of another node does not move the writer")
+        for _ in 0..<9 { deliver("n2") }
+        #expect(m.writer == "n2", "ten and ten: the one that wrote last")
+        for _ in 0..<Machine.writerWindow { deliver("n3") }
+        #expect(m.writer == "n3", "only the latest messages count")
+    }
+
     typealias Machine = ClusterRoomMachine
 }

@@ -322,7 +322,7 @@ actor Room: DirectoryRoom {
             return await decideHere(input, coordinator)
         }
         let now = Self.uptime()
-        switch forwarding!.route(writer: stream.lastWriter, isAlive: { cluster.isAlive($0) }, now: now) {
+        switch forwarding!.route(writer: stream.writer, isAlive: { cluster.isAlive($0) }, now: now) {
         case .local:
             await decideHere(input, coordinator)
         case .hold:
