@@ -362,6 +362,10 @@ actor Room: DirectoryRoom {
     /// Performs what the plan said of answers and timeouts, then lets held commands go
     /// once nothing is being decided here any more.
     private func perform(_ steps: [ForwardingPlan.Step], coordinator: Coordinator) async {
+        let here = steps.count { if case .decideHere = $0 { true } else { false } }
+        if here > 0 {
+            log.info("room '\(id)': \(here) forwarded command\(here == 1 ? "" : "s") not answered in time (or refused) by the room's writer; deciding \(here == 1 ? "it" : "them") here")
+        }
         for step in steps {
             switch step {
             case let .settle(address, order, frame):
