@@ -172,27 +172,35 @@ public final class ClusterNode: Sendable {
         } catch { throw Failure("cannot hear forwarded commands: \(error)") }
     }
 
-    /// Sends clients' commands to `node`, the room's writer, in one message (one per line:
-    /// compact JSON holds no raw line feed).
+    /// Sends clients' commands to `node`, the room's writer, in as few messages as fit (one
+    /// command per line: compact JSON holds no raw line feed).
     package func forward(_ requests: [ForwardRequest], to node: String) {
-        guard !requests.isEmpty else { return }
         stats.forwarded(requests.count)
-        client.publishCore(subject: EngineNames.forwardPrefix + node, data: Self.joined(requests.map(\.bytes)))
+        for message in Self.messages(requests.map(\.bytes)) { client.publishCore(subject: EngineNames.forwardPrefix + node, data: message) }
     }
 
-    /// Answers forwarded commands of one node, in one message.
+    /// Answers forwarded commands of one node, in as few messages as fit.
     package func answer(_ answers: [ForwardAnswer], to reply: String) {
-        guard !answers.isEmpty else { return }
-        client.publishCore(subject: reply, data: Self.joined(answers.map(\.bytes)))
+        for message in Self.messages(answers.map(\.bytes)) { client.publishCore(subject: reply, data: message) }
     }
 
-    private static func joined(_ lines: [[UInt8]]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(lines.reduce(0) { $0 + $1.count + 1 })
-        for (i, line) in lines.enumerated() {
-            if i > 0 { out.append(0x0A) }
-            out += line
+    /// A message of forwards carries lines up to this many bytes (the engine takes 1 MB by
+    /// default; a single larger line goes alone, and is refused there).
+    static let maxForwardMessageBytes = 256 * 1024
+
+    /// `lines` joined by line feeds, in messages of at most ``maxForwardMessageBytes``.
+    static func messages(_ lines: [[UInt8]]) -> [[UInt8]] {
+        var out: [[UInt8]] = []
+        var current: [UInt8] = []
+        for line in lines {
+            if !current.isEmpty, current.count + 1 + line.count > maxForwardMessageBytes {
+                out.append(current)
+                current = []
+            }
+            if !current.isEmpty { current.append(0x0A) }
+            current += line
         }
+        if !current.isEmpty { out.append(current) }
         return out
     }
 

@@ -128,6 +128,14 @@ import Testing
         #expect(throws: (any Error).self) { try ForwardAnswer(bytes: Array("not json".utf8)) }
     }
 
+    @Test func forwardsGoInMessagesThatFitTheEngine() {
+        let line = [UInt8](repeating: 0x61, count: ClusterNode.maxForwardMessageBytes / 3 - 1) // three and their line feeds fit
+        let messages = ClusterNode.messages(Array(repeating: line, count: 7))
+        #expect(messages.count == 3 && messages.allSatisfy { $0.count <= ClusterNode.maxForwardMessageBytes })
+        #expect(messages.flatMap { $0.split(separator: 0x0A) }.count == 7, "every line, once")
+        #expect(ClusterNode.messages([]).isEmpty)
+    }
+
     // MARK: The stream's record
 
     @Test func aMessageNamesItsForwardedBatchesAndEveryNodeLearnsThemFromTheStream() throws {

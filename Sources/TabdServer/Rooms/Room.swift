@@ -1,6 +1,6 @@
 import Cluster
-import Dispatch
 import Coordinator
+import Dispatch
 import Locking
 import Synchronization
 import WebSockets
