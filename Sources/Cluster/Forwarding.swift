@@ -12,9 +12,13 @@ import Coordinator
 //   sure that the one who decides it has read everything stored before.
 // - The commands a node forwards for a room are one session, numbered from 0; the
 //   writer decides them only in that order (a gap, a message lost by NATS, is refused).
-// - A command not answered in time (or refused) is decided by the node that forwarded it,
-//   in its order, after every earlier one; new commands wait meanwhile. Nothing is lost,
-//   nothing applied twice, and each client's commands keep their order.
+// - A command not answered is sent again, with the same id and number, while its writer
+//   lives (the writer answers a command it has answered already again). One the writer
+//   refused, or whose writer died, is decided by the node that forwarded it, in its order,
+//   after every earlier one; new commands wait meanwhile. Nothing is lost, nothing applied
+//   twice, and each client's commands keep their order. (Not after a mere timeout: the
+//   writer may still decide a command it was slow to answer, and a decision here that
+//   changes nothing leaves no trace in the stream to stop it.)
 
 /// A client's command, forwarded to the node that writes the room.
 package struct ForwardRequest: Sendable, Equatable {
@@ -133,27 +137,35 @@ package struct ForwardingPlan: Sendable {
         case hold
     }
 
-    /// What the room does with an answer or a timeout.
+    /// What the room does with an answer, a refusal or a writer's death.
     package enum Step: Equatable, Sendable {
         /// The writer's answer: the forward's wait takes it.
         case settle(address: UInt64, order: Int, frame: ServerFrame)
-        /// Not decided there (refused, or no answer in time): decide it here, now.
+        /// Not decided there (refused, or its writer died): decide it here, now.
         case decideHere(address: UInt64, order: Int)
     }
 
     private struct InFlight: Sendable {
-        let id: String
+        let request: ForwardRequest
+        var id: String { request.id }
         let address: UInt64
         /// The coordinator's name for the forward's wait.
         let order: Int
-        let deadline: UInt64
+        /// When it was first sent, and when it is sent again if no answer has come.
+        let sentAt: UInt64
+        var resendAt: UInt64
         var decideHere = false
     }
 
-    /// How long a forward waits for its answer.
-    package static let timeoutNanoseconds: UInt64 = 2_000_000_000
-    /// A writer that did not answer is not forwarded to again for this long.
+    /// How long a forward waits for its answer before it is sent again.
+    package static let resendNanoseconds: UInt64 = 1_000_000_000
+    /// A writer that refused a command is not forwarded to again for this long.
     package static let penaltyNanoseconds: UInt64 = 5_000_000_000
+    /// A node that has never answered a forward of this room and leaves one unanswered this
+    /// long does not take forwards (a tabd from before forwarding): given up on, and not
+    /// forwarded to again for ``silentPenaltyNanoseconds``.
+    package static let silentNanoseconds: UInt64 = 10_000_000_000
+    package static let silentPenaltyNanoseconds: UInt64 = 600_000_000_000
     /// A node that was forwarded commands this recently writes its own clients' too.
     package static let writerNanoseconds: UInt64 = 1_000_000_000
 
@@ -171,6 +183,8 @@ package struct ForwardingPlan: Sendable {
     /// Set after a failure until every forward in flight is settled or decided here.
     package private(set) var draining = false
     private var penalties: [String: UInt64] = [:]
+    /// The nodes that have answered a forward (or refused one): they take forwards.
+    private var answering: Set<String> = []
     private var lastForwardedTo: UInt64?
 
     package init(node: String, incarnation: String, room: RoomID) {
@@ -209,7 +223,7 @@ package struct ForwardingPlan: Sendable {
         let id = "\(prefix):f\(forwarded)"
         let request = ForwardRequest(id: id, room: room, client: client, envelope: envelope, session: session, order: nextOrder, reply: reply)
         nextOrder += 1
-        inFlight.append(InFlight(id: id, address: address, order: order, deadline: now + Self.timeoutNanoseconds))
+        inFlight.append(InFlight(request: request, address: address, order: order, sentAt: now, resendAt: now + Self.resendNanoseconds))
         return request
     }
 
@@ -222,6 +236,7 @@ package struct ForwardingPlan: Sendable {
     /// The writer's answer.
     package mutating func answered(_ answer: ForwardAnswer, now: UInt64) -> [Step] {
         guard let i = inFlight.firstIndex(where: { $0.id == answer.id }) else { return [] }
+        if let target { answering.insert(target) }
         if let frame = answer.frame {
             let settled = inFlight.remove(at: i)
             return [.settle(address: settled.address, order: settled.order, frame: frame)] + decideDue()
@@ -229,18 +244,28 @@ package struct ForwardingPlan: Sendable {
         return fail(from: i, now: now)
     }
 
-    /// Forwards past their deadline at `now` are decided here, with every later one.
-    package mutating func expire(now: UInt64) -> [Step] {
-        guard let i = inFlight.firstIndex(where: { !$0.decideHere && now >= $0.deadline }) else { return [] }
-        return fail(from: i, now: now)
+    /// The check at `now`: when the writer is dead (`isAlive` says so), every forward in
+    /// flight is decided here (`steps`); else the forwards unanswered for a while are sent
+    /// again (`resend`, in order, unchanged).
+    package mutating func check(now: UInt64, isAlive: (String) -> Bool) -> (steps: [Step], resend: [ForwardRequest]) {
+        guard let target, !inFlight.isEmpty else { return ([], []) }
+        if !isAlive(target), let i = inFlight.firstIndex(where: { !$0.decideHere }) { return (fail(from: i, now: now), []) }
+        if !answering.contains(target), let i = inFlight.firstIndex(where: { !$0.decideHere }), now &- inFlight[i].sentAt >= Self.silentNanoseconds {
+            let steps = fail(from: i, now: now)
+            penalties[target] = now + Self.silentPenaltyNanoseconds
+            return (steps, [])
+        }
+        var resend: [ForwardRequest] = []
+        for i in inFlight.indices where !inFlight[i].decideHere && now >= inFlight[i].resendAt {
+            inFlight[i].resendAt = now + Self.resendNanoseconds
+            resend.append(inFlight[i].request)
+        }
+        return ([], resend)
     }
 
-    /// The earliest deadline of a forward in flight, to check again then.
-    package var nextDeadline: UInt64? { inFlight.filter { !$0.decideHere }.map(\.deadline).min() }
-
-    /// Forward `i` was refused or is late: it and every later one are decided here (the
-    /// writer decides a session only in order, so none after a missing one). The writer
-    /// may still have decided some of them: the stream's record of their ids says so.
+    /// Forward `i` was refused or its writer died: it and every later one are decided here
+    /// (the writer decides a session only in order: after a refused one, none). A dead
+    /// writer may have decided some of them: the stream's record of their ids says so.
     private mutating func fail(from i: Int, now: UInt64) -> [Step] {
         for j in i..<inFlight.count { inFlight[j].decideHere = true }
         draining = true

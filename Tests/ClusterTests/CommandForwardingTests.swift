@@ -2,8 +2,8 @@ import Coordinator
 import Testing
 @testable import Cluster
 
-/// Forwarding's rules without an engine: where a command goes, what an answer, a refusal
-/// or a late answer does to the forwards in flight, the writer's order per session, the
+/// Forwarding's rules without an engine: where a command goes, what an answer, a refusal,
+/// a missing answer or the writer's death does to the forwards in flight, the writer's order per session, the
 /// wire format, and the stream's record of which forwarded commands it holds.
 @Suite struct CommandForwardingTests {
     typealias Plan = ForwardingPlan
@@ -64,21 +64,37 @@ import Testing
         #expect(next[0].order == 0 && next[0].session != sent[0].session)
     }
 
-    @Test func aLateForwardIsDecidedHereWithEveryLaterOneInOrderAndNewCommandsWait() {
+    @Test func anUnansweredForwardIsSentAgainWhileItsWriterLivesAndDecidedHereOnceItDied() {
         var plan = Plan(node: "n1", incarnation: "i1", room: "r")
         let sent = Self.forward(&plan, 4)
-        #expect(plan.expire(now: Plan.timeoutNanoseconds - 1).isEmpty)
-        // The second is answered; the first is late: it and the third and fourth are
-        // decided here (nothing after a missing one is decided by the writer).
+        #expect(plan.check(now: Plan.resendNanoseconds - 1, isAlive: Self.alive) == ([], []))
         #expect(plan.answered(ForwardAnswer(id: sent[1].id, room: "r", frame: .ack(ref: nil, seq: 5)), now: 1)
             == [.settle(address: 2, order: 2, frame: .ack(ref: nil, seq: 5))])
-        let steps = plan.expire(now: Plan.timeoutNanoseconds)
-        #expect(steps == [.decideHere(address: 1, order: 1), .decideHere(address: 3, order: 3), .decideHere(address: 4, order: 4)])
-        #expect(plan.isIdle && !plan.draining)
-        // The writer that did not answer is not asked again for a while.
-        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: Plan.timeoutNanoseconds + 1) == .local)
-        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: Plan.timeoutNanoseconds + Plan.penaltyNanoseconds)
-            == .forward(to: "n2", fresh: true))
+        // No answer is no refusal: the writer may still decide them. Sent again, unchanged.
+        let again = plan.check(now: Plan.resendNanoseconds, isAlive: Self.alive)
+        #expect(again.steps.isEmpty && again.resend == [sent[0], sent[2], sent[3]])
+        #expect(plan.check(now: Plan.resendNanoseconds + 1, isAlive: Self.alive) == ([], []), "once a second")
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: Plan.resendNanoseconds + 1) == .forward(to: "n2", fresh: false))
+        // The writer died: it decides nothing more, they are decided here, in order.
+        let dead = plan.check(now: Plan.resendNanoseconds + 2, isAlive: { $0 != "n2" })
+        #expect(dead.steps == [.decideHere(address: 1, order: 1), .decideHere(address: 3, order: 3), .decideHere(address: 4, order: 4)])
+        #expect(dead.resend.isEmpty && plan.isIdle && !plan.draining)
+        #expect(plan.route(writer: "n2", isAlive: { $0 != "n2" }, now: Plan.resendNanoseconds + 3) == .local)
+    }
+
+    @Test func aNodeThatNeverAnswersAForwardIsGivenUpOn() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        _ = Self.forward(&plan, 2)
+        // A tabd from before forwarding: alive, and silent.
+        #expect(plan.check(now: Plan.silentNanoseconds - 1, isAlive: Self.alive).steps.isEmpty)
+        #expect(plan.check(now: Plan.silentNanoseconds, isAlive: Self.alive).steps
+            == [.decideHere(address: 1, order: 1), .decideHere(address: 2, order: 2)])
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: Plan.silentNanoseconds + Plan.penaltyNanoseconds) == .local)
+        // One that has answered before is waited for as long as it lives.
+        var other = Plan(node: "n1", incarnation: "i1", room: "r")
+        let sent = Self.forward(&other, 2)
+        _ = other.answered(ForwardAnswer(id: sent[0].id, room: "r", frame: .ack(ref: nil, seq: 3)), now: 1)
+        #expect(other.check(now: 10 * Plan.silentNanoseconds, isAlive: Self.alive).steps.isEmpty)
     }
 
     @Test func aRefusalDecidesItHereOnlyAfterEveryEarlierForwardIsSettled() {

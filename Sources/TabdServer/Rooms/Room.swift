@@ -112,8 +112,24 @@ actor Room: DirectoryRoom {
     private var forwardCheckArmed = false
     /// Cluster: the sessions of the nodes that forward commands to this one.
     private var forwardSessions = ForwardSessions()
-    /// Cluster: where the answer of each forwarded command goes, by answer address.
-    private let forwardReplies = Locked<[UInt64: (id: String, reply: String)]>([:])
+    /// Cluster: where the answer of each forwarded command goes, by answer address, and the
+    /// latest answers sent (a command sent again is answered again).
+    private let forwardReplies = Locked(ForwardReplies())
+
+    struct ForwardReplies {
+        var pending: [UInt64: (id: String, reply: String)] = [:]
+        var sent: [String: ForwardAnswer] = [:]
+        var sentOrder: [String] = []
+        static let kept = 10_000
+
+        mutating func answered(_ answer: ForwardAnswer) {
+            if sent.updateValue(answer, forKey: answer.id) == nil { sentOrder.append(answer.id) }
+            if sentOrder.count > Self.kept * 2 {
+                for id in sentOrder.prefix(Self.kept) { sent[id] = nil }
+                sentOrder.removeFirst(Self.kept)
+            }
+        }
+    }
     private var nextForwardAddress: UInt64 = 0
     /// Forwards made in this turn of the loop, sent together at its end (one message).
     private var outgoing: (to: String, requests: [ForwardRequest])?
@@ -179,8 +195,10 @@ actor Room: DirectoryRoom {
                     if let steps = forwarding?.answered(answer, now: now) { await perform(steps, coordinator: coordinator) }
                 case .forwardCheck:
                     forwardCheckArmed = false
-                    let now = Self.uptime()
-                    if let steps = forwarding?.expire(now: now) { await perform(steps, coordinator: coordinator) }
+                    if let cluster = registry.cluster, let (steps, resend) = forwarding?.check(now: Self.uptime(), isAlive: { cluster.isAlive($0) }) {
+                        if let target = forwarding?.target, !resend.isEmpty { cluster.forward(resend, to: target) }
+                        await perform(steps, coordinator: coordinator)
+                    }
                     armForwardCheck()
                 case let .api(call):
                     await handle(call, coordinator: coordinator)
@@ -294,8 +312,15 @@ actor Room: DirectoryRoom {
                     responders.withLock { $0.removeValue(forKey: answer.to) }?.respond(RoomsAPI.response(for: answer.frame))
                     answeredCalls += 1
                 } else if answer.to & Self.forwardAddressBit != 0 {
-                    if let (forwardID, reply) = forwardReplies.withLock({ $0.removeValue(forKey: answer.to) }) {
-                        forwardAnswers[reply, default: []].append(ForwardAnswer(id: forwardID, room: id, frame: answer.frame))
+                    let forwarded = ForwardAnswer(id: "", room: id, frame: answer.frame)
+                    if let (reply, answer) = forwardReplies.withLock({ f -> (String, ForwardAnswer)? in
+                        guard let (forwardID, reply) = f.pending.removeValue(forKey: answer.to) else { return nil }
+                        var answer = forwarded
+                        answer.id = forwardID
+                        f.answered(answer)
+                        return (reply, answer)
+                    }) {
+                        forwardAnswers[reply, default: []].append(answer)
                     }
                 } else {
                     replies.append((ConnectionID(rawValue: answer.to), OutgoingFrame(answer.frame.bytes)))
@@ -359,12 +384,12 @@ actor Room: DirectoryRoom {
         }
     }
 
-    /// Performs what the plan said of answers and timeouts, then lets held commands go
+    /// Performs what the plan said of answers, refusals and a writer's death, then lets held commands go
     /// once nothing is being decided here any more.
     private func perform(_ steps: [ForwardingPlan.Step], coordinator: Coordinator) async {
         let here = steps.count { if case .decideHere = $0 { true } else { false } }
         if here > 0 {
-            log.info("room '\(id)': \(here) forwarded command\(here == 1 ? "" : "s") not answered in time (or refused) by the room's writer; deciding \(here == 1 ? "it" : "them") here")
+            log.info("room '\(id)': \(here) forwarded command\(here == 1 ? "" : "s") refused by the room's writer (or it died); deciding \(here == 1 ? "it" : "them") here")
         }
         for step in steps {
             switch step {
@@ -393,14 +418,15 @@ actor Room: DirectoryRoom {
         cluster.stats.forwardReceived()
         switch forwardSessions.admit(request, now: now) {
         case .seen:
-            break
+            // Sent again (its answer was lost, or is slow): answered again once answered.
+            if let answer = forwardReplies.withLock({ $0.sent[request.id] }) { cluster.answer([answer], to: request.reply) }
         case .gap:
             cluster.answer([ForwardAnswer(id: request.id, room: id, refused: "an earlier command of its session did not arrive")],
                            to: request.reply)
         case .decide:
             nextForwardAddress += 1
             let address = Self.forwardAddressBit | nextForwardAddress
-            forwardReplies.withLock { $0[address] = (request.id, request.reply) }
+            forwardReplies.withLock { $0.pending[address] = (request.id, request.reply) }
             await coordinator.enqueue(request.envelope.command, by: request.client, ref: request.envelope.ref, replyTo: address,
                                       forwardID: request.id)
         }
