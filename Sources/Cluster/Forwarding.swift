@@ -123,7 +123,7 @@ package struct ForwardSessions: Sendable {
 }
 
 /// The forwarding side, for one room: where its clients' commands go, which forwards
-/// are in flight, and what to do when one is answered, refused or late.
+/// are in flight, and what to do when one is answered, refused, unanswered, or its writer dies.
 package struct ForwardingPlan: Sendable {
     /// Where a new command of a client goes.
     package enum Route: Equatable, Sendable {
@@ -180,7 +180,7 @@ package struct ForwardingPlan: Sendable {
     /// The node the forwards in flight went to.
     package private(set) var target: String?
     private var inFlight: [InFlight] = []
-    /// Set after a failure until every forward in flight is settled or decided here.
+    /// Set after a refusal or a writer's death until every forward in flight is settled or decided here.
     package private(set) var draining = false
     private var penalties: [String: UInt64] = [:]
     /// The nodes that have answered a forward (or refused one): they take forwards.
