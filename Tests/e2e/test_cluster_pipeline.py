@@ -3,8 +3,9 @@ once. The room's writer gets the other nodes' commands forwarded, its engine mes
 several batches (group commit) and several messages are in flight per room (a chain of
 appends). The streams stay one, gap-free and
 identical everywhere; every acknowledged command is in the stream at the seqs it was
-acknowledged with; nothing acknowledged is lost when the stream's leader or a node is
-killed with SIGKILL in the middle of it.
+acknowledged with; nothing acknowledged is lost when the stream's leader, a node (the
+room's writer), or every node and engine server at once is killed with SIGKILL in the
+middle of it.
 """
 import asyncio
 import random
@@ -182,3 +183,34 @@ async def test_a_node_killed_with_its_pipeline_full_loses_no_ack(make_daemon, en
     # The others' commands in flight to n0 when it died were decided by the nodes that had
     # forwarded them (each once: `burst` checks).
     assert sum(metric(d, "tabd_forwards_decided_here_total") for d in ds[1:]) > 0
+
+
+async def test_the_whole_cluster_killed_with_every_pipeline_full_keeps_every_ack(make_daemon, tmp_path):
+    store = str(tmp_path / "nats")
+    with NatsCluster(3, base_dir=store) as engine:
+        ds = nodes(make_daemon, engine)
+        room = room_name()
+        clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
+        epoch = clients[0].welcome["epoch"]
+        acked = {}
+        task = asyncio.create_task(storm(clients, acked, seed=6, rounds=40))
+        await wait_for(lambda: len(acked) >= 2 * IN_FLIGHT, "commands acknowledged before the kill")
+        # Every tabd node and every engine server with kill -9, commands in flight on all.
+        for d in ds:
+            d.stop(signal.SIGKILL)
+        for i in range(3):
+            engine.kill(i, signal.SIGKILL)
+        try:
+            await task
+        except (websockets.exceptions.ConnectionClosed, ConnectionError, TimeoutError):
+            pass
+        known = dict(acked)
+    # The engine's servers start again on the same stores, and new nodes read the room.
+    with NatsCluster(3, base_dir=store) as engine:
+        again = nodes(make_daemon, engine)
+        history = await full_history(again[1].ws, room, epoch)
+        assert_acks_in_history(known, history)
+        # Whatever node the room is read on, it is the same room (the second reader sees
+        # the first one come and go after it).
+        other = await full_history(again[2].ws, room, epoch)
+        assert {seq: e for seq, e in other.items() if seq <= max(history)} == history
