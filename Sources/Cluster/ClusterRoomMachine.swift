@@ -209,6 +209,9 @@ package struct ClusterRoomMachine: Sendable {
     /// `recentHead` on (a ring).
     private var recentWriters: [String] = []
     private var recentHead = 0
+    /// How many of `recentWriters` each node wrote (kept as they change: ``writer`` is
+    /// read for every command a forwarding node routes).
+    private var recentCounts: [String: Int] = [:]
     /// How many of the latest messages ``writer`` counts.
     package static let writerWindow = 64
     /// The forwarded commands the stream holds, by id: the room seq their batch ends at.
@@ -457,9 +460,12 @@ package struct ClusterRoomMachine: Sendable {
             if recentWriters.count < Self.writerWindow {
                 recentWriters.append(writer)
             } else {
+                let old = recentWriters[recentHead]
+                recentCounts[old] = recentCounts[old]! == 1 ? nil : recentCounts[old]! - 1
                 recentWriters[recentHead] = writer
                 recentHead = (recentHead + 1) % Self.writerWindow
             }
+            recentCounts[writer, default: 0] += 1
         }
         var reports: [Action] = []
         var others = false
@@ -527,14 +533,14 @@ package struct ClusterRoomMachine: Sendable {
     /// that wrote last). One join on another node does not move it; a writer that stopped
     /// writing loses it as the others append.
     package var writer: String? {
-        var counts: [String: Int] = [:]
-        for w in recentWriters { counts[w, default: 0] += 1 }
-        guard let most = counts.values.max() else { return lastWriter }
-        if let last = lastWriter, counts[last] == most { return last }
-        // The most recent of those with the most.
+        guard let most = recentCounts.values.max() else { return lastWriter }
+        if let last = lastWriter, recentCounts[last] == most { return last }
+        let leaders = recentCounts.filter { $0.value == most }
+        if leaders.count == 1 { return leaders.first!.key }
+        // Several alike: the most recent of them.
         for i in 0..<recentWriters.count {
             let w = recentWriters[(recentHead + recentWriters.count - 1 - i) % recentWriters.count]
-            if counts[w] == most { return w }
+            if leaders[w] != nil { return w }
         }
         return lastWriter
     }

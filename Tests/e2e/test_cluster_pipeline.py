@@ -102,14 +102,21 @@ def batches_per_message(daemon):
     return batches, messages
 
 
+async def storm_on_every_node(ds, seed):
+    """A client on each node of `ds` (the first creates the room), a storm, and the closing
+    check. Returns the commands acknowledged."""
+    room = room_name()
+    clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(len(ds))]
+    acked = {}
+    await storm(clients, acked, seed=seed)
+    assert len(acked) > IN_FLIGHT, "most commands were acknowledged"
+    await assert_one_stream_with_every_ack(clients, acked, ds[-1].ws, room)
+    return acked
+
+
 async def test_random_commands_with_64_in_flight_on_every_node_give_one_stream_and_keep_every_ack(make_daemon, engine):
     ds = nodes(make_daemon, engine)
-    room = room_name()
-    clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
-    acked = {}
-    await storm(clients, acked, seed=1)
-    assert len(acked) > IN_FLIGHT, "most commands were acknowledged"
-    await assert_one_stream_with_every_ack(clients, acked, ds[1].ws, room)
+    await storm_on_every_node(ds, seed=1)
     # Group commit happened: some message carried more than one batch.
     totals = [batches_per_message(d) for d in ds]
     assert sum(b for b, _ in totals) > sum(m for _, m in totals), f"no message carried two batches: {totals}"
@@ -122,13 +129,9 @@ def metric(daemon, name):
 
 async def test_the_other_nodes_forward_their_clients_commands_to_the_room_s_writer(make_daemon, engine):
     ds = nodes(make_daemon, engine)
-    room = room_name()
     # The first client creates the room on n0: n0 wrote its first two messages (the room
     # and the join), most of the room's messages, so it is the writer the others forward to.
-    clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
-    acked = {}
-    await storm(clients, acked, seed=5)
-    await assert_one_stream_with_every_ack(clients, acked, ds[2].ws, room)
+    await storm_on_every_node(ds, seed=5)
     forwarded = [metric(d, "tabd_forwarded_total") for d in ds]
     received = [metric(d, "tabd_forwards_received_total") for d in ds]
     published = [batches_per_message(d)[0] for d in ds]
