@@ -1,55 +1,47 @@
-// tabd browser client. No framework, no build step (an ES module: index.html loads it
-// with type="module").
+// tabd's page: the demo around the tab bar. No framework, no build step (an ES module:
+// index.html loads it with type="module").
 //
-// State model: `model` is the daemon's snapshot (PROTOCOL.md) with every `events` frame
-// folded into it in seq order by model.js (applyFrame, frame by frame), the same rules
-// as the daemon's own fold.
-// Everything on screen is derived from `model` by render(): the page never answers an
-// event with a command. Events with seq <= model.seq are ignored (already applied); any
-// other event the fold refuses (a gap, a tab or page the model does not have, a frame that
-// ends with the selection on a removed tab) asks for a fresh snapshot (`sync`) — nothing
-// is skipped; a welcome with a snapshot rebuilds.
-// What an event does on screen beyond the state (scroll animations, the log) is here.
-// The DOM keeps one panel per tab and one element per page id, all of them in the page
-// (hidden ones with visibility:hidden), so scroll offsets and typed text survive.
+// The connection and the state are tabd.js's (a TabdClient: the room's snapshot with every
+// `events` frame folded in by model.js, reconnects with `resume`, a `sync` for any frame
+// that does not fold); the tab bar is the <tabd-tab-bar> element (tabd-tab-bar.js), given
+// this page's client. What is here is the page around them: one panel per tab with its
+// pages (one element per page id, all of them in the page, hidden ones with
+// visibility:hidden, so scroll offsets and typed text survive), the scroll reports, the
+// event log, who is connected, the room's link, and the status. Everything on screen is
+// derived from the client's state by render(): the page never answers an event with a
+// command. What an event does beyond the state (scroll animations, the log) is here.
 //
-// Rooms: the page at /?room=ID is in room ID (no parameter: "main") and connects to
-// /ws?room=ID, every reconnect and resume included; its model, epoch and resume position
-// belong to that room (they live in memory only). A room id that is not one
-// ([A-Za-z0-9_-]{1,64}) is said in the status area, and the page does not connect.
+// Rooms: the page at /?room=ID is in room ID (no parameter: "main"); a room id that is not
+// one ([A-Za-z0-9_-]{1,64}) is said in the status area, and the page does not connect.
 //
 // Roles: the welcome says what this connection may do. A `view` page only watches: it
-// says so in the header, its tab bar and buttons are aria-disabled (still focusable, so
-// they can be read), and send() lets out nothing but `sync`, `ping` and `clients`
-// (canSend). It still follows the room live. A token that runs out closes the socket with
-// 4001: the page says so and does not reconnect (the same token would be refused), like a
-// deleted room (4404).
+// says so in the header, its buttons are aria-disabled (still focusable, so they can be
+// read; the tab bar does the same for its tabs), and it sends nothing but `sync`, `ping`
+// and `clients`. It still follows the room live. A token that runs out (close 4001, or a
+// signed token past its `exp`) and a deleted room (4404) end the connection: the page says
+// so and does not reconnect.
 //
-// Presence: the header says "N online" (the model's clientCount, listed room or counted).
+// Presence: the header says "N online" (the state's clientCount, listed room or counted).
 // That label is a button that opens a panel of who is connected: in a listed room the
-// model's own list (it follows joins and leaves live); in a counted room (past tabd's
-// --presence-limit the model lists no one) pages of 100 asked for with `clients`, and
+// state's own list (it follows joins and leaves live); in a counted room (past tabd's
+// --presence-limit the state lists no one) pages of 100 asked for with `clients`, and
 // "Show more" while the answer has a `next`. The panel closes when the connection drops.
-import { FoldError, applyFrame, fromWire } from "./model.js";
+import { TabdClient } from "./tabd.js";
+import "./tabd-tab-bar.js";
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
   // A token comes in the fragment (`#token=…`, which browsers never send to a server, so
-  // it is in no access log) or, as older links have it, in the query.
+  // it is in no access log) or, as older links have it, in the query. The client sends a
+  // token that can be a WebSocket subprotocol in the handshake, any other in the query.
   const FRAGMENT = new URLSearchParams(location.hash.replace(/^#/, ""));
   const TOKEN = FRAGMENT.get("token") || PARAMS.get("token");
-  // The token goes in the WebSocket handshake as a second subprotocol (`tabd.token.<token>`)
-  // when it can be one (an HTTP token, as every signed token is), so no URL tabd or a proxy
-  // sees holds it; a token of other characters goes in the query as before.
-  const TOKEN_AS_PROTOCOL = TOKEN !== null && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(TOKEN);
   const NAME = (PARAMS.get("name") || "browser").slice(0, 64);
   const DEFAULT_ROOM = "main";
   const ROOM = PARAMS.has("room") ? PARAMS.get("room") : DEFAULT_ROOM;
   const ROOM_OK = /^[A-Za-z0-9_-]{1,64}$/.test(ROOM);
   const LOG_LIMIT = 50;
   const SCROLL_INTERVAL_MS = 250; // at most 4 scroll reports per second and tab
-  const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
-  const HEARTBEAT_MS = 20000;
   const ITEMS = 20;
   const CLIENTS_PAGE = 100; // clients asked for at a time in a counted room
   const MAX_DEPTH = 64;
@@ -83,310 +75,135 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   // ---------------------------------------------------------------- state
 
-  let model = null; // snapshot + applied events; null until the first welcome
-  let epoch = null;
-  let clientId = null;
-  let role = null; // the welcome's role in the room: "view", "control" or "admin"
-  let fatal = null; // why the page does not connect (a bad room id): it stays so
+  let client = null; // the room's TabdClient (null when the room id is not one)
+  let model = null; // client.state: the snapshot with every event folded in
+  let fatal = null; // why the page does not connect: it stays so
   const myIds = new Set(); // every client id this page had (one per connection)
 
-  let ws = null;
   let connState = "connecting"; // connecting | catching-up | live | reconnecting | error
-  let attempt = 0;
-  let retryTimer = null;
-  let retryAt = 0;
   let countdownTimer = null;
-  let heartbeatTimer = null;
-  let awaitingPong = false;
-  let catchUpRef = null; // a ping sent after a resumed welcome: frames before its pong are replays
-  let syncBuffer = null; // frames held back while a `sync` is outstanding
-  let replaying = false; // onSnapshotReply is replaying the frames it held back
-  let syncFresh = false; // the awaited snapshot starts a new history (drop the DOM)
-  let refCounter = 0;
-  let connections = 0;
   let toastTimer = null;
   let lastResumed = null; // whether the last welcome resumed (true) or brought a snapshot
   let rebuilds = 0;
-  let holdUntil = 0; // tests: no reconnect before this time (see __tabd.disconnect)
   let dropBatches = 0; // tests: events frames to lose on purpose (see __tabd.dropNextBatch)
+  const said = new WeakMap(); // event -> how the log says it, asked just before it applies
 
   const logEntries = []; // newest last
 
   // The list of who is connected while its panel is open (null when closed), for the
-  // room's presence when it was opened: { mode, clients, ids, drawn, next, ref, node, error }.
+  // room's presence when it was opened: { mode, clients, ids, drawn, next, asked, node, error }.
   // A listed room's list is the model's; a counted room's is the pages answered so far
-  // (`ref`: the `clients` command waiting for its answer, `next`: the cursor of the page
+  // (`asked`: the `clients` request waiting for its answer, `next`: the cursor of the page
   // after them, null at the end).
   let roster = null;
 
   // ---------------------------------------------------------------- connection
 
-  function wsURL() {
-    const u = new URL("/ws", location.href);
-    u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
-    const q = new URLSearchParams();
-    q.set("name", NAME);
-    q.set("room", ROOM);
-    if (model && epoch) {
-      q.set("resume", String(model.seq));
-      q.set("epoch", epoch);
-    }
-    if (TOKEN && !TOKEN_AS_PROTOCOL) q.set("token", TOKEN);
-    u.search = q.toString();
-    return u.toString();
-  }
-
-  // When the page's token (a signed token: three base64url parts) runs out, in ms since
-  // 1970; null for any other token. Read without checking the signature: only to tell the
-  // user why tabd would refuse it (a refused upgrade looks like a network error here).
-  function tokenExpiry() {
-    const parts = (TOKEN || "").split(".");
-    if (parts.length !== 3) return null;
-    try {
-      const claims = JSON.parse(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/")));
-      return typeof claims.exp === "number" ? claims.exp * 1000 : null;
-    } catch (e) {
-      return null;
-    }
-  }
-
   const EXPIRED = "Your access token has expired. Open a fresh link to continue.";
 
-  function connect() {
-    if (fatal) return;
-    const expiry = tokenExpiry();
-    if (expiry !== null && Date.now() >= expiry) {
-      stop(EXPIRED);
-      return;
+  // The page's WebSocket: the browser's, with one thing for tests (__tabd.dropNextBatch):
+  // losing an events frame on purpose, as a network that dropped one would.
+  class PageSocket extends WebSocket {
+    addEventListener(type, listener, ...rest) {
+      if (type !== "message") return super.addEventListener(type, listener, ...rest);
+      return super.addEventListener(type, (ev) => {
+        if (dropBatches > 0 && typeof ev.data === "string" && ev.data.startsWith('{"type":"events"')) {
+          dropBatches -= 1;
+          return;
+        }
+        listener(ev);
+      }, ...rest);
     }
-    clearTimeout(retryTimer);
-    retryTimer = null;
+  }
+
+  function start() {
+    client = new TabdClient(location.href, {
+      room: ROOM, token: TOKEN, name: NAME, WebSocket: PageSocket,
+      beforeEvent: (e) => { said.set(e, describe(e)); },
+    });
+    tabbarEl.client = client;
+    client.subscribe(onUpdate);
+    setConn("connecting", "Connecting…");
+  }
+
+  function onUpdate(u) {
+    switch (u.type) {
+      case "connection": onConnection(u); break;
+      case "welcome": onWelcome(u); break;
+      case "snapshot": rebuild(u.state, u.fresh, u.reason); break;
+      case "events": onEvents(u); break;
+      case "refused":
+        addLog({ seq: u.error.seq, kind: "refused" }, nameOf(u.frame && u.frame.by), { text: u.error.message, ids: "" });
+        renderLog();
+        break;
+      case "error": showToast(errorText(u.error)); break;
+      default: break;
+    }
+  }
+
+  function onConnection(u) {
     stopCountdown();
-    setConn(attempt > 0 || model ? "reconnecting" : "connecting", attempt > 0 ? "Reconnecting…" : "Connecting…");
-    let sock;
-    try {
-      sock = TOKEN_AS_PROTOCOL ? new WebSocket(wsURL(), ["tabd.v1", "tabd.token." + TOKEN]) : new WebSocket(wsURL());
-    } catch (e) {
-      scheduleReconnect();
-      return;
+    switch (u.connection) {
+      case "live":
+        if (connState === "catching-up") { setConn("live"); reportAllScrolls(); } else setConn("live");
+        break;
+      case "catching-up": setConn("catching-up", lastResumed ? "Catching up…" : "Syncing…"); break;
+      case "reconnecting": startCountdown(); break;
+      case "closed": onClosed(u.error); break;
+      default: setConn(u.connection); break;
     }
-    ws = sock;
-    sock.addEventListener("message", (ev) => {
-      if (sock === ws) onFrame(ev.data);
-    });
-    sock.addEventListener("close", (ev) => {
-      if (sock !== ws) return;
-      ws = null;
-      if (ev.code === 4404) {
-        // The room was deleted: reconnecting would make a new, empty room of the same id.
-        stop(`Room '${shown(ROOM)}' was deleted.`, { href: location.href, text: "Open it again" });
-        return;
-      }
-      if (ev.code === 4001) {
-        // The token ran out: tabd refuses it from now on (401), only a fresh link helps.
-        stop(EXPIRED);
-        return;
-      }
-      connectionLost();
-    });
   }
 
-  function connectionLost() {
-    stopHeartbeat();
-    catchUpRef = null;
-    syncBuffer = null;
-    syncFresh = false;
-    scheduleReconnect();
-  }
-
-  function scheduleReconnect() {
-    if (retryTimer || fatal) return;
-    const base = BACKOFF_MS[Math.min(attempt, BACKOFF_MS.length - 1)];
-    const delay = Math.max(Math.round(base * (0.8 + Math.random() * 0.4)), holdUntil - Date.now());
-    attempt += 1;
-    retryAt = Date.now() + delay;
-    retryTimer = setTimeout(connect, delay);
-    startCountdown();
-  }
-
-  function retryNow() {
-    if (ws || fatal) return;
-    holdUntil = 0;
-    clearTimeout(retryTimer);
-    retryTimer = null;
-    connect();
-  }
-
-  // Drops the socket without waiting for a close handshake (a dead peer never answers one).
-  function dropSocket() {
-    const sock = ws;
-    ws = null;
-    if (sock) {
-      try { sock.close(4000, "client reconnect"); } catch (e) { /* already closing */ }
+  function onClosed(error) {
+    const code = error && error.code;
+    if (code === "room_deleted") {
+      // Reconnecting would make a new, empty room of the same id.
+      stop(`Room '${shown(ROOM)}' was deleted.`, { href: location.href, text: "Open it again" });
+    } else if (code === "token_expired") {
+      // tabd refuses it from now on (401): only a fresh link helps.
+      stop(EXPIRED);
+    } else if (code === "wrong_room") {
+      stop(error.message, { href: location.href, text: "Reload" });
+    } else if (!fatal) {
+      stop(error ? error.message : "Not connected.");
     }
-    connectionLost();
   }
 
-  function startHeartbeat() {
-    stopHeartbeat();
-    awaitingPong = false;
-    heartbeatTimer = setInterval(() => {
-      if (!ws || ws.readyState !== WebSocket.OPEN) return;
-      if (awaitingPong) { dropSocket(); return; }
-      awaitingPong = true;
-      send("ping");
-    }, HEARTBEAT_MS);
-  }
-
-  function stopHeartbeat() {
-    clearInterval(heartbeatTimer);
-    heartbeatTimer = null;
-  }
-
-  // Whether this connection's role may send a command of this type: a view only reads
-  // (`sync`, `clients`) and keeps the connection alive (`ping`); anything else would be
-  // `forbidden`.
-  function canSend(type) {
-    return !readOnly() || type === "sync" || type === "ping" || type === "clients";
+  function onWelcome(u) {
+    showRole();
+    myIds.add(u.session.client);
+    lastResumed = u.resumed;
   }
 
   function readOnly() {
-    return role === "view";
-  }
-
-  // Null when nothing was sent: not connected, or not this role's to send.
-  function send(type, fields) {
-    if (!canSend(type)) return null;
-    if (!ws || ws.readyState !== WebSocket.OPEN) return null;
-    refCounter += 1;
-    const ref = "w" + refCounter;
-    ws.send(JSON.stringify(Object.assign({ type: type, ref: ref }, fields || {})));
-    return ref;
+    return !!(client && client.readOnly);
   }
 
   // A user's action. Read only, it does nothing: the header and the controls say why.
   function command(type, fields) {
-    if (!canSend(type)) return;
-    if (send(type, fields) === null) showToast("Not connected: the action was not sent.");
+    if (readOnly()) return;
+    if (!connected()) { showToast("Not connected: the action was not sent."); return; }
+    client.send(type, fields).catch(onRefused);
   }
 
-  // ---------------------------------------------------------------- frames
-
-  function onFrame(text) {
-    let f;
-    try { f = JSON.parse(text); } catch (e) { return; }
-    if (!f || typeof f.type !== "string") return;
-    switch (f.type) {
-      case "welcome": onWelcome(f); break;
-      case "events": onEvents(f); break;
-      case "snapshot": onSnapshotReply(f); break;
-      case "pong":
-        awaitingPong = false;
-        if (f.ref && f.ref === catchUpRef) {
-          catchUpRef = null;
-          setConn("live");
-          reportAllScrolls();
-        }
-        break;
-      case "clients": onClientsPage(f); break;
-      case "error":
-        showToast(errorText(f));
-        onClientsRefused(f);
-        break;
-      default: break; // ack
-    }
+  // Whether a command would go out now (not wait for a later connection).
+  function connected() {
+    return client !== null && (client.connection === "live" || client.connection === "catching-up");
   }
 
-  function onWelcome(f) {
-    // An older tabd names no room: it is the one asked for.
-    const room = typeof f.room === "string" ? f.room : ROOM;
-    if (room !== ROOM) {
-      stop(`tabd answered for room '${shown(room)}', not '${ROOM}'`, { href: location.href, text: "Reload" });
-      return;
-    }
-    role = typeof f.role === "string" ? f.role : null;
-    showRole();
-    connections += 1;
-    attempt = 0;
-    clientId = f.client;
-    myIds.add(clientId);
-    lastResumed = !!f.resumed;
-    const sameEpoch = epoch === f.epoch;
-    epoch = f.epoch;
-    startHeartbeat();
-    if (f.snapshot) {
-      rebuild(f.snapshot, !sameEpoch, "snapshot");
-      setConn("live");
-    } else if (f.resumed && model && sameEpoch) {
-      // The missed batches follow as events frames; they are replays, not live events.
-      setConn("catching-up", "Catching up…");
-      catchUpRef = send("ping");
-    } else {
-      setConn("catching-up", "Syncing…");
-      syncFresh = !sameEpoch;
-      requestSync(null);
-    }
+  // A command tabd said no to (its code is the protocol's); a command lost with the
+  // connection is not news (what happened is in the events after the reconnect).
+  function onRefused(error) {
+    if (error && error.code !== "connection_lost" && error.code !== "closed") showToast(errorText(error));
   }
 
-  function requestSync(frame) {
-    syncBuffer = frame ? [frame] : [];
-    if (send("sync") === null) syncBuffer = null;
-  }
+  // ---------------------------------------------------------------- events
 
-  function onSnapshotReply(f) {
-    const held = syncBuffer || [];
-    syncBuffer = null;
-    const fresh = syncFresh;
-    syncFresh = false;
-    rebuild(f.snapshot, fresh, "sync");
-    if (connState !== "live" && !catchUpRef) setConn("live");
-    replaying = true;
-    try {
-      for (const frame of held) onEvents(frame);
-    } finally {
-      replaying = false;
-    }
-  }
-
-  function onEvents(f) {
-    if (syncBuffer) { syncBuffer.push(f); return; }
-    if (!model) return;
-    if (dropBatches > 0) { dropBatches -= 1; return; }
-    // Events this model already holds (a frame held back while a snapshot that includes
-    // it was on its way) are not news. Everything else goes to the fold as one frame
-    // (applyFrame, its end-of-frame check included), which refuses what does not fit, a
-    // missing `events` array included.
-    let frame = f;
-    if (Array.isArray(f.events)) {
-      const fresh = f.events.filter((e) => !(e && typeof e.seq === "number" && e.seq <= model.seq));
-      if (fresh.length === 0) return;
-      frame = Object.assign({}, f, { events: fresh });
-    }
-    const live = connState === "live";
-    const from = model.seq;
-    // Each event described just before it applies: a removed tab, a popped page or a
-    // client that left still has its name.
-    const said = [];
-    let refused = null;
-    try {
-      applyFrame(model, frame, (e) => { said.push({ said: describe(e), by: nameOf(f.by) }); });
-    } catch (err) {
-      if (!(err instanceof FoldError)) throw err;
-      refused = err;
-    }
-    // The events applied (all of them, or those before the refused one): each moved the
-    // seq by one.
+  function onEvents(u) {
     const effects = [];
-    for (let k = 0; k < model.seq - from; k++) {
-      const e = frame.events[k];
-      addLog(e, said[k].by, said[k].said);
-      effectsOf(e, f.by, live, effects);
-    }
-    if (refused) {
-      addLog({ seq: refused.seq, kind: "refused" }, nameOf(f.by), { text: refused.message, ids: "" });
-      // The snapshot answering this `sync` includes this frame (the daemon sent it first),
-      // so holding it back costs nothing; a held frame refused again is not held twice.
-      requestSync(replaying ? null : f);
+    for (const e of u.events) {
+      addLog(e, nameOf(u.by), said.get(e) || describe(e));
+      effectsOf(e, u.by, u.live, effects);
     }
     render();
     for (const fx of effects) fx();
@@ -395,17 +212,17 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   // ---------------------------------------------------------------- the model
 
-  function rebuild(snap, fresh, why) {
+  function rebuild(state, fresh, why) {
     rebuilds += 1;
-    model = fromWire(snap);
+    model = state;
     if (fresh) resetDOM();
     render();
     for (const t of model.tabs) setScrollInstant(t.id, t.scroll);
     // A marker, not an event: it has no seq of its own (the snapshot's seq is its last event's).
     const selected = tabById(model.selected);
     addLog({ seq: null, kind: "rebuilt" }, null, {
-      text: `${why === "sync" ? "Caught up from a fresh snapshot" : "Started from a snapshot"}: ${model.tabs.length} tabs, ${selected ? selected.title : model.selected} selected`,
-      ids: `snapshot at seq ${snap.seq}`,
+      text: `${why === "welcome" ? "Started from a snapshot" : "Caught up from a fresh snapshot"}: ${model.tabs.length} tabs, ${selected ? selected.title : model.selected} selected`,
+      ids: `snapshot at seq ${model.seq}`,
     });
     renderLog();
   }
@@ -451,14 +268,11 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   // ---------------------------------------------------------------- rendering
 
-  const tabViews = new Map(); // tab id -> { btn, iconBox, iconSig, titleEl, badgeEl }
   const panelViews = new Map(); // tab id -> { panel, pages: Map(page id -> pageView) }
 
   function resetDOM() {
     for (const v of panelViews.values()) v.panel.remove();
     panelViews.clear();
-    for (const v of tabViews.values()) v.btn.remove();
-    tabViews.clear();
     scrollCtl.clear();
   }
 
@@ -466,7 +280,6 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     if (!model) return;
     const ph = $("placeholder");
     if (ph) ph.remove();
-    renderTabBar();
     renderPanels();
     renderPresence();
     const sel = tabById(model.selected);
@@ -487,63 +300,6 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     el.style.setProperty("--tab-soft", `rgba(${r}, ${g}, ${b}, 0.14)`);
   }
 
-  function renderTabBar() {
-    const ids = new Set(model.tabs.map((t) => t.id));
-    const ro = readOnly();
-    const active = document.activeElement;
-    const focusedId = active && active.parentElement === tabbarEl ? active.dataset.tab : null;
-    for (const [id, v] of tabViews) {
-      if (!ids.has(id)) { v.btn.remove(); tabViews.delete(id); }
-    }
-    model.tabs.forEach((t, i) => {
-      let v = tabViews.get(t.id);
-      if (!v) { v = createTabButton(t); tabViews.set(t.id, v); }
-      const selected = t.id === model.selected;
-      const sig = t.icon + "\u0000" + t.title;
-      if (v.iconSig !== sig) {
-        v.iconBox.replaceChild(window.tabdIcon(t.icon, t.title), v.iconBox.firstChild);
-        v.iconSig = sig;
-      }
-      v.titleEl.textContent = t.title;
-      v.badgeEl.hidden = t.badge == null;
-      v.badgeEl.textContent = t.badge == null ? "" : t.badge;
-      v.btn.setAttribute("aria-label", t.badge == null ? t.title : `${t.title}, ${t.badge}`);
-      v.btn.setAttribute("aria-selected", selected ? "true" : "false");
-      v.btn.classList.toggle("is-selected", selected);
-      markReadOnly(v.btn, ro);
-      v.btn.dataset.color = t.color;
-      paint(v.btn, t.color);
-      if (tabbarEl.children[i] !== v.btn) tabbarEl.insertBefore(v.btn, tabbarEl.children[i] || null);
-    });
-    // Roving tabindex: the focused tab while the tab bar has focus, else the selected one.
-    const rover = focusedId && ids.has(focusedId) ? focusedId : model.selected;
-    for (const [id, v] of tabViews) v.btn.tabIndex = id === rover ? 0 : -1;
-    if (focusedId && tabViews.has(focusedId) && document.activeElement !== tabViews.get(focusedId).btn) {
-      tabViews.get(focusedId).btn.focus();
-    }
-  }
-
-  function createTabButton(t) {
-    const btn = document.createElement("button");
-    btn.type = "button";
-    btn.className = "tab";
-    btn.id = "tab-" + t.id;
-    btn.dataset.tab = t.id;
-    btn.setAttribute("role", "tab");
-    btn.setAttribute("aria-controls", "panel-" + t.id);
-    const iconBox = document.createElement("span");
-    iconBox.className = "tab-icon";
-    iconBox.appendChild(document.createElement("span"));
-    const badgeEl = document.createElement("span");
-    badgeEl.className = "badge";
-    badgeEl.setAttribute("aria-hidden", "true");
-    const titleEl = document.createElement("span");
-    titleEl.className = "tab-title";
-    iconBox.appendChild(badgeEl);
-    btn.append(iconBox, titleEl);
-    return { btn, iconBox, iconSig: null, titleEl, badgeEl };
-  }
-
   function renderPanels() {
     const ids = new Set(model.tabs.map((t) => t.id));
     for (const [id, v] of panelViews) {
@@ -557,6 +313,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
       v.panel.inert = !selected;
       v.panel.setAttribute("aria-hidden", selected ? "false" : "true");
       paint(v.panel, t.color);
+      v.panel.setAttribute("aria-label", t.title);
       // Pages: one element per page id, in stack order; the top one is shown.
       const keep = new Set(t.stack.map((p) => p.id));
       for (const [pid, pv] of v.pages) {
@@ -580,7 +337,9 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     panel.id = "panel-" + t.id;
     panel.dataset.tab = t.id;
     panel.setAttribute("role", "tabpanel");
-    panel.setAttribute("aria-labelledby", "tab-" + t.id);
+    // Named by its tab's title (the tab itself is in the tab bar's shadow root, which an
+    // id reference cannot reach).
+    panel.setAttribute("aria-label", t.title);
     contentEl.appendChild(panel);
     return { panel, pages: new Map() };
   }
@@ -771,7 +530,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   function scheduleReport(tabId) {
     const c = ctl(tabId);
-    if (c.timer || !canSend("scroll")) return; // read only: the list moves here only
+    if (c.timer || readOnly()) return; // read only: the list moves here only
     const wait = Math.max(0, c.lastSentAt + SCROLL_INTERVAL_MS - performance.now());
     c.timer = setTimeout(() => { c.timer = null; reportScroll(tabId); }, wait);
   }
@@ -785,7 +544,8 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     if (c.expect !== null && Math.abs(top - c.expect) < 1) return;
     if (Math.abs(top - tab.scroll) < 1 && c.lastSent === null) return;
     if (c.lastSent !== null && Math.abs(top - c.lastSent) < 1) return;
-    if (send("scroll", { tab: tabId, offset: top }) === null) return;
+    if (!connected()) return;
+    client.scroll(top, { tab: tabId }).catch(onRefused);
     c.lastSentAt = performance.now();
     c.lastSent = top;
   }
@@ -853,8 +613,8 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     document.body.dataset.conn = state;
     const labels = { live: "Live", connecting: "Connecting…", "catching-up": "Catching up…", reconnecting: "Reconnecting…" };
     statusTextEl.textContent = text || labels[state] || state;
-    statusEl.title = clientId ? `client ${clientId} · epoch ${epoch} · ${connections} connection(s)` : "";
-    retryEl.hidden = retryTimer === null;
+    statusEl.title = client && client.clientId ? `client ${client.clientId} · epoch ${client.epoch} · ${client.connections} connection(s)` : "";
+    retryEl.hidden = state !== "reconnecting";
     presenceEl.hidden = state !== "live" || !model; // a count from before the drop is stale
     if (presenceEl.hidden) closePresence(false); // and so is a list (its answers are lost)
   }
@@ -862,7 +622,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
   function startCountdown() {
     stopCountdown();
     const tick = () => {
-      const s = Math.max(0, Math.ceil((retryAt - Date.now()) / 1000));
+      const s = Math.max(0, Math.ceil(((client.retryAt || 0) - Date.now()) / 1000));
       setConn("reconnecting", s > 0 ? `Retrying in ${s}s` : "Reconnecting…");
     };
     tick();
@@ -991,14 +751,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
   // with a way out when there is one.
   function stop(message, link) {
     fatal = message;
-    const sock = ws;
-    ws = null;
-    if (sock) {
-      try { sock.close(1000, "wrong room"); } catch (e) { /* already closing */ }
-    }
-    stopHeartbeat();
-    clearTimeout(retryTimer);
-    retryTimer = null;
+    if (client && client.connection !== "closed") client.close();
     stopCountdown();
     setConn("error", message);
     statusEl.title = message;
@@ -1105,17 +858,25 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   // Asks for the page after `after` (null: the first). Not connected: said in the panel.
   function askClients(after) {
-    const fields = { limit: CLIENTS_PAGE };
-    if (after !== null) fields.after = after;
-    roster.ref = send("clients", fields);
-    roster.error = roster.ref === null ? "Not connected: the list was not asked for." : null;
+    if (!connected()) {
+      roster.asked = null;
+      roster.error = "Not connected: the list was not asked for.";
+      return;
+    }
+    const asked = {};
+    const list = roster;
+    roster.asked = asked;
+    roster.error = null;
+    client.clients({ after, limit: CLIENTS_PAGE }).then(
+      (page) => onClientsPage(list, asked, page),
+      (error) => onClientsRefused(list, asked, error));
   }
 
   // An answer to the last `clients` this panel sent (any other is stale): its clients join
   // the list (each id once), its `next` says whether there are more.
-  function onClientsPage(f) {
-    if (!roster || roster.mode !== "counted" || roster.ref === null || f.ref !== roster.ref) return;
-    roster.ref = null;
+  function onClientsPage(list, asked, f) {
+    if (roster !== list || roster.mode !== "counted" || roster.asked !== asked) return;
+    roster.asked = null;
     for (const c of Array.isArray(f.clients) ? f.clients : []) {
       if (!c || typeof c.id !== "string" || roster.ids.has(c.id)) continue;
       roster.ids.add(c.id);
@@ -1126,10 +887,10 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     renderRoster();
   }
 
-  function onClientsRefused(f) {
-    if (!roster || roster.ref === null || f.ref !== roster.ref) return;
-    roster.ref = null;
-    roster.error = `The list could not be read (${errorText(f)}).`;
+  function onClientsRefused(list, asked, error) {
+    if (roster !== list || roster.asked !== asked) return;
+    roster.asked = null;
+    roster.error = `The list could not be read (${errorText(error)}).`;
     renderRoster();
   }
 
@@ -1150,7 +911,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
   function renderRoster() {
     if (presencePanelEl.hidden || !model) return;
     if (!roster || roster.mode !== model.presence) {
-      roster = { mode: model.presence, clients: [], ids: new Set(), drawn: 0, next: null, ref: null, node: null, error: null };
+      roster = { mode: model.presence, clients: [], ids: new Set(), drawn: 0, next: null, asked: null, node: null, error: null };
       presenceListEl.replaceChildren();
       if (roster.mode === "counted") askClients(null);
     }
@@ -1167,7 +928,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
       for (; roster.drawn < roster.clients.length; roster.drawn++) presenceListEl.append(rosterRow(roster.clients[roster.drawn]));
       if (roster.node) notes.push(`Connected through ${roster.node}`);
       if (roster.error) notes.push(roster.error);
-      else if (roster.ref !== null) notes.push("Loading…");
+      else if (roster.asked !== null) notes.push("Loading…");
       else if (roster.clients.length === 0) notes.push("No one");
     }
     presenceHintEl.textContent = notes.join(" · ");
@@ -1197,24 +958,11 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   // ---------------------------------------------------------------- input
 
-  tabbarEl.addEventListener("click", (ev) => {
-    const btn = ev.target.closest("[role=tab]");
-    if (btn && tabbarEl.contains(btn)) command("tap", { tab: btn.dataset.tab });
-  });
-
-  tabbarEl.addEventListener("keydown", (ev) => {
-    const btns = Array.from(tabbarEl.querySelectorAll("[role=tab]"));
-    const i = btns.indexOf(document.activeElement);
-    if (i < 0) return;
-    let j = null;
-    if (ev.key === "ArrowRight" || ev.key === "ArrowDown") j = (i + 1) % btns.length;
-    else if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") j = (i - 1 + btns.length) % btns.length;
-    else if (ev.key === "Home") j = 0;
-    else if (ev.key === "End") j = btns.length - 1;
-    if (j === null) return;
-    ev.preventDefault();
-    btns.forEach((b, k) => { b.tabIndex = k === j ? 0 : -1; });
-    btns[j].focus();
+  // A tap the tab bar could not send (not connected, or refused): said in the toast.
+  tabbarEl.addEventListener("tabd-error", (ev) => {
+    const error = ev.detail.error;
+    if (error.code === "not_connected") showToast("Not connected: the action was not sent.");
+    else onRefused(error);
   });
 
   contentEl.addEventListener("click", (ev) => {
@@ -1231,29 +979,32 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
     }
   });
 
+  function retryNow() {
+    if (client && !fatal) client.reconnect();
+  }
+
   retryEl.addEventListener("click", retryNow);
   window.addEventListener("online", retryNow);
 
   // Hooks for tests and for poking around in the console.
   window.__tabd = {
     room: ROOM,
-    get role() { return role; },
+    get role() { return client ? client.role : null; },
     get readOnly() { return readOnly(); },
     roomLink,
     get model() { return model; },
-    get epoch() { return epoch; },
-    get clientId() { return clientId; },
+    get epoch() { return client ? client.epoch : null; },
+    get clientId() { return client ? client.clientId : null; },
     get state() { return connState; },
-    get connections() { return connections; },
+    get connections() { return client ? client.connections : 0; },
     get seq() { return model ? model.seq : null; },
     get resumed() { return lastResumed; },
     get rebuilds() { return rebuilds; },
-    get attempts() { return attempt; },
+    get attempts() { return client ? client.attempt : 0; },
     // Closes the socket from the page's side; the page reconnects with `resume` as after
     // any drop, but not before `holdMs` milliseconds (default: the normal backoff).
     disconnect(holdMs) {
-      holdUntil = Date.now() + (Number(holdMs) || 0);
-      if (ws) ws.close(4000, "client disconnect");
+      if (client) client.disconnect(holdMs);
     },
     // Loses the next events frame as if it never arrived: the one after it shows a gap.
     dropNextBatch() { dropBatches += 1; },
@@ -1263,7 +1014,7 @@ import { FoldError, applyFrame, fromWire } from "./model.js";
 
   if (ROOM_OK) {
     showRoom();
-    connect();
+    start();
   } else {
     const away = new URL(location.href);
     away.searchParams.delete("room");

@@ -311,28 +311,35 @@ class Browser:
 
     # -- the tab bar
     def tabs(self):
-        """The tab bar as drawn: id, title, selected, colors, badge, icon kind, tabindex."""
+        """The tab bar as drawn (in the <tabd-tab-bar>'s shadow root): id, title, selected,
+        colors (and the ink the bar chose for the selected tab), badge, icon kind, tabindex."""
         return self.js("""
-            return Array.from(document.querySelectorAll('#tabbar [role=tab]')).map(b => {
+            return Array.from(document.getElementById('tabbar').shadowRoot.querySelectorAll('[role=tab]')).map(b => {
               const cs = getComputedStyle(b), badge = b.querySelector('.badge');
-              const icon = b.querySelector('.tab-icon').firstElementChild;
-              return {id: b.dataset.tab, elementId: b.id, title: b.querySelector('.tab-title').textContent,
-                      selected: b.getAttribute('aria-selected'), controls: b.getAttribute('aria-controls'),
-                      color: cs.color, background: cs.backgroundColor, tabindex: b.tabIndex,
+              const icon = b.querySelector('.icon-box').firstElementChild;
+              return {id: b.dataset.tab, elementId: b.id, title: b.querySelector('.title').textContent,
+                      selected: b.getAttribute('aria-selected'),
+                      color: cs.color, background: cs.backgroundColor, ink: b.style.getPropertyValue('--tab-ink'),
+                      tabindex: b.tabIndex,
                       badge: badge.hidden ? null : badge.textContent,
                       icon: icon.tagName.toLowerCase() === 'svg' ? 'svg' : 'letter:' + icon.textContent,
-                      iconAbove: icon.getBoundingClientRect().bottom <= b.querySelector('.tab-title').getBoundingClientRect().top + 1};
+                      iconAbove: icon.getBoundingClientRect().bottom <= b.querySelector('.title').getBoundingClientRect().top + 1};
             });""")
 
     def tab(self, tab_id):
-        return self.driver.find_element(By.ID, f"tab-{tab_id}")
+        """A tab's button, inside the tab bar element's shadow root."""
+        return self.driver.find_element(By.ID, "tabbar").shadow_root.find_element(By.CSS_SELECTOR, f"#tab-{tab_id}")
 
     def click_tab(self, tab_id):
         self.tab(tab_id).click()
 
+    def focused_tab(self):
+        """The id of the tab that has the focus (None when no tab has it)."""
+        return self.js("const a = document.getElementById('tabbar').shadowRoot.activeElement; return a ? a.dataset.tab : null")
+
     def selected_in_dom(self):
         return self.js("""
-            const sel = Array.from(document.querySelectorAll('#tabbar [role=tab][aria-selected=true]'));
+            const sel = Array.from(document.getElementById('tabbar').shadowRoot.querySelectorAll('[role=tab][aria-selected=true]'));
             const panels = Array.from(document.querySelectorAll('.panel.is-selected'));
             return {tabs: sel.map(b => b.dataset.tab), panels: panels.map(p => p.dataset.tab),
                     visible: panels.filter(p => getComputedStyle(p).visibility === 'visible').map(p => p.dataset.tab)};""")

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -91,9 +92,10 @@ def sent(b):
 def controls(b):
     """Every tab and every command button of the page (hidden tabs' too): how each is marked."""
     return b.js("""
-        return Array.from(document.querySelectorAll('#tabbar [role=tab], #content [data-action]')).map(e => ({
+        return Array.from([...document.getElementById('tabbar').shadowRoot.querySelectorAll('[role=tab]'), ...document.querySelectorAll('#content [data-action]')]).map(e => ({
           what: e.dataset.tab + ':' + (e.dataset.action || 'tab'), ariaDisabled: e.getAttribute('aria-disabled'),
-          describedBy: e.getAttribute('aria-describedby'), cursor: getComputedStyle(e).cursor}));""")
+          describedBy: e.getAttribute('aria-describedby'), cursor: getComputedStyle(e).cursor,
+          why: e.hasAttribute('aria-describedby') ? e.getRootNode().getElementById(e.getAttribute('aria-describedby')).textContent : null}));""")
 
 
 def notice(b):
@@ -135,12 +137,12 @@ def test_a_view_token_watches_and_sends_nothing(auth_daemon, mint, browsers, rem
     marked = controls(view)
     assert {c["what"] for c in marked} >= {"home:tab", "favorites:tab", "home:greeting", "home:push"}
     for c in marked:
-        assert (c["ariaDisabled"], c["describedBy"], c["cursor"]) == ("true", "view-only-why", "not-allowed"), c
-    assert view.js("return Array.from(document.querySelectorAll('#tabbar [role=tab]')).every(b => !b.disabled)")
+        assert (c["ariaDisabled"], c["why"], c["cursor"]) == ("true", VIEW_ONLY_WHY, "not-allowed"), c
+    assert view.js("return Array.from(document.getElementById('tabbar').shadowRoot.querySelectorAll('[role=tab]')).every(b => !b.disabled)")
     # The selected tab keeps its highlight; the others fade.
     tabs = {t["id"]: t for t in view.tabs()}
     assert tabs["home"]["selected"] == "true" and tabs["home"]["background"] != "rgba(0, 0, 0, 0)"
-    opacity = view.js("return Object.fromEntries(Array.from(document.querySelectorAll('#tabbar [role=tab]')).map(b => [b.dataset.tab, getComputedStyle(b).opacity]))")
+    opacity = view.js("return Object.fromEntries(Array.from(document.getElementById('tabbar').shadowRoot.querySelectorAll('[role=tab]')).map(b => [b.dataset.tab, getComputedStyle(b).opacity]))")
     assert opacity["home"] == "1" and float(opacity["favorites"]) < 1
     view.screenshot("view-only.png")
 
@@ -153,9 +155,8 @@ def test_a_view_token_watches_and_sends_nothing(auth_daemon, mint, browsers, rem
     view.click_tab("home")
     view.click_tab("home")
     view.tab("home").send_keys(Keys.ARROW_RIGHT)
-    view.wait(lambda: view.js("return document.activeElement.id") == "tab-favorites", message="the focus moves along the tabs")
-    view.driver.switch_to.active_element.send_keys(Keys.ENTER)
-    view.driver.switch_to.active_element.send_keys(Keys.SPACE)
+    view.wait(lambda: view.focused_tab() == "favorites", message="the focus moves along the tabs")
+    ActionChains(view.driver).send_keys(Keys.ENTER).send_keys(Keys.SPACE).perform()
     view.in_top("home", ".greeting").click()
     view.in_top("home", ".primary.push").click()
     assert set(sent(view)) <= {"sync", "ping"}, sent(view)
@@ -246,13 +247,17 @@ def test_a_page_enabled_again_when_a_later_welcome_is_not_view(daemon, browsers)
     b.driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
         (() => {
           let first = true;
+          const rewritten = new WeakMap(); // each frame rewritten once, whoever listens
           const add = WebSocket.prototype.addEventListener;
           WebSocket.prototype.addEventListener = function (type, fn, opts) {
             if (type !== "message") return add.call(this, type, fn, opts);
             return add.call(this, type, (ev) => {
-              const f = JSON.parse(ev.data);
-              if (f.type === "welcome" && first) { first = false; f.role = "view"; }
-              fn({ data: JSON.stringify(f) });
+              if (!rewritten.has(ev)) {
+                const f = JSON.parse(ev.data);
+                if (f.type === "welcome" && first) { first = false; f.role = "view"; }
+                rewritten.set(ev, JSON.stringify(f));
+              }
+              fn({ data: rewritten.get(ev) });
             }, opts);
           };
         })();"""})
@@ -297,7 +302,7 @@ def test_an_expired_token_is_said_and_not_reconnected_with(auth_daemon, mint, br
     assert b.js("return [window.__tabd.state, window.__tabd.attempts, window.__tabd.connections]") == ["error", 0, 1]
     assert b.driver.title == "Not connected · tabd"
     # What it showed stays on screen.
-    assert b.js("return document.querySelectorAll('#tabbar [role=tab]').length") > 0
+    assert b.js("return document.getElementById('tabbar').shadowRoot.querySelectorAll('[role=tab]').length") > 0
 
 
 def test_a_link_whose_token_has_already_expired_is_said_without_connecting(auth_daemon, key_file, browsers):
