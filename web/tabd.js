@@ -428,8 +428,10 @@ export class TabdClient {
       try {
         listener(update);
       } catch (e) {
-        // One listener's fault is its own; report it where the developer looks.
-        setTimeout(() => { throw e; });
+        // One listener's fault is its own; report it where the developer looks (the
+        // console, window.onerror), as an uncaught error would be.
+        if (typeof globalThis.reportError === "function") globalThis.reportError(e);
+        else setTimeout(() => { throw e; });
       }
     }
   }
