@@ -167,6 +167,8 @@ public final class Daemon: Sendable {
         configuration.requestTimeoutSeconds = options.requestTimeout
         configuration.fitsOpenFileLimit = true
         configuration.tls = options.tls
+        // The origins that may open /ws may also import the page's modules (tabd.js, …).
+        configuration.moduleOrigins = options.allowOrigins
         return configuration
     }
 

@@ -44,6 +44,12 @@ public struct Configuration: Sendable {
     /// Adds strict security headers to files (a CSP that forbids inline script and style,
     /// no framing, no referrer), the set libwebsockets calls best practice.
     public var strictSecurityHeaders: Bool = false
+    /// Origins (`scheme://host[:port]`, as browsers send `Origin`) whose pages may import the
+    /// web root's JavaScript modules (`.js`, `.mjs`): a GET or HEAD of one with such an
+    /// `Origin` is answered with `access-control-allow-origin` naming it, and an `OPTIONS`
+    /// preflight with 204. Every other origin gets no such header. Module answers always
+    /// carry `vary: origin`.
+    public var moduleOrigins: [String] = []
     /// When set, creating the server fails unless this many connections fit under the
     /// open-file limit (the soft limit is raised toward the hard one if needed).
     public var maxConnections: Int? = nil

@@ -133,7 +133,8 @@ public struct Options: Sendable {
                              (PEM, the chain after it, as Let's Encrypt's fullchain.pem);
                              with --tls-key; SIGHUP reads both again
       --tls-key FILE         the certificate's private key (PEM, not encrypted)
-      --allow-origin ORIGIN  also accept browsers from this origin (repeatable)
+      --allow-origin ORIGIN  also accept browsers from this origin (repeatable); its
+                             pages may also import tabd.js and tabd-tab-bar.js
       --trusted-proxy ADDR   a reverse proxy (an address or CIDR, repeatable) whose
                              Forwarded or X-Forwarded-For/-Host/-Proto headers give
                              the client's address, host and scheme; from any other

@@ -8,9 +8,12 @@ struct StaticFiles: Sendable {
     /// The root's real path, with a trailing `/`.
     let root: String
     let securityHeaders: [(String, String)]
+    /// The origins whose pages may import the root's modules (`Configuration.moduleOrigins`).
+    let moduleOrigins: Set<String>
     static let maxFileBytes = 64 << 20
 
-    init(root: String, strictSecurityHeaders: Bool) {
+    init(root: String, strictSecurityHeaders: Bool, moduleOrigins: [String] = []) {
+        self.moduleOrigins = Set(moduleOrigins)
         let path = Self.realPath(root) ?? root
         self.root = path.hasSuffix("/") ? path : path + "/"
         var headers = [("x-content-type-options", "nosniff"), ("cache-control", "no-cache")]
@@ -24,6 +27,40 @@ struct StaticFiles: Sendable {
             ]
         }
         securityHeaders = headers
+    }
+
+    /// Whether a path names a JavaScript module, which pages of other origins may import.
+    static func isModule(_ path: String) -> Bool {
+        path.hasSuffix(".js") || path.hasSuffix(".mjs")
+    }
+
+    /// The CORS headers of a module's answer for a request from `origin`: the origin itself
+    /// when it is one of `moduleOrigins` (never `*`), and `vary: origin` either way, so that
+    /// no cache hands one origin's answer to another.
+    func corsHeaders(path: String, origin: String?) -> [(String, String)] {
+        guard Self.isModule(path) else { return [] }
+        guard let origin, moduleOrigins.contains(origin) else { return [("vary", "origin")] }
+        return [("access-control-allow-origin", origin), ("vary", "origin")]
+    }
+
+    /// The answer to an `OPTIONS` preflight for a module: 204 with the methods a module
+    /// import may use, for an allowed origin; 403 for any other request.
+    func preflight(path: String, origin: String?) -> HTTPResponse {
+        let cors = corsHeaders(path: path, origin: origin)
+        guard cors.contains(where: { $0.0 == "access-control-allow-origin" }) else {
+            return HTTPResponse(status: 403, text: "403 Forbidden (not a module this origin may load)\n", headers: [("vary", "origin")])
+        }
+        return HTTPResponse(
+            status: 204, contentType: "text/plain; charset=utf-8", body: [],
+            headers: cors + [("access-control-allow-methods", "GET, HEAD"), ("access-control-max-age", "600")])
+    }
+
+    /// The answer for a decoded, normalized path (see `RequestTarget`), with the CORS
+    /// headers a module gets for a request from `origin`.
+    func response(for path: String, origin: String?) -> HTTPResponse {
+        var answer = response(for: path)
+        if answer.status == 200 { answer.headers += corsHeaders(path: path, origin: origin) }
+        return answer
     }
 
     /// The answer for a decoded, normalized path (see `RequestTarget`).

@@ -123,7 +123,9 @@ extension ServiceLoop {
         if let method, isDynamic(target.path) {
             route = .handler(method)
         } else if method == .get || method == .head {
-            route = .local(files?.response(for: target.path) ?? StaticFiles.notFound)
+            route = .local(files?.response(for: target.path, origin: head.value("origin")) ?? StaticFiles.notFound)
+        } else if method == .options, let files, StaticFiles.isModule(target.path) {
+            route = .local(files.preflight(path: target.path, origin: head.value("origin")))
         } else {
             route = .local(HTTPResponse(status: 405, text: "405 Method Not Allowed\n", headers: [("allow", "GET, HEAD")]))
         }

@@ -105,7 +105,7 @@ final class ServiceLoop: @unchecked Sendable {
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: webRoot, isDirectory: &isDirectory), isDirectory.boolValue
             else { throw .webRootMissing(path: webRoot) }
-            files = StaticFiles(root: webRoot, strictSecurityHeaders: configuration.strictSecurityHeaders)
+            files = StaticFiles(root: webRoot, strictSecurityHeaders: configuration.strictSecurityHeaders, moduleOrigins: configuration.moduleOrigins)
         } else {
             files = nil
         }
