@@ -28,6 +28,7 @@
 // "Show more" while the answer has a `next`. The panel closes when the connection drops.
 import { TabdClient } from "./tabd.js";
 import "./tabd-tab-bar.js";
+import { css, fillFor, inkFor, mix, rgbOf } from "./colors.js";
 
 (function () {
   const PARAMS = new URLSearchParams(location.search);
@@ -287,17 +288,23 @@ import "./tabd-tab-bar.js";
     logSeqEl.textContent = "#" + model.seq;
   }
 
-  function hexToRgb(hex) {
-    const m = /^#?([0-9a-f]{6})$/i.exec(String(hex || ""));
-    const n = m ? parseInt(m[1], 16) : 0x8e8e93;
-    return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
+  // A tab's colour on the page: as given for borders and tints, and in readable shades for
+  // text on the page's surfaces (--tab-ink) and under white text (--tab-fill), for the
+  // scheme in use (WCAG AA).
+  const DARK = window.matchMedia ? window.matchMedia("(prefers-color-scheme: dark)") : null;
+  if (DARK) DARK.addEventListener("change", () => render());
+
+  function surface() {
+    return rgbOf(getComputedStyle(document.documentElement).getPropertyValue("--surface-2").trim());
   }
 
   function paint(el, color) {
-    const [r, g, b] = hexToRgb(color);
-    el.style.setProperty("--tab-color", `rgb(${r}, ${g}, ${b})`);
-    el.style.setProperty("--tab-tint", `rgba(${r}, ${g}, ${b}, 0.3)`);
-    el.style.setProperty("--tab-soft", `rgba(${r}, ${g}, ${b}, 0.14)`);
+    const rgb = rgbOf(color);
+    el.style.setProperty("--tab-color", css(rgb));
+    el.style.setProperty("--tab-tint", css(rgb, 0.3));
+    el.style.setProperty("--tab-soft", css(rgb, 0.14));
+    el.style.setProperty("--tab-ink", css(inkFor(rgb, mix(surface(), rgb, 0.2))));
+    el.style.setProperty("--tab-fill", css(fillFor(rgb)));
   }
 
   function renderPanels() {

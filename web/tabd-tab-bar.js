@@ -25,13 +25,13 @@
 // and the parts bar, tab, selected, icon, title and badge.
 import { TabdClient, TabdError } from "./tabd.js";
 import { tabdIcon } from "./icons.js";
+import { css, inkFor, luminance, mix, rgbOf } from "./colors.js";
 
 const READ_ONLY_WHY = "You can watch this tab bar; you cannot change it.";
 
 const STYLE = `
 :host {
   display: block;
-  --_fg: var(--tabd-tab-color, #5e5e63);
   --_bg: var(--tabd-bar-background, transparent);
   --_hover: var(--tabd-tab-hover-background, rgba(127, 127, 127, 0.12));
   --_badge: var(--tabd-badge-background, #d70015);
@@ -42,9 +42,6 @@ const STYLE = `
   --_font: var(--tabd-font, system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", "DejaVu Sans", Arial, sans-serif);
   --_title-size: var(--tabd-title-size, 11px);
   font-family: var(--_font);
-}
-@media (prefers-color-scheme: dark) {
-  :host { --_fg: var(--tabd-tab-color, #aeaeb2); }
 }
 :host([hidden]) { display: none; }
 .bar {
@@ -67,7 +64,7 @@ const STYLE = `
   border: 0;
   border-radius: var(--_radius);
   background: transparent;
-  color: var(--_fg);
+  color: var(--tabd-tab-color, var(--_fg-auto, #5e5e63));
   font: inherit;
   cursor: pointer;
   transition: background-color 0.12s ease, color 0.12s ease;
@@ -143,24 +140,6 @@ function sheet() {
 
 // ------------------------------------------------------------------ colour
 
-function rgbOf(hex) {
-  const m = /^#?([0-9a-f]{6})$/i.exec(String(hex || ""));
-  const n = m ? parseInt(m[1], 16) : 0x8e8e93;
-  return [(n >> 16) & 255, (n >> 8) & 255, n & 255];
-}
-
-function luminance([r, g, b]) {
-  const lin = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
-  return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
-}
-
-function contrast(a, b) {
-  const [x, y] = [luminance(a), luminance(b)].sort((p, q) => q - p);
-  return (x + 0.05) / (y + 0.05);
-}
-
-const mix = (a, b, t) => a.map((v, i) => Math.round(v + (b[i] - v) * t));
-
 // The colour a transparent-ish element shows: its own background and its ancestors',
 // crossing shadow roots, over the scheme's canvas.
 function backdropOf(el, dark) {
@@ -173,23 +152,12 @@ function backdropOf(el, dark) {
     if (alpha > 0) layers.push([parts.slice(0, 3), alpha]);
     if (alpha >= 1) break;
   }
-  let color = dark ? [0, 0, 0] : [255, 255, 255];
+  // The canvas is dark only when the scheme is and the page says it supports dark.
+  const scheme = getComputedStyle(document.documentElement).colorScheme || "";
+  let color = dark && /dark/.test(scheme) ? [18, 18, 18] : [255, 255, 255];
   for (let i = layers.length - 1; i >= 0; i--) color = mix(color, layers[i][0], layers[i][1]);
   return color;
 }
-
-// A shade of the tab's colour that reads on `under` (WCAG AA, 4.5:1): darker on a light
-// bar, lighter on a dark one.
-function inkFor(color, under) {
-  const toward = luminance(under) > 0.18 ? [0, 0, 0] : [255, 255, 255];
-  for (let t = 0; t <= 1; t += 0.05) {
-    const c = mix(color, toward, t);
-    if (contrast(c, under) >= 4.6) return c;
-  }
-  return toward;
-}
-
-const css = ([r, g, b], a) => (a === undefined ? `rgb(${r}, ${g}, ${b})` : `rgba(${r}, ${g}, ${b}, ${a})`);
 
 // ------------------------------------------------------------------ the element
 
@@ -363,6 +331,9 @@ export class TabdTabBar extends HTMLElement {
     }
     const dark = !!(this.#dark && this.#dark.matches);
     const under = backdropOf(this.#bar, dark);
+    // The unselected tabs' grey, for what is behind the bar (a page may keep a light
+    // background in dark mode).
+    this.#bar.style.setProperty("--_fg-auto", luminance(under) > 0.18 ? "#5e5e63" : "#aeaeb2");
     state.tabs.forEach((t, i) => {
       let v = this.#views.get(t.id);
       if (!v) { v = this.#button(t); this.#views.set(t.id, v); }
