@@ -112,7 +112,8 @@ def test_make_install_puts_everything_under_prefix_and_uninstall_removes_it(star
     assert not (prefix / "lib").exists(), "no unit enabled or written to lib/systemd"
 
     t = start("--port", "0", "--state", ":memory:", binary=str(prefix / "bin" / "tabd"), cwd=prefix)
-    for path, f in [("/", "index.html"), ("/app.js", "app.js"), ("/model.js", "model.js")]:
+    for path, f in [("/", "index.html"), ("/app.js", "app.js"), ("/model.js", "model.js"), ("/tabd.js", "tabd.js"),
+                    ("/tabd-tab-bar.js", "tabd-tab-bar.js"), ("/colors.js", "colors.js"), ("/icons.js", "icons.js")]:
         status, body = t.fetch(path)
         assert status == 200 and body == (prefix / "share" / "tabd" / "web" / f).read_bytes(), path
     # The installed tabctl drives the installed tabd.
