@@ -58,7 +58,7 @@ DESTDIR          ?=
 BIN_DIR          ?=
 INSTALL_PRODUCTS ?= tabd tabctl
 INSTALL          ?= install
-# The page's files; web/package.json only tells node (Tests/web) that they are ES modules.
+# The page's files; web/package.json describes the npm package (npm pack in web/), not the page.
 WEB_FILES   = $(filter-out web/package.json,$(wildcard web/*))
 DOC_FILES   = README.md LICENSE
 # docs/ as it is (the pages, and the pictures they show), so the links keep working.
@@ -137,13 +137,16 @@ test-browser:
 	TABD_BIN=$(CURDIR)/.build/debug/tabd $(PYTHON) -m pytest -q -p no:cacheprovider Tests/browser
 
 ## The page's event fold (web/model.js) under node's own test runner, against the golden
-## streams the Swift tests write to test-output/golden/ (it fails when there are none).
+## streams the Swift tests write to test-output/golden/ (it fails when there are none); the
+## JavaScript client (web/tabd.js) against a scripted transport; the modules' types
+## (web/*.d.ts) with TypeScript, over a usage file.
 NODE ?= node
 test-web:
 	$(SWIFT) build --build-tests $(SWIFTFLAGS)
 	rm -rf $(CURDIR)/test-output/golden
 	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(SWIFT) test --skip-build $(SWIFTFLAGS) --filter GoldenStreamTests
 	TABD_GOLDEN_DIR=$(CURDIR)/test-output/golden $(NODE) --test $(wildcard Tests/web/*.test.mjs)
+	tsc -p Tests/web/types
 
 clean:
 	rm -rf .build $(TSAN_DIR) $(INSTALL_SCRATCH)
