@@ -166,6 +166,8 @@ export class TabdTabBar extends HTMLElement {
 
   #client = null;
   #own = false; // the element made #client (and closes it)
+  #startedWith = null; // the attributes #client was made from
+  #restartQueued = false;
   #unsubscribe = null;
   #views = new Map(); // tab id -> {btn, iconBox, iconSig, title, badge}
   #bar;
@@ -226,14 +228,26 @@ export class TabdTabBar extends HTMLElement {
   attributeChangedCallback(name, before, after) {
     if (before === after) return;
     if (name === "label") { this.#bar.setAttribute("aria-label", after || "Tabs"); return; }
-    // Another server, room, token or name: a new connection of the element's own.
-    if (this.isConnected && (this.#own || !this.#client) && this.hasAttribute("server")) {
+    // Another server, room, token or name: a new connection of the element's own, once
+    // every attribute of this change is set (an upgrade sets them one by one).
+    if (this.#restartQueued) return;
+    this.#restartQueued = true;
+    queueMicrotask(() => {
+      this.#restartQueued = false;
+      if (!this.isConnected || (this.#client && !this.#own) || !this.hasAttribute("server")) return;
+      if (this.#client && this.#startedWith === this.#key()) return;
       this.#detach();
       this.#start();
-    }
+    });
+  }
+
+  // What the element's own connection is made from.
+  #key() {
+    return ["server", "room", "token", "name"].map((a) => this.getAttribute(a)).join("\u0000");
   }
 
   #start() {
+    this.#startedWith = this.#key();
     let client;
     try {
       client = new TabdClient(this.getAttribute("server"), {

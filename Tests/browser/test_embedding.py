@@ -251,3 +251,23 @@ def test_first_paint_after_the_welcome(make_daemon, site, browsers):
     with open(os.path.join(OUTPUT, "web-element.json"), "w") as f:
         f.write(json.dumps(report, indent=2) + "\n")
     assert all(s >= 0 for s in samples)
+
+
+def test_the_element_opens_one_connection_and_follows_its_attributes(make_daemon, site, browsers, remote):
+    d = make_daemon("--allow-origin", site.origin)
+    b = browsers().record_sockets()
+    open_host(b, site.page("index.html", d))
+    # Upgrading the element sets its attributes one by one: still one connection.
+    assert len(b.js("return window.__sockets")) == 1
+    # Another room: the element leaves the first and draws the other.
+    remote(d, room="second").command("addTab", tab={"id": "only", "title": "Only here", "icon": "star", "color": "#5856D6"})
+    b.js("document.getElementById('bar').setAttribute('room', 'second')")
+    b.wait(lambda: "only" in [t["id"] for t in bar_tabs(b) or []], SYNC, "the other room's tabs drawn")
+    assert b.js("return document.getElementById('bar').client.room") == "second"
+    assert len(b.js("return window.__sockets")) == 2
+    # Taken out of the page, it closes its connection; put back, it opens one again.
+    b.js("window.__bar = document.getElementById('bar'); window.__bar.remove()")
+    b.wait(lambda: b.js("return window.__socketObjects[1].readyState") == 3, SYNC, "its socket closed")
+    b.js("document.querySelector('main').append(window.__bar)")
+    b.wait(lambda: len(b.js("return window.__sockets")) == 3, SYNC, "a new connection")
+    b.wait(lambda: b.js("return window.__bar.getAttribute('connection')") == "live", SYNC, "live again")
