@@ -13,6 +13,8 @@ browsers; nothing is shared between tests. Waits are bounded (WebDriverWait), ne
 sleeps.
 """
 import json
+import os
+import secrets
 import time
 
 import pytest
@@ -44,6 +46,15 @@ def make_daemon(tmp_path):
 @pytest.fixture
 def daemon(make_daemon):
     return make_daemon()
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    """A signing key, readable by its owner only (tabd warns otherwise)."""
+    path = tmp_path / "auth.key"
+    path.write_text(secrets.token_hex(32) + "\n")
+    os.chmod(path, 0o600)
+    return str(path)
 
 
 @pytest.fixture

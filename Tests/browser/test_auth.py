@@ -13,8 +13,6 @@ import base64
 import hashlib
 import hmac
 import json
-import os
-import secrets
 import subprocess
 import time
 from urllib.parse import parse_qs, urlsplit
@@ -31,15 +29,6 @@ from browserkit import POLL, SYNC, TABD, WAIT
 ROOM = "team-7"
 VIEW_ONLY_WHY = "You can watch this tab bar; you cannot change it."
 EXPIRED = "Your access token has expired. Open a fresh link to continue."
-
-
-@pytest.fixture
-def key_file(tmp_path):
-    """A signing key, readable by its owner only (tabd warns otherwise)."""
-    path = tmp_path / "auth.key"
-    path.write_text(secrets.token_hex(32) + "\n")
-    os.chmod(path, 0o600)
-    return str(path)
 
 
 @pytest.fixture

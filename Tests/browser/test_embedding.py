@@ -9,7 +9,6 @@ import os
 import re
 import statistics
 import subprocess
-import secrets
 import threading
 
 import pytest
@@ -93,16 +92,8 @@ def site(tmp_path):
     s.close()
 
 
-@pytest.fixture
-def secret(tmp_path):
-    path = tmp_path / "auth.key"
-    path.write_text(secrets.token_hex(32) + "\n")
-    os.chmod(path, 0o600)
-    return str(path)
-
-
-def mint(secret, role):
-    out = subprocess.run([TABD, "token", "--secret-file", secret, "--room", ROOM, "--role", role, "--ttl", "30m"],
+def mint(key_file, role):
+    out = subprocess.run([TABD, "token", "--secret-file", key_file, "--room", ROOM, "--role", role, "--ttl", "30m"],
                          capture_output=True, text=True, timeout=WAIT, check=True)
     return out.stdout.strip()
 
@@ -147,15 +138,15 @@ def connect_and_tap(b, tabd, token, tab):
         })().catch((e) => done({ error: String(e), code: e.code }));""", tabd.http, ROOM, token, tab)
 
 
-def test_another_origin_imports_the_modules_and_shows_a_live_tab_bar(make_daemon, site, secret, browsers, remote, tmp_path):
+def test_another_origin_imports_the_modules_and_shows_a_live_tab_bar(make_daemon, site, key_file, browsers, remote, tmp_path):
     state = str(tmp_path / "state.db")
-    args = ("--allow-origin", site.origin, "--auth-secret-file", secret, "--state", state)
+    args = ("--allow-origin", site.origin, "--auth-secret-file", key_file, "--state", state)
     d = make_daemon(*args)
-    control = mint(secret, "control")
+    control = mint(key_file, "control")
     b = browsers()
     b.allow_console(CONNECTION_REFUSED)  # the retries while tabd restarts, below
     open_host(b, site.page("index.html", d, control))
-    r = remote(d, "other", room=ROOM, token=mint(secret, "control"))
+    r = remote(d, "other", room=ROOM, token=mint(key_file, "control"))
     snap = r.snapshot()
 
     # It draws the room's tabs, the selected one selected, in its own shadow root.
@@ -194,18 +185,18 @@ def test_another_origin_imports_the_modules_and_shows_a_live_tab_bar(make_daemon
            WAIT + 10, "the element is live again")
     assert b.js("return document.getElementById('bar').client.session.resumed") is True, "it resumed, no snapshot"
     assert b.js("return document.getElementById('bar').client.state.seq") >= before
-    r2 = remote(d2, "after", room=ROOM, token=mint(secret, "control"))
+    r2 = remote(d2, "after", room=ROOM, token=mint(key_file, "control"))
     r2.command("select", tab=snap["selected"])
     b.wait(lambda: selected_in_bar(b) == snap["selected"], SYNC, "the bar follows the restarted tabd")
     assert [e["connection"] for e in events_of(b, "tabd-connection")][-1] == "live"
     assert events_of(b, "tabd-error") == []
 
 
-def test_a_view_token_makes_the_element_read_only(make_daemon, site, secret, browsers, remote):
-    d = make_daemon("--allow-origin", site.origin, "--auth-secret-file", secret)
+def test_a_view_token_makes_the_element_read_only(make_daemon, site, key_file, browsers, remote):
+    d = make_daemon("--allow-origin", site.origin, "--auth-secret-file", key_file)
     b = browsers()
-    open_host(b, site.page("view.html", d, mint(secret, "view")))
-    r = remote(d, "ctl", room=ROOM, token=mint(secret, "control"))
+    open_host(b, site.page("view.html", d, mint(key_file, "view")))
+    r = remote(d, "ctl", room=ROOM, token=mint(key_file, "control"))
     snap = r.snapshot()
     tabs = bar_tabs(b)
     assert all(t["disabled"] == "true" for t in tabs), tabs
