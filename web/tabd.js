@@ -614,9 +614,19 @@ export class TabdClient {
       this.#readyResolve(this);
       return;
     }
-    // A sync of the user's: the server's state, in order with the frames around it.
-    if (this.state === null || f.snapshot.seq >= this.state.seq) {
-      if (!this.#rebuild(f.snapshot, false, "sync")) return;
+    // A sync of the user's: the server's state, in order with the frames around it. One
+    // the client cannot read rejects the sync and drops the connection (a new one starts
+    // clean).
+    const snap = f.snapshot;
+    const newer = snap !== null && typeof snap === "object" && (this.state === null || !(snap.seq < this.state.seq));
+    if (newer && !this.#rebuild(snap, false, "sync")) {
+      c.reject(new TabdError("connection_lost", "tabd answered sync with a snapshot the client cannot read; reconnecting"));
+      return;
+    }
+    if (snap === null || typeof snap !== "object") {
+      c.reject(new TabdError("connection_lost", "tabd answered sync without a snapshot; reconnecting"));
+      this.#drop(1002, "a snapshot the client cannot read");
+      return;
     }
     c.resolve(this.state);
   }

@@ -403,3 +403,16 @@ test("a listener that throws does not stop the others", async () => {
   assert.equal(client.state.seq, 9);
   client.close();
 });
+
+test("a sync answered with a snapshot the client cannot read rejects, and a new connection starts", async () => {
+  for (const bad of [null, { seq: 9 }]) {
+    const { t, sock, client } = await connected();
+    const synced = client.sync();
+    sock.frame({ type: "snapshot", ref: sock.last("sync").ref, snapshot: bad });
+    await assert.rejects(synced, (e) => e.code === "connection_lost");
+    assert.equal(sock.closed.code, 1002);
+    assert.equal(client.state.seq, 5, "the state stays as it was");
+    await until(() => t.sockets[1], "a new connection");
+    client.close();
+  }
+});
