@@ -15,11 +15,12 @@
 // does not close it. The element reflects `connection` (the client's connection state)
 // and `read-only` on itself, for the page's CSS.
 //
-// DOM events (bubbling, composed; detail `by` is the client id that caused it, `live` is
-// false for replays after a reconnect): tabd-welcome {session, client}, tabd-change
-// {state} after each drawing, tabd-select {tab, from}, tabd-scroll-to-top {tab, count},
-// tabd-appear, tabd-first-appear and tabd-disappear {tab, page, route}, tabd-connection
-// {connection, attempt, retryAt, error}, tabd-error {error} (a refused tap, a closed client).
+// DOM events (bubbling, composed): tabd-welcome {session, client}, tabd-change {state}
+// after each drawing, tabd-connection {connection, attempt, retryAt, error}, tabd-error
+// {error, command?, tab?} (a tap not sent or refused, a closed client); and, with `by` (the
+// client id that caused it) and `live` (false for replays after a reconnect): tabd-select
+// {tab, from}, tabd-scroll-to-top {tab, count}, tabd-appear, tabd-first-appear and
+// tabd-disappear {tab, page, route}.
 //
 // Theming: CSS custom properties on the element (or any ancestor) — see docs/WEB.md —
 // and the parts bar, tab, selected, icon, title and badge.
