@@ -5,7 +5,8 @@
 
 /// TLS for tabd, over Debian's OpenSSL 3: the server's certificate store (one pair of
 /// certificate chain and key, replaced whole on SIGHUP while connections keep theirs), the
-/// settings every TLS context of tabd gets (TLS 1.2 and later), and the trust of a client
+/// settings every TLS context of tabd gets (TLS 1.2 and later; TLS 1.2 with forward-secret
+/// AEAD suites only: ECDHE with AES-GCM or ChaCha20-Poly1305), and the trust of a client
 /// (the system's store plus an extra CA). The SSL_CTX pointers are libwebsockets' (given to
 /// its OPENSSL_LOAD_EXTRA callbacks) or the blocking HTTP client's own, passed as void *
 /// so that Swift sees no OpenSSL types.
@@ -40,11 +41,11 @@ tabd_tls_store *tabd_tls_store_new(tabd_tls_pair *initial);
 void tabd_tls_store_replace(tabd_tls_store *store, tabd_tls_pair *pair);
 void tabd_tls_store_free(tabd_tls_store *store);
 
-/// A server context: TLS 1.2 and later, and every handshake takes the store's current pair.
+/// A server context: TLS 1.2 (ECDHE + AEAD suites) and later, and every handshake takes the store's current pair.
 /// Returns 0 on success.
 int tabd_tls_server_configure(void *ssl_ctx, tabd_tls_store *store);
 
-/// A client context: TLS 1.2 and later, verification on, trusting the system's store
+/// A client context: TLS 1.2 (ECDHE + AEAD suites) and later, verification on, trusting the system's store
 /// (`system_dir`, a directory of hashed certificate links, looked up only when a chain is
 /// verified; NULL: OpenSSL's default paths) and, when `ca_pem` is not NULL, the
 /// certificates in it as well. The chain is verified by OpenSSL alone, never through
