@@ -12,6 +12,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import time
 
 import sys
 
@@ -269,6 +270,82 @@ def test_tls_1_1_is_refused_and_1_2_accepted(tls_daemon, certs):
     tls12.minimum_version = tls12.maximum_version = ssl.TLSVersion.TLSv1_2
     with tls12.wrap_socket(socket.create_connection(("127.0.0.1", port_of(d)), timeout=WAIT), server_hostname="localhost") as s:
         assert s.version() == "TLSv1.2"
+
+
+def s_client(port, *args):
+    """`openssl s_client` to 127.0.0.1:`port` with `args`, its security level lowered so that
+    any refusal is the server's: (handshake done, the cipher it settled on, the protocol)."""
+    p = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "localhost", *args],
+                       input="", capture_output=True, text=True, timeout=WAIT)
+    new = re.search(r"^New, (\S+), Cipher is (\S+)", p.stdout, re.M)
+    done = p.returncode == 0 and new is not None and new.group(2) != "(NONE)"
+    return done, new.group(2) if new else None, new.group(1) if new else None, p.stdout + p.stderr
+
+
+# TLS 1.2 suites without forward secrecy (RSA key exchange), with CBC and SHA-1 or SHA-256
+# MACs, and finite-field DHE: none of them is offered.
+REFUSED_SUITES = ["AES128-SHA", "AES256-SHA256", "AES128-GCM-SHA256", "ECDHE-RSA-AES128-SHA", "ECDHE-RSA-AES256-SHA384",
+                  "DHE-RSA-AES128-GCM-SHA256", "DHE-RSA-CHACHA20-POLY1305"]
+# The test certificate's key is RSA: the forward-secret AEAD suites for it.
+SERVED_SUITES = ["ECDHE-RSA-AES128-GCM-SHA256", "ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-CHACHA20-POLY1305"]
+
+
+def test_tls_1_2_offers_only_forward_secret_aead_suites_and_1_3_works(tls_daemon):
+    port = port_of(tls_daemon)
+    for suite in REFUSED_SUITES:
+        done, cipher, _, out = s_client(port, "-tls1_2", "-cipher", f"{suite}:@SECLEVEL=0")
+        assert not done, f"{suite} was served ({cipher}): {out[-600:]}"
+    for suite in SERVED_SUITES:
+        done, cipher, protocol, out = s_client(port, "-tls1_2", "-cipher", suite)
+        assert done and cipher == suite and protocol == "TLSv1.2", out[-600:]
+    # Everything the client offers at once: the server picks one of its own.
+    done, cipher, _, out = s_client(port, "-tls1_2", "-cipher", "ALL:@SECLEVEL=0")
+    assert done and cipher in SERVED_SUITES, out[-600:]
+    for suite in ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"):
+        done, cipher, protocol, out = s_client(port, "-tls1_3", "-ciphersuites", suite)
+        assert done and cipher == suite and protocol == "TLSv1.3", out[-600:]
+    # What survived was a working connection, not only a handshake.
+    assert b"HTTP/1.1 200" in https_get(tls_daemon, "/healthz", ciphers="ECDHE-RSA-AES128-GCM-SHA256", version=ssl.TLSVersion.TLSv1_2)
+
+
+def https_get(d, path, ciphers, version):
+    context = ssl._create_unverified_context()
+    context.set_ciphers(ciphers)
+    context.minimum_version = context.maximum_version = version
+    with context.wrap_socket(socket.create_connection(("127.0.0.1", port_of(d)), timeout=WAIT), server_hostname="localhost") as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+        return answer
+
+
+def test_tabctl_refuses_a_server_that_offers_only_suites_without_forward_secrecy(certs):
+    # An openssl s_server that speaks TLS 1.2 with AES128-SHA alone (RSA key exchange, CBC).
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(["openssl", "s_server", "-accept", f"127.0.0.1:{port}", "-cert", certs.a, "-key", certs.a_key,
+                               "-tls1_2", "-cipher", "AES128-SHA:@SECLEVEL=0", "-www", "-naccept", "4"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "openssl s_server did not start"
+                time.sleep(0.05)
+        # It does serve a client that offers that suite...
+        done, cipher, _, out = s_client(port, "-tls1_2", "-cipher", "AES128-SHA:@SECLEVEL=0")
+        assert done and cipher == "AES128-SHA", out[-600:]
+        # ...and tabctl, which offers only forward-secret AEAD suites in TLS 1.2, refuses it.
+        p = tabctl("--url", f"https://localhost:{port}", "--ca-file", certs.ca, "rooms")
+        assert p.returncode == 3 and "handshake" in p.stderr.lower(), p.stderr
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_sighup_rotates_the_pair_keeps_open_connections_and_refuses_a_bad_pair(tls_daemon, certs):
