@@ -102,6 +102,7 @@ public final class Daemon: Sendable {
             throw StartError("cannot start: \(error)")
         }
         registry.attach(server: server, gateway: gateway)
+        if let certificate = server.certificate { gateway.fence.certificateNames(certificate.dnsNames) }
         // Cluster: rooms deleted by other nodes close here too; clients of dead nodes leave.
         var clusterSweep: (any DispatchSourceTimer)?
         if let cluster {
@@ -169,6 +170,8 @@ public final class Daemon: Sendable {
         configuration.tls = options.tls
         // The origins that may open /ws may also import the page's modules (tabd.js, …).
         configuration.moduleOrigins = options.allowOrigins
+        // No other site may frame the page (a <meta> cannot say this).
+        configuration.fileSecurityPolicy = "frame-ancestors 'self'"
         return configuration
     }
 
@@ -183,6 +186,7 @@ public final class Daemon: Sendable {
                 log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again; nothing changed")
                 return false
             }
+            gateway.fence.certificateNames(certificate.dnsNames)
             log.info("received SIGHUP: TLS certificate and key read again; new connections use \(certificate)")
             warnIfExpiring(certificate)
             return true

@@ -28,6 +28,15 @@ public struct Configuration: Sendable {
     /// Frames that may wait for one connection (broadcasts not yet written plus direct sends);
     /// a connection further behind is closed with 1008 `too slow`.
     public var queueLimit: Int = 10_000
+    /// Bytes that may wait for one connection (broadcasts not yet written, direct sends, and
+    /// the unsent tail of its last write); past it, in more than one frame, it is closed with
+    /// 1008 `too slow`. What `WebSocketServer.activate` hands over (a welcome, a replay) does
+    /// not count toward it.
+    public var queueBytes: Int = 8 << 20
+    /// Bytes that may wait for every connection together (each broadcast counted once);
+    /// past it, connections whose sockets take no more are closed with 1008 `too slow`, the
+    /// one with the most bytes waiting first. Connections that read are never closed for it.
+    public var totalQueueBytes: Int = 256 << 20
     /// Seconds a request has for its head, from the connection's start or the previous
     /// answer, and as long again for its body (slowloris, stalled bodies: 408). An idle
     /// keep-alive connection is closed after as long.
@@ -50,6 +59,10 @@ public struct Configuration: Sendable {
     /// preflight with 204. Every other origin gets no such header. Module answers always
     /// carry `vary: origin`.
     public var moduleOrigins: [String] = []
+    /// Directives every file is answered with in a `content-security-policy` header (tabd:
+    /// `frame-ancestors 'self'`), joined to the strict policy's when `strictSecurityHeaders`
+    /// is on (a directive that policy already has is left as it says); nil: none.
+    public var fileSecurityPolicy: String? = nil
     /// When set, creating the server fails unless this many connections fit under the
     /// open-file limit (the soft limit is raised toward the hard one if needed).
     public var maxConnections: Int? = nil
@@ -129,6 +142,7 @@ public struct Configuration: Sendable {
         try check(maxMessageBytes > 0, "maxMessageBytes must be positive")
         try check((1...3600).contains(requestTimeoutSeconds), "requestTimeoutSeconds must be in 1...3600")
         try check(queueLimit > 0, "queueLimit must be positive")
+        try check(queueBytes > 0 && totalQueueBytes >= queueBytes, "queueBytes must be positive and at most totalQueueBytes")
         try check((1...65_535).contains(pingIntervalSeconds), "pingIntervalSeconds must be in 1...65535")
         try check(
             (1...65_535).contains(hangupSeconds) && hangupSeconds > pingIntervalSeconds,

@@ -58,6 +58,12 @@ public struct ForwardingHeaders: Sendable, Equatable {
         self.xForwardedProto = xForwardedProto
     }
 
+    /// Those of a request's head.
+    init(_ head: RequestHead) {
+        self.init(forwarded: head.value("forwarded"), xForwardedFor: head.value("x-forwarded-for"),
+                  xForwardedHost: head.value("x-forwarded-host"), xForwardedProto: head.value("x-forwarded-proto"))
+    }
+
     /// Whether any of them was sent.
     public var any: Bool { forwarded != nil || xForwardedFor != nil || xForwardedHost != nil || xForwardedProto != nil }
 }
@@ -68,4 +74,29 @@ public enum UpgradeDecision: Sendable {
     case accept
     /// Answer with this HTTP status (401, 403, 503, ...) and a short text body instead.
     case reject(status: Int)
+}
+
+/// What the server knows of a request once its head is read, before it answers it in any
+/// way: for a handler's ``WebSocketServerHandler/screen(_:)``, which may refuse it.
+public struct RequestSummary: Sendable {
+    /// The method as sent (`GET`, `POST`, …).
+    public let method: String
+    /// The path without the query, decoded and normalized.
+    public let path: String
+    /// Whether it asks for a WebSocket upgrade (`upgrade: websocket`).
+    public let isUpgrade: Bool
+    /// The `Host` header (nil: none, as HTTP/1.0 allows).
+    public let host: String?
+    /// The `Origin` header (browsers send it on cross-site requests and upgrades).
+    public let origin: String?
+    /// The peer's address, e.g. `127.0.0.1`.
+    public let peer: String
+    /// What a reverse proxy in front may have said about the client.
+    public let forwarding: ForwardingHeaders
+
+    public init(method: String, path: String, isUpgrade: Bool = false, host: String? = nil, origin: String? = nil,
+                peer: String = "", forwarding: ForwardingHeaders = .init()) {
+        self.method = method; self.path = path; self.isUpgrade = isUpgrade; self.host = host; self.origin = origin
+        self.peer = peer; self.forwarding = forwarding
+    }
 }

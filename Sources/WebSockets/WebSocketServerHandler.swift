@@ -4,6 +4,11 @@
 /// quickly and never block (hand work to an actor and return). Calling the server's own
 /// thread-safe methods (`send`, `broadcast`, `activate`, `close`) from here is fine.
 public protocol WebSocketServerHandler: Sendable {
+    /// Every request whose head is well formed, before the server answers it in any way (a
+    /// file, an upgrade, a handler's path): an answer refuses it (its body, if any, is read
+    /// and dropped; an upgrade's connection closes after it); nil lets it go on.
+    func screen(_ request: RequestSummary) -> HTTPResponse?
+
     /// Decides a WebSocket upgrade on `Configuration.webSocketPath` (origin, token, capacity).
     func shouldAccept(_ request: UpgradeRequest) -> UpgradeDecision
 
@@ -34,5 +39,6 @@ public protocol WebSocketServerHandler: Sendable {
 }
 
 extension WebSocketServerHandler {
+    public func screen(_ request: RequestSummary) -> HTTPResponse? { nil }
     public func serviceCycleEnded() {}
 }

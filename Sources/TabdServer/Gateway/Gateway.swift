@@ -85,6 +85,8 @@ final class Gateway: WebSocketServerHandler {
     let log: Log
     let registry: RoomRegistry
     let api: RoomsAPI
+    /// Other web sites fenced out (``screen(_:)``).
+    let fence: SiteFence
     /// Set when the daemon stops: `/healthz` answers 503 and upgrades are refused.
     let stopping = Atomic<Bool>(false)
     private let connections = Atomic<Int>(0)
@@ -93,6 +95,7 @@ final class Gateway: WebSocketServerHandler {
     init(options: Options, auth: Authenticator, metrics: Metrics, log: Log, registry: RoomRegistry) {
         self.options = options; self.auth = auth; self.metrics = metrics; self.log = log; self.registry = registry
         api = RoomsAPI(registry: registry, auth: auth, log: log)
+        fence = SiteFence(options: options, credentials: auth.isOn)
     }
 
     // MARK: Who may connect

@@ -23,6 +23,9 @@ public struct Options: Sendable {
     /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
     public var rateLimitBytes: Int?
     public var allowOrigins: [String] = []
+    /// `--allow-host`: names tabd answers to while no credentials are configured, beyond
+    /// those it knows (``HostPolicy``).
+    public var allowHosts: [String] = []
     /// `--trusted-proxy`: peers whose forwarding headers are believed.
     var trustedProxies = TrustedProxies()
     /// `--token`: an admin credential for every room.
@@ -133,8 +136,16 @@ public struct Options: Sendable {
                              (PEM, the chain after it, as Let's Encrypt's fullchain.pem);
                              with --tls-key; SIGHUP reads both again
       --tls-key FILE         the certificate's private key (PEM, not encrypted)
-      --allow-origin ORIGIN  also accept browsers from this origin (repeatable); its
-                             pages may also import tabd.js and tabd-tab-bar.js
+      --allow-origin ORIGIN  also accept browsers from this origin (repeatable): its
+                             pages may open /ws and import tabd.js and tabd-tab-bar.js;
+                             the HTTP API refuses (403) a browser of any other origin
+                             than tabd's own, and answers no CORS preflight
+      --allow-host NAME      while no token or key is set, also answer requests for
+                             the host NAME (repeatable; .NAME: it and every name under
+                             it); tabd answers IP addresses, localhost, *.localhost,
+                             --host, its certificate's names and the hosts of
+                             --allow-origin, and refuses other Host headers with 421
+                             (a defence against DNS rebinding)
       --trusted-proxy ADDR   a reverse proxy (an address or CIDR, repeatable) whose
                              Forwarded or X-Forwarded-For/-Host/-Proto headers give
                              the client's address, host and scheme; from any other
@@ -164,7 +175,8 @@ public struct Options: Sendable {
       Every option that takes a value can be set as TABD_ and its name in upper case,
       dashes as underscores: TABD_HOST, TABD_PORT=9000, TABD_STATE, TABD_WEB_ROOT,
       TABD_LOG_FORMAT=json, TABD_TOKEN_FILE, TABD_AUTH_SECRET_FILE, TABD_CLUSTER, ...
-      A repeatable option takes a comma-separated list: TABD_ALLOW_ORIGIN=URL,URL.
+      A repeatable option takes a comma-separated list: TABD_ALLOW_ORIGIN=URL,URL,
+      TABD_ALLOW_HOST=NAME,NAME.
       The command line wins: a variable is ignored when its option is given.
       Two variables hold the credential itself instead:
       TABD_TOKEN             the admin token, when neither --token nor --token-file is given
@@ -244,7 +256,7 @@ public struct Options: Sendable {
                                         "--cluster-creds", "--cluster-user", "--cluster-password-file", "--cluster-forwarding"]
 
     /// Options that may be given more than once; their variables hold comma-separated lists.
-    private static let repeatable: Set<String> = ["--allow-origin", "--trusted-proxy"]
+    private static let repeatable: Set<String> = ["--allow-origin", "--allow-host", "--trusted-proxy"]
 
     /// The options one of which excludes the other, both ways.
     private static func excluded(by option: String) -> [String] {
@@ -326,6 +338,10 @@ public struct Options: Sendable {
         case "--rate-limit": rateLimit = try int(min: 0)
         case "--rate-limit-bytes": rateLimitBytes = try int(min: 0)
         case "--allow-origin": allowOrigins.append(try value())
+        case "--allow-host":
+            let v = try value()
+            if let problem = HostPolicy.problem(allowHost: v) { throw UsageError("\(name) \(problem)") }
+            allowHosts.append(v)
         case "--trusted-proxy":
             let v = try value()
             guard let range = TrustedProxies.range(v) else {

@@ -59,6 +59,7 @@ enum ResponseBytes {
         case 411: return "Length Required"
         case 413: return "Content Too Large"
         case 414: return "URI Too Long"
+        case 421: return "Misdirected Request"
         case 426: return "Upgrade Required"
         case 429: return "Too Many Requests"
         case 431: return "Request Header Fields Too Large"

@@ -12,7 +12,7 @@ struct StaticFiles: Sendable {
     let moduleOrigins: Set<String>
     static let maxFileBytes = 64 << 20
 
-    init(root: String, strictSecurityHeaders: Bool, moduleOrigins: [String] = []) {
+    init(root: String, strictSecurityHeaders: Bool, moduleOrigins: [String] = [], securityPolicy: String? = nil) {
         self.moduleOrigins = Set(moduleOrigins)
         let path = Self.realPath(root) ?? root
         self.root = path.hasSuffix("/") ? path : path + "/"
@@ -25,6 +25,18 @@ struct StaticFiles: Sendable {
                     + "connect-src 'self' ws: wss:; frame-ancestors 'none'; base-uri 'none'; form-action 'self';"),
                 ("x-xss-protection", "1; mode=block"), ("x-frame-options", "deny"), ("referrer-policy", "no-referrer"),
             ]
+        }
+        if let securityPolicy {
+            // One header: its directives joined to the strict policy's, if there is one (a
+            // directive named twice counts once, the first, so the strict one's stay).
+            if let i = headers.firstIndex(where: { $0.0 == "content-security-policy" }) {
+                let have = Set(headers[i].1.split(separator: ";").compactMap { $0.split(separator: " ").first.map(String.init) })
+                let added = securityPolicy.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+                    .filter { !$0.isEmpty && !have.contains(String($0.split(separator: " ")[0])) }
+                if !added.isEmpty { headers[i].1 += " " + added.joined(separator: "; ") + ";" }
+            } else {
+                headers.append(("content-security-policy", securityPolicy))
+            }
         }
         securityHeaders = headers
     }

@@ -113,14 +113,21 @@ extension ServiceLoop {
             refusePlainHTTP(connection, head)
             return
         }
-        if head.tokens("upgrade").contains("websocket") {
+        let isUpgrade = head.tokens("upgrade").contains("websocket")
+        let refusal = handler.screen(RequestSummary(
+            method: head.method, path: target.path, isUpgrade: isUpgrade, host: head.value("host"), origin: head.value("origin"),
+            peer: peerAddress(connection), forwarding: ForwardingHeaders(head)))
+        if isUpgrade && refusal == nil {
             upgrade(connection, head, target, framing)
             return
         }
         let expectsContinue = head.tokens("expect").contains("100-continue")
         let method = HTTPMethod(rawValue: head.method)
         let route: HTTPRequestInProgress.Route
-        if let method, isDynamic(target.path) {
+        if let refusal {
+            // Refused by the handler before anything else: answered as a file would be.
+            route = .local(refusal)
+        } else if let method, isDynamic(target.path) {
             route = .handler(method)
         } else if method == .get || method == .head {
             route = .local(files?.response(for: target.path, origin: head.value("origin")) ?? StaticFiles.notFound)
@@ -130,7 +137,7 @@ extension ServiceLoop {
             route = .local(HTTPResponse(status: 405, text: "405 Method Not Allowed\n", headers: [("allow", "GET, HEAD")]))
         }
         let request = HTTPRequestInProgress(
-            head: head, target: target, route: route, reader: BodyReader(framing), closeAfter: !head.keepsAlive,
+            head: head, target: target, route: route, reader: BodyReader(framing), closeAfter: !head.keepsAlive || isUpgrade,
             expectsContinue: expectsContinue)
         switch (route, framing) {
         case (_, .none), (_, .length(0)):

@@ -37,8 +37,7 @@ extension ServiceLoop {
             path: target.path, query: target.query, origin: head.value("origin"), host: head.value("host"),
             authorization: head.value("authorization"), subprotocol: offered.isEmpty ? nil : configuration.subprotocol,
             offeredSubprotocols: offered, peer: peerAddress(connection),
-            forwarding: ForwardingHeaders(forwarded: head.value("forwarded"), xForwardedFor: head.value("x-forwarded-for"),
-                                          xForwardedHost: head.value("x-forwarded-host"), xForwardedProto: head.value("x-forwarded-proto")))
+            forwarding: ForwardingHeaders(head))
         if case let .reject(status) = handler.shouldAccept(request) {
             return refuse(status, ResponseBytes.reasonPhrase(status))
         }
@@ -67,7 +66,7 @@ extension ServiceLoop {
         setReading(connection, paused: false)
     }
 
-    private func peerAddress(_ connection: Connection) -> String {
+    func peerAddress(_ connection: Connection) -> String {
         var buffer = [CChar](repeating: 0, count: 64)
         guard lws_get_peer_simple(connection.wsi, &buffer, buffer.count) != nil else { return "" }
         return String(nulTerminated: buffer)
@@ -134,6 +133,11 @@ extension ServiceLoop {
             lws_callback_on_writable(connection.wsi)
             return 0
         }
+        if session.blocked {
+            // It took what was left: it reads again.
+            session.blocked = false
+            update { $0.setBlocked(session.id, false) }
+        }
         if !session.control.isEmpty {
             for frame in session.control { writeFrames([], then: frame, to: connection) }
             session.control.removeAll()
@@ -163,11 +167,19 @@ extension ServiceLoop {
                 return 0
             case let .frames(more):
                 guard writeFrames(frames, to: connection) else { return -1 }
+                let buffered = lws_partial_buffered(connection.wsi) != 0
+                if buffered || (more && lws_send_pipe_choked(connection.wsi) != 0) {
+                    // The socket takes no more: what is left waits in the table (and lws
+                    // holds the tail of this write), counted toward the bounds on bytes.
+                    let inFlight = buffered ? frames.reduce(0) { $0 + $1.wire.count } : 0
+                    session.blocked = true
+                    update { $0.setBlocked(session.id, true, inFlight: inFlight) }
+                    lws_callback_on_writable(connection.wsi)
+                    return 0
+                }
                 guard more else { return 0 }
                 writes += 1
-                if writes >= Self.maxWritesPerCallback || lws_partial_buffered(connection.wsi) != 0
-                    || lws_send_pipe_choked(connection.wsi) != 0
-                {
+                if writes >= Self.maxWritesPerCallback {
                     lws_callback_on_writable(connection.wsi)
                     return 0
                 }

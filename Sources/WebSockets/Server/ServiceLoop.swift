@@ -94,7 +94,8 @@ final class ServiceLoop: @unchecked Sendable {
         try configuration.validate()
         self.configuration = configuration
         self.handler = handler
-        self.table = Locked(ConnectionTable(queueLimit: configuration.queueLimit))
+        self.table = Locked(ConnectionTable(
+            queueLimit: configuration.queueLimit, byteLimit: configuration.queueBytes, totalByteLimit: configuration.totalQueueBytes))
         self.dynamicPaths = Set(configuration.dynamicPaths)
         let fdLimit: Int
         do { fdLimit = try LWS.fileDescriptorLimit(for: configuration.maxConnections, fit: configuration.fitsOpenFileLimit) } catch {
@@ -105,7 +106,8 @@ final class ServiceLoop: @unchecked Sendable {
             var isDirectory: ObjCBool = false
             guard FileManager.default.fileExists(atPath: webRoot, isDirectory: &isDirectory), isDirectory.boolValue
             else { throw .webRootMissing(path: webRoot) }
-            files = StaticFiles(root: webRoot, strictSecurityHeaders: configuration.strictSecurityHeaders, moduleOrigins: configuration.moduleOrigins)
+            files = StaticFiles(root: webRoot, strictSecurityHeaders: configuration.strictSecurityHeaders, moduleOrigins: configuration.moduleOrigins,
+                                securityPolicy: configuration.fileSecurityPolicy)
         } else {
             files = nil
         }
