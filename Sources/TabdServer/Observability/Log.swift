@@ -26,24 +26,39 @@ public final class Log: Sendable {
         let time = Date().formatted(.iso8601)
         let line = switch format {
         case .text: "\(time) \(l.rawValue.uppercased()) \(Self.oneLine(message()))\n"
-        case .json: JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)), ("message", .string(message()))]).compactString + "\n"
+        // JSON escapes C0 itself; DEL, C1 and U+2028/2029 may stand raw in a JSON string, and
+        // only there (everything else on the line is ASCII), so they are written out as \uXXXX.
+        case .json: Self.escapingRaw(JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)),
+                                                       ("message", .string(message()))]).compactString, json: true) + "\n"
         }
         lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
     }
 
-    /// `text` on one line: control characters (a line break a peer put in a tab id or a
-    /// room name, a terminal escape) written as `\xNN`, so no message forges another line.
-    static func oneLine(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else { return text }
-        var out = ""
+    /// `text` on one line: every control character (C0, DEL, C1: a line break a peer put in
+    /// a tab id or a client's name, a terminal escape, CSI as U+009B) written as `\xNN`, and
+    /// the Unicode line and paragraph separators as `\u2028` and `\u2029`, so no message
+    /// ends its line or forges another, in a terminal, a pager or a log collector.
+    static func oneLine(_ text: String) -> String { escapingRaw(text, json: false) }
+
+    /// Whether a log line must not hold `scalar` as it is.
+    static func mustEscape(_ scalar: Unicode.Scalar) -> Bool {
+        let v = scalar.value
+        return v < 0x20 || (0x7F...0x9F).contains(v) || v == 0x2028 || v == 0x2029
+    }
+
+    /// `text` with each scalar `mustEscape` names written out: `\xNN` (text) or `\uXXXX`
+    /// (JSON, inside whose strings alone such scalars can stand).
+    static func escapingRaw(_ text: String, json: Bool) -> String {
+        guard text.unicodeScalars.contains(where: mustEscape) else { return text }
+        var out = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {
-            if scalar.value < 0x20 || scalar.value == 0x7F {
-                out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16, uppercase: true)
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
+            guard mustEscape(scalar) else { out.append(scalar); continue }
+            let hex = String(scalar.value, radix: 16, uppercase: true)
+            let width = json || scalar.value > 0xFF ? 4 : 2
+            let escaped = (json || scalar.value > 0xFF ? "\\u" : "\\x") + String(repeating: "0", count: width - hex.count) + hex
+            out.append(contentsOf: escaped.unicodeScalars)
         }
-        return out
+        return String(out)
     }
 
     /// A peer's text made safe for one log line: at most `limit` characters, anything
