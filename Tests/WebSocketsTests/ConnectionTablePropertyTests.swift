@@ -68,7 +68,12 @@ private struct Simulation {
         self.seed = seed
         self.strict = strict
         rng = SeededRandom(seed: seed)
-        table = ConnectionTable(queueLimit: strict ? 1_000_000 : Int.random(in: 2...12, using: &rng))
+        // Not strict: frame and byte limits small enough to be reached (each frame here is
+        // 4 to 20 bytes on the wire), and a total over every connection.
+        table = strict
+            ? ConnectionTable(queueLimit: 1_000_000)
+            : ConnectionTable(queueLimit: Int.random(in: 2...12, using: &rng), byteLimit: Int.random(in: 24...160, using: &rng),
+                              totalByteLimit: Int.random(in: 160...600, using: &rng))
         channels = (0..<Int.random(in: 3...5, using: &rng)).map { ModelChannel(id: ChannelID(rawValue: UInt64(7 * $0 + 3))) }
     }
 
@@ -91,10 +96,12 @@ private struct Simulation {
         case 50..<65: send()
         case 65..<69: close()
         case 69..<71: removeChannel()
-        case 71..<96: service(unlimited: false)
+        case 71..<94: service(unlimited: false)
+        case 94..<97: block()
         default: remove()
         }
         #expect(table.count == live.count, "seed \(seed)")
+        #expect(table.heldBytes == table.countHeldBytes(), "seed \(seed): the running count of bytes held drifted")
         // Nobody pending and nobody on a channel: the table must have dropped all it had.
         if !live.contains(where: { connections[$0]!.pending && connections[$0]!.close == nil }) {
             for c in channels.indices where channels[c].members.isEmpty && channels[c].lastSeq > 0 {
@@ -232,6 +239,13 @@ private struct Simulation {
             return
         }
         // Still more: the callback asks for another one (stays requested).
+    }
+
+    /// The service thread finds a socket taking no more (holding some bytes of its last
+    /// write), or taking writes again.
+    mutating func block() {
+        guard let id = pick(live) else { return }
+        note(table.setBlocked(id, Bool.random(using: &rng), inFlight: Int.random(in: 0...40, using: &rng)))
     }
 
     /// lws reports a connection closed: mostly one whose close frame went out, sometimes one lost.

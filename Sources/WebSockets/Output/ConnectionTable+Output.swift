@@ -37,7 +37,10 @@ extension ConnectionTable {
             if taken > 0 && bytes + frame.wire.count > maxBytes { break }
             if isDirect {
                 c.direct.removeFirst()
-                if c.uncountedDirect > 0 { c.uncountedDirect -= 1 }
+                if c.uncountedDirect > 0 {
+                    c.uncountedDirect -= 1
+                    c.uncountedBytes -= frame.wire.count
+                }
             } else {
                 c.cursor += 1
             }
@@ -73,18 +76,19 @@ extension ConnectionTable {
             c.cursor = 0
             c.skipThrough = .min
             c.uncountedDirect = 0
+            c.uncountedBytes = 0
         }
         guard case let .closing(code, reason, drainUntil?) = c.state else {
-            c.direct = Ring()
+            c.direct = DirectQueue()
             return
         }
         guard c.cursor >= channel.logStart else {
             // Cannot happen (a sweep closes such a member first); drop the drain rather than skip.
             c.state = .closing(code: code, reason: reason, drainUntil: nil)
-            c.direct = Ring()
+            c.direct = DirectQueue()
             return
         }
-        var due = Ring<DirectEntry>()
+        var due = DirectQueue()
         while true {
             skipCovered(&c, in: channel, logLimit: drainUntil)
             if let d = c.direct.first, d.position <= c.cursor {

@@ -7,6 +7,8 @@ extension ConnectionTable {
         let seq: Int
         /// `clock` when it was made: orders it against sends to connections still pending.
         let stamp: Int
+        /// Bytes broadcast on the channel before this entry (its place in `Channel.bytesEnd`'s count).
+        let offset: Int
         let frame: OutgoingFrame
     }
 
@@ -15,6 +17,33 @@ extension ConnectionTable {
         /// when queued. After the channel was removed: unused (every direct frame is due).
         var position: Int
         let frame: OutgoingFrame
+    }
+
+    /// A connection's direct frames, oldest first, with the bytes they hold.
+    struct DirectQueue: Sendable {
+        private var entries = Ring<DirectEntry>()
+        /// Wire bytes of every frame queued (shared frames counted in full).
+        private(set) var bytes = 0
+
+        init() {}
+        init(_ entries: [DirectEntry]) { for entry in entries { append(entry) } }
+
+        var count: Int { entries.count }
+        var isEmpty: Bool { entries.isEmpty }
+        var first: DirectEntry? { entries.first }
+        subscript(index: Int) -> DirectEntry { entries[index] }
+
+        mutating func append(_ entry: DirectEntry) {
+            entries.append(entry)
+            bytes += entry.frame.wire.count
+        }
+
+        @discardableResult
+        mutating func removeFirst() -> DirectEntry {
+            let entry = entries.removeFirst()
+            bytes -= entry.frame.wire.count
+            return entry
+        }
     }
 
     enum State: Sendable {
@@ -33,9 +62,17 @@ extension ConnectionTable {
         /// The channel it is a member of: set by `activate`, cleared by `removeChannel`.
         var channel: ChannelID?
         var cursor = 0
-        var direct = Ring<DirectEntry>()
-        /// Direct frames at the front that came with `activate` and do not count toward the limit.
+        var direct = DirectQueue()
+        /// Direct frames at the front that came with `activate` and do not count toward the
+        /// limits of one connection (frames and bytes), and their bytes.
         var uncountedDirect = 0
+        var uncountedBytes = 0
+        /// The service thread found its socket taking no more (reported by `setBlocked`):
+        /// it is not reading what it is sent, as far as this server can tell.
+        var blocked = false
+        /// Bytes the service thread handed to the socket layer that it holds unsent (at most
+        /// the last write), counted with what the table holds.
+        var inFlight = 0
         /// Broadcasts with `seq` up to this are skipped (the welcome already covered them).
         var skipThrough = Int.min
         /// Listed in the pending `WakeWork.writable`.
@@ -54,8 +91,20 @@ extension ConnectionTable {
         var members: Set<ConnectionID> = []
         /// Listed in `wokenChannels`.
         var wakeQueued = false
+        /// Bytes broadcast on the channel so far (`LogEntry.offset` counts from 0 too).
+        var bytesEnd = 0
+        /// `bytesEnd` at the last sweep: a sweep for bytes comes once per `byteLimit / 8`.
+        var sweptAtBytes = 0
 
         var logEnd: Int { logStart + log.count }
+        /// Bytes of the frames the log holds.
+        var logBytes: Int { log.isEmpty ? 0 : bytesEnd - log[0].offset }
+
+        /// Bytes of the broadcasts from position `cursor` on (from the log's start if before it).
+        func bytes(from cursor: Int) -> Int {
+            let at = Swift.max(cursor, logStart)
+            return at < logEnd ? bytesEnd - log[at - logStart].offset : 0
+        }
     }
 
     /// A broadcast kept for pending connections by a channel without members, or (`stamp` =

@@ -29,10 +29,32 @@
 /// records too) and get their position at activation. A member more than `queueLimit` frames
 /// behind is closed 1008 `too slow`, and each log keeps only what its live members still need,
 /// so memory stays bounded.
+///
+/// Bytes. Frames are not all alike (a snapshot may weigh megabytes, an ack a few dozen bytes),
+/// so the same holds in bytes: a member whose frames waiting (broadcasts from its cursor on,
+/// direct frames, and what the socket layer still holds of its last write) weigh more than
+/// `byteLimit` is closed 1008 `too slow` too, unless that is a single frame (one frame always
+/// gets its chance). The frames `activate` hands over count toward neither of a connection's
+/// own limits (its welcome and replay; their size is bounded where they are made). And the
+/// table keeps `heldBytes`, the bytes every frame it holds weighs (each log once, each direct
+/// queue, what the socket layer holds): past `totalByteLimit`, the connections whose sockets
+/// take nothing more (`setBlocked`) are closed, the one with the most bytes waiting first,
+/// until it is back under. A connection whose socket takes what it is sent is never closed
+/// for the total.
 struct ConnectionTable: Sendable {
     static let tooSlowReason = "too slow"
 
     let queueLimit: Int
+    /// Bytes that may wait for one connection (see "Bytes" above).
+    let byteLimit: Int
+    /// Bytes that may wait for every connection together.
+    let totalByteLimit: Int
+    /// Bytes of every frame the table holds: each channel's log once, every direct queue,
+    /// and what the socket layer holds of blocked connections' last writes.
+    private(set) var heldBytes = 0
+    /// False once a look for connections to close for the total found none: it looks again
+    /// when a connection is reported blocked, or once the total was back under its bound.
+    private var totalCheckArmed = true
     private(set) var phase = Phase.running
     private(set) var forced = false
 
@@ -56,9 +78,11 @@ struct ConnectionTable: Sendable {
     private var work = WakeWork()
     private var wakePending = false
 
-    init(queueLimit: Int) {
-        precondition(queueLimit > 0)
+    init(queueLimit: Int, byteLimit: Int = .max, totalByteLimit: Int = .max) {
+        precondition(queueLimit > 0 && byteLimit > 0 && totalByteLimit > 0)
         self.queueLimit = queueLimit
+        self.byteLimit = byteLimit
+        self.totalByteLimit = totalByteLimit
     }
 
     var count: Int { connections.count }
@@ -88,6 +112,25 @@ struct ConnectionTable: Sendable {
         connections[id].map { backlog($0) }
     }
 
+    /// Bytes waiting for `id` (everything, counted toward `byteLimit` or not).
+    func pendingBytes(of id: ConnectionID) -> Int? {
+        connections[id].map { pendingBytes($0) }
+    }
+
+    /// `heldBytes` counted again from scratch, frame by frame (for tests: the running count
+    /// must always equal it).
+    func countHeldBytes() -> Int {
+        var bytes = 0
+        for channel in channels.values {
+            for i in 0..<channel.log.count { bytes += channel.log[i].frame.wire.count }
+        }
+        for c in connections.values {
+            for i in 0..<c.direct.count { bytes += c.direct[i].frame.wire.count }
+            bytes += c.inFlight
+        }
+        return bytes
+    }
+
     // MARK: Connections coming and going (service thread)
 
     /// Registers a connection that completed its handshake, pending; nil once stopping.
@@ -108,6 +151,7 @@ struct ConnectionTable: Sendable {
     /// Forgets a closed connection; returns the close this server had decided on, if any.
     mutating func remove(_ id: ConnectionID) -> (code: CloseCode, reason: String)? {
         guard let connection = connections.removeValue(forKey: id) else { return nil }
+        heldBytes -= connection.direct.bytes + connection.inFlight
         if let key = connection.channel, let ci = channels.index(forKey: key) {
             channels.values[ci].members.remove(id)
             settleIfMemberless(ci, holding: true)
@@ -148,18 +192,26 @@ struct ConnectionTable: Sendable {
         let last = channels.values[ci].lastSeq
         precondition(seq > last, "broadcast seq \(seq) on \(channel) not above the previous \(last)")
         channels.values[ci].lastSeq = seq
-        channels.values[ci].log.append(LogEntry(seq: seq, stamp: stamp, frame: frame))
+        channels.values[ci].log.append(LogEntry(seq: seq, stamp: stamp, offset: channels.values[ci].bytesEnd, frame: frame))
+        channels.values[ci].bytesEnd += frame.wire.count
+        heldBytes += frame.wire.count
         if channels.values[ci].members.isEmpty {
             // Kept for the pending connections only.
             held.append(Hold(stamp: stamp, channel: channel))
             if pendingCount == 0 { settleIfMemberless(ci, holding: false) }  // not expected: it would be idle
             return false
         }
-        if channels.values[ci].log.count > queueLimit + Swift.max(1, queueLimit / 8) { sweep(ci) }
+        let channelBytes = channels.values[ci]
+        if channelBytes.log.count > queueLimit + Swift.max(1, queueLimit / 8)
+            || (channelBytes.logBytes > byteLimit && channelBytes.bytesEnd - channelBytes.sweptAtBytes >= Swift.max(1, byteLimit / 8))
+        {
+            sweep(ci)
+        }
         if !channels.values[ci].wakeQueued {
             channels.values[ci].wakeQueued = true
             wokenChannels.append(channel)
         }
+        enforceTotal()
         return requestWake()
     }
 
@@ -185,8 +237,9 @@ struct ConnectionTable: Sendable {
         }
         let (log, logStart) = (channels.values[ci].log, channels.values[ci].logStart)
         let start = logStart + log.partitionPoint { $0.seq <= afterSeq }
-        var direct = Ring<DirectEntry>()
+        var direct = DirectQueue()
         for frame in first { direct.append(DirectEntry(position: start, frame: frame)) }
+        let firstBytes = direct.bytes
         let queued = connections.values[index].direct
         for i in 0..<queued.count {
             var entry = queued[i]
@@ -195,14 +248,17 @@ struct ConnectionTable: Sendable {
             direct.append(entry)
         }
         channels.values[ci].members.insert(id)
+        heldBytes += direct.bytes - connections.values[index].direct.bytes
         connections.values[index].direct = direct
         connections.values[index].uncountedDirect = first.count
+        connections.values[index].uncountedBytes = firstBytes
         connections.values[index].cursor = start
         connections.values[index].skipThrough = afterSeq
         connections.values[index].channel = channel
         connections.values[index].state = .active
         markDirty(at: index)
         leavePending()
+        enforceTotal()
         return requestWake()
     }
 
@@ -216,14 +272,29 @@ struct ConnectionTable: Sendable {
         case .active: position = logEnd(of: connections.values[index])
         }
         connections.values[index].direct.append(DirectEntry(position: position, frame: frame))
-        if backlog(connections.values[index]) > queueLimit {
+        heldBytes += frame.wire.count
+        if isTooSlow(connections.values[index]) {
             beginClosing(at: index, code: .policyViolation, reason: Self.tooSlowReason, drain: false)
         } else if case .active = connections.values[index].state {
             markDirty(at: index)
+            enforceTotal()
         } else {
-            return false  // pending: delivered after activation
+            return enforceTotal() ? requestWake() : false  // pending: delivered after activation
         }
         return requestWake()
+    }
+
+    /// The service thread found `id`'s socket taking no more (`blocked`), holding `inFlight`
+    /// bytes of its last write unsent; or (`blocked` false) taking writes again.
+    mutating func setBlocked(_ id: ConnectionID, _ blocked: Bool, inFlight: Int = 0) -> Bool {
+        guard let index = connections.index(forKey: id) else { return false }
+        let before = connections.values[index].inFlight
+        connections.values[index].blocked = blocked
+        connections.values[index].inFlight = blocked ? inFlight : 0
+        heldBytes += connections.values[index].inFlight - before
+        guard blocked else { return false }
+        totalCheckArmed = true
+        return enforceTotal() && requestWake()
     }
 
     /// Closes a connection after what was queued for it before this call.
@@ -246,8 +317,13 @@ struct ConnectionTable: Sendable {
             }
         }
         let removed = channels.remove(at: ci).value
+        heldBytes -= removed.logBytes
         for id in removed.members {
-            if let index = connections.index(forKey: id) { Self.detach(&connections.values[index], from: removed) }
+            if let index = connections.index(forKey: id) {
+                let before = connections.values[index].direct.bytes
+                Self.detach(&connections.values[index], from: removed)
+                heldBytes += connections.values[index].direct.bytes - before
+            }
         }
         return removed.members.isEmpty ? false : requestWake()
     }
@@ -313,6 +389,8 @@ struct ConnectionTable: Sendable {
     /// Moves the next frames for `id` (about `maxBytes` on the wire, at least one) into `frames`.
     mutating func takeOutput(_ id: ConnectionID, maxBytes: Int, into frames: inout [OutgoingFrame]) -> Output {
         guard let index = connections.index(forKey: id) else { return .unknown }
+        let before = connections.values[index].direct.bytes
+        defer { heldBytes += connections.values[index].direct.bytes - before }
         guard let key = connections.values[index].channel else {
             return Self.takeOutput(&connections.values[index], maxBytes: maxBytes, into: &frames)
         }
@@ -334,6 +412,18 @@ struct ConnectionTable: Sendable {
         (c.channel == nil ? 0 : Swift.max(0, logEnd - c.cursor)) + c.direct.count - c.uncountedDirect
     }
 
+    /// Every byte waiting for `c`: broadcasts from its cursor on, direct frames, in flight.
+    private func pendingBytes(_ c: Connection) -> Int {
+        let broadcasts = c.channel.flatMap { channels[$0] }.map { $0.bytes(from: c.cursor) } ?? 0
+        return broadcasts + c.direct.bytes + c.inFlight
+    }
+
+    /// More than `queueLimit` frames behind, or more than `byteLimit` bytes in more than one frame.
+    private func isTooSlow(_ c: Connection) -> Bool {
+        let frames = backlog(c)
+        return frames > queueLimit || (frames > 1 && pendingBytes(c) - c.uncountedBytes > byteLimit)
+    }
+
     /// Also ends a pending state, which may drop held frames (and so move channels, not connections).
     private mutating func beginClosing(
         at index: Dictionary<ConnectionID, Connection>.Index, code: CloseCode, reason: String, drain: Bool
@@ -343,8 +433,10 @@ struct ConnectionTable: Sendable {
         let drainUntil = drain ? logEnd(of: connections.values[index]) : nil
         connections.values[index].state = .closing(code: code, reason: reason, drainUntil: drainUntil)
         if !drain {
-            connections.values[index].direct = Ring()
+            heldBytes -= connections.values[index].direct.bytes
+            connections.values[index].direct = DirectQueue()
             connections.values[index].uncountedDirect = 0
+            connections.values[index].uncountedBytes = 0
         }
         work.closing.append(connections.keys[index])
         markDirty(at: index)
@@ -371,6 +463,7 @@ struct ConnectionTable: Sendable {
     /// O(members), run once per `queueLimit / 8` broadcasts.
     private mutating func sweep(_ ci: Dictionary<ChannelID, Channel>.Index) {
         let (logStart, logEnd) = (channels.values[ci].logStart, channels.values[ci].logEnd)
+        channels.values[ci].sweptAtBytes = channels.values[ci].bytesEnd
         var needed = logEnd
         if pendingCount > 0 {
             let horizon = horizon()
@@ -379,7 +472,9 @@ struct ConnectionTable: Sendable {
         for id in channels.values[ci].members {
             guard let index = connections.index(forKey: id) else { continue }
             let c = connections.values[index]
-            let behind = c.cursor < logStart || Self.backlog(c, logEnd: logEnd) > queueLimit
+            let frames = Self.backlog(c, logEnd: logEnd)
+            let behind = c.cursor < logStart || frames > queueLimit
+                || (frames > 1 && channels.values[ci].bytes(from: c.cursor) + c.direct.bytes + c.inFlight - c.uncountedBytes > byteLimit)
             switch c.state {
             case .closing(_, _, nil):
                 continue
@@ -401,9 +496,45 @@ struct ConnectionTable: Sendable {
 
     private mutating func trim(_ ci: Dictionary<ChannelID, Channel>.Index, count k: Int) {
         guard k > 0 else { return }
+        let channel = channels.values[ci]
+        heldBytes -= (k < channel.log.count ? channel.log[k].offset : channel.bytesEnd) - channel.log[0].offset
         channels.values[ci].trimmedSeq = channels.values[ci].log[k - 1].seq
         channels.values[ci].log.removeFirst(k)
         channels.values[ci].logStart += k
+    }
+
+    /// Past `totalByteLimit`: closes blocked connections, the one with the most bytes waiting
+    /// first, until the table holds no more than that (what a closed member alone needed of
+    /// its channel's log goes with it). True if it closed one. O(connections) per look; a look
+    /// that finds none is not repeated until a connection is reported blocked.
+    @discardableResult
+    private mutating func enforceTotal() -> Bool {
+        guard heldBytes > totalByteLimit else {
+            totalCheckArmed = true
+            return false
+        }
+        guard totalCheckArmed else { return false }
+        var closed = false
+        while heldBytes > totalByteLimit {
+            var victim: (index: Dictionary<ConnectionID, Connection>.Index, bytes: Int)?
+            for index in connections.indices {
+                let c = connections.values[index]
+                guard c.blocked, case .active = c.state else { continue }
+                let bytes = pendingBytes(c)
+                if bytes > (victim?.bytes ?? 0) { victim = (index, bytes) }
+            }
+            guard let victim else {
+                totalCheckArmed = false
+                break
+            }
+            let channel = connections.values[victim.index].channel
+            heldBytes -= connections.values[victim.index].inFlight
+            connections.values[victim.index].inFlight = 0
+            beginClosing(at: victim.index, code: .policyViolation, reason: Self.tooSlowReason, drain: false)
+            if let channel, let ci = channels.index(forKey: channel) { sweep(ci) }
+            closed = true
+        }
+        return closed
     }
 
     // MARK: Frames held for pending connections

@@ -128,6 +128,8 @@ final class WebSocketSession {
     /// When bytes last came from the peer (uptime ns).
     var lastHeard: UInt64
     var pingSent = false
+    /// Reported to the table as not taking writes (`ConnectionTable.setBlocked`).
+    var blocked = false
 
     init(id: ConnectionID, decoder: FrameDecoder, now: UInt64) {
         self.id = id
