@@ -1,6 +1,7 @@
 import Coordinator
 import Dispatch
 import Foundation
+import Glibc
 import Synchronization
 
 /// Why the state file cannot be used. The message names the file.
@@ -68,10 +69,9 @@ public final class StateStore: Sendable {
                     guard options.createsDirectory else {
                         throw StoreError(message: "the directory of state file '\(path)' does not exist: \(directory)")
                     }
-                    do { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) } catch {
-                        throw StoreError(message: "cannot create the directory of state file '\(path)': \(error.localizedDescription)")
-                    }
+                    try Self.createPrivateDirectories(directory, for: path)
                 }
+                try Self.createPrivately(path)
                 db = try Self.openForWriting(path)
                 try Self.create(db, path: path)
             }
@@ -184,6 +184,39 @@ public final class StateStore: Sendable {
             throw StoreError(message: "state file '\(path)' is corrupt (quick_check: \(result)); it was left as it is")
         }
         return version
+    }
+
+    /// Creates the state file, empty, readable and writable by tabd's user only (0600,
+    /// whatever the umask), before SQLite opens it: SQLite gives the files it makes beside it
+    /// (`-wal`, `-shm`, `-journal`) the main file's mode. A file that exists already is left
+    /// with the mode it has.
+    static func createPrivately(_ path: String) throws(StoreError) {
+        let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            if errno == EEXIST { return }
+            throw StoreError(message: "cannot create state file '\(path)': \(String(cString: strerror(errno)))")
+        }
+        defer { _ = Glibc.close(fd) }
+        // The umask only takes bits away; this gives back what a strict one (0277) took.
+        guard fchmod(fd, 0o600) == 0 else {
+            throw StoreError(message: "cannot set the mode of state file '\(path)': \(String(cString: strerror(errno)))")
+        }
+    }
+
+    /// Creates `directory` and every missing parent, each 0700 whatever the umask;
+    /// directories that exist keep their mode.
+    static func createPrivateDirectories(_ directory: String, for path: String) throws(StoreError) {
+        var prefix = directory.hasPrefix("/") ? "/" : ""
+        for component in directory.split(separator: "/") {
+            prefix += (prefix.isEmpty || prefix.hasSuffix("/") ? "" : "/") + component
+            if mkdir(prefix, 0o700) == 0 {
+                guard chmod(prefix, 0o700) == 0 else {
+                    throw StoreError(message: "cannot set the mode of '\(prefix)', the directory of state file '\(path)': \(String(cString: strerror(errno)))")
+                }
+            } else if errno != EEXIST {
+                throw StoreError(message: "cannot create the directory of state file '\(path)': \(prefix): \(String(cString: strerror(errno)))")
+            }
+        }
     }
 
     private static func openForWriting(_ path: String) throws -> SQLiteConnection {
