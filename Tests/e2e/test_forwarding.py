@@ -37,7 +37,8 @@ def test_a_trusted_proxys_headers_name_the_client_and_a_forgers_are_ignored(make
 
 
 def test_the_origin_is_checked_against_the_forwarded_public_host(make_daemon):
-    d = make_daemon("--trusted-proxy", "127.0.0.1")
+    # A public name without credentials: tabd answers it only when told to (--allow-host).
+    d = make_daemon("--trusted-proxy", "127.0.0.1", "--allow-host", "tabd.example")
     public = [("Origin", "https://tabd.example"), ("X-Forwarded-Host", "tabd.example"), ("X-Forwarded-Proto", "https")]
     status, _, s = rawws.handshake(d.host, public)
     assert status.startswith("HTTP/1.1 101"), f"a browser behind the proxy is let in: {status}"

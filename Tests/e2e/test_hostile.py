@@ -162,7 +162,7 @@ async def test_a_client_that_pipelines_thousands_of_requests_and_reads_late_gets
     s = socket.create_connection((host, int(port)), timeout=WAIT)
     count = 20_000
     before = daemon.rss_kib()
-    sender = asyncio.get_running_loop().run_in_executor(None, s.sendall, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * count)
+    sender = asyncio.get_running_loop().run_in_executor(None, s.sendall, f"GET / HTTP/1.1\r\nHost: {daemon.host}\r\n\r\n".encode() * count)
     try:
         await a_client_is_served(daemon.ws)
         status, _ = daemon.get("/healthz")

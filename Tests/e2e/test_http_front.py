@@ -326,7 +326,8 @@ class Front:
     stderr is read all along (its log must never block it)."""
 
     def __init__(self, *args):
-        self.daemon = Daemon(*args)
+        # The requests name `Host: tabd.test`, a name tabd answers only when told to.
+        self.daemon = Daemon("--allow-host", "tabd.test", *args)
         self.proc = self.daemon.proc
         self.log = []
         self._drain = threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True)

@@ -250,6 +250,22 @@ def test_the_hosts_of_allow_origin_and_host_are_answered(make_daemon):
     assert request(d, "GET", "/", host=f"evil.example:{port}")[0] == 421
 
 
+def test_behind_a_trusted_proxy_the_public_host_is_checked(make_daemon):
+    d = make_daemon("--trusted-proxy", "127.0.0.1", "--allow-host", "tabd.example")
+    assert request(d, "GET", "/", headers={"X-Forwarded-Host": "tabd.example", "X-Forwarded-Proto": "https"})[0] == 200
+    assert request(d, "GET", "/", headers={"Forwarded": 'host="tabd.example:443";proto=https'})[0] == 200
+    assert request(d, "GET", "/", headers={"X-Forwarded-Host": "evil.example"})[0] == 421
+    assert request(d, "GET", "/", headers={"Forwarded": "host=evil.example"}, host="tabd.example")[0] == 421
+    # The public host, not the proxy's Host, is the page's origin.
+    status, _, body = request(d, "POST", "/api/rooms/main/commands", SELECT, {
+        "Content-Type": "text/plain", "Origin": "https://tabd.example", "X-Forwarded-Host": "tabd.example",
+        "X-Forwarded-Proto": "https"})
+    assert status == 200, body
+    status, _, body = request(d, "POST", "/api/rooms/main/commands", SELECT, {
+        "Content-Type": "text/plain", "Origin": f"http://{d.host}", "X-Forwarded-Host": "tabd.example"})
+    assert status == 403, body
+
+
 def test_a_request_without_host_is_answered_only_on_healthz(daemon):
     port = port_of(daemon)
     for path, want in [("/", 421), ("/api/rooms", 421), ("/healthz", 200)]:

@@ -84,7 +84,7 @@ extension Gateway {
         guard api || request.isUpgrade else { return nil }
         if Admission.originAllowed(origin, host: f.host, allowOrigins: options.allowOrigins) { return nil }
         if let unsaid = fence.shouldLog("origin \(origin)") {
-            log.warn("refused \(request.isUpgrade ? "an upgrade" : "an API request") from \(f.client): origin '\(Log.printable(origin, limit: 100))' "
+            log.warn("refused \(request.isUpgrade ? "upgrade" : "API request") from \(f.client): origin '\(Log.printable(origin, limit: 100))' "
                 + "does not match host '\(Log.printable(f.host ?? "", limit: 100))' and is no --allow-origin (403)"
                 + (unsaid > 0 ? " (\(unsaid) more requests refused since the last line)" : ""))
         }
