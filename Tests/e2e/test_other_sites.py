@@ -19,7 +19,11 @@ import base64
 import http.client
 import json
 import os
+import shutil
+import signal
 import socket
+import ssl
+import sys
 
 import pytest
 
@@ -313,6 +317,48 @@ def test_a_flood_of_refused_hosts_does_not_flood_the_log():
     assert lines and "--allow-host evil.example" in lines[0], d.stderr
     # One for the repeated host; the 60 others at most one a second (they took far less than 30 s).
     assert len(lines) <= 31, len(lines)
+
+
+def https_status(d, host):
+    """The status of GET / over TLS (the certificate not checked: the Host is what counts)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port_of(d), timeout=WAIT, context=context)
+    try:
+        conn.putrequest("GET", "/", skip_host=True)
+        conn.putheader("Host", host)
+        conn.endheaders()
+        r = conn.getresponse()
+        r.read()
+        return r.status
+    finally:
+        conn.close()
+
+
+def test_the_names_of_the_tls_certificate_are_answered_and_follow_sighup(tmp_path):
+    sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
+    import tlscerts
+    certs = tlscerts.Certificates(tmp_path / "certs")
+    tlscerts._server(certs.dir, "named", "DNS:tabd.example,DNS:*.wild.example,IP:127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    shutil.copy(os.path.join(certs.dir, "named.pem"), cert)
+    shutil.copy(os.path.join(certs.dir, "named.key"), key)
+    d = Daemon("--tls-cert", str(cert), "--tls-key", str(key))
+    try:
+        port = port_of(d)
+        for name, want in [("tabd.example", 200), ("a.wild.example", 200), ("wild.example", 421), ("a.b.wild.example", 421),
+                           ("evil.example", 421), ("example.org", 421), ("localhost", 200)]:
+            assert https_status(d, f"{name}:{port}") == want, name
+        # SIGHUP reads another certificate: its names replace the old ones.
+        shutil.copy(certs.other_host, cert)
+        shutil.copy(certs.other_host_key, key)
+        d.proc.send_signal(signal.SIGHUP)
+        d.wait_for_log("TLS certificate and key read again")
+        assert https_status(d, f"example.org:{port}") == 200
+        assert https_status(d, f"tabd.example:{port}") == 421
+    finally:
+        d.stop()
 
 
 # MARK: Framing
