@@ -72,6 +72,12 @@ struct BenchOptions: Sendable {
     var resume: (seq: Int, epoch: String)?
     /// `--churn R`: R joins and R leaves a second, for `--duration` seconds (no load).
     var churn: Double?
+    /// `--waves N`: churn waves of `--clients` clients that connect, are welcomed and leave
+    /// (memory left behind per connection); `--warmup-waves` of them before "before".
+    var waves: Int?
+    var warmupWaves = 1
+    /// Whether `--duration` was given (with `--waves`: run waves until it has passed).
+    var durationGiven = false
 
     static let help = """
     tabbench: many WebSocket clients against one server; measures fan-out and checks every stream.
@@ -80,6 +86,7 @@ struct BenchOptions: Sendable {
            tabbench --idle-steps 0,1000,…  memory per idle connection
            tabbench --connect-only         a connect storm: time until every client is welcomed
            tabbench --room-steps 0,1000,…  memory per room (rooms made over tabd's HTTP API)
+           tabbench --waves N              memory left behind by connections that come and go
            tabbench inprocess [options]    Coordinator and encoding costs, no sockets
 
     TARGET
@@ -147,6 +154,14 @@ struct BenchOptions: Sendable {
       --http-concurrency K     HTTP requests in flight with --room-steps (default 8)
 
     MEMORY
+      --waves N                churn waves (needs --pid): --clients clients over --rooms
+                               rooms connect (--connect-concurrency at a time), are welcomed
+                               and leave at once (half with a close frame, half by dropping
+                               the connection); after each wave, wait until tabd's
+                               tabd_clients (/metrics) is 0 and read its RSS. Reports RSS
+                               growth per connection that came and went after the warm-up.
+                               With --duration S: waves until S seconds have passed
+      --warmup-waves W         waves before "before" (default 1: the first fills tabd's pools)
       --idle-steps LIST        connect idle clients up to each count in LIST (e.g.
                                0,1000,2000,3000,4000,5000), read the server's RSS at each step
                                (needs --pid) and report the slope: memory per idle connection
@@ -221,7 +236,9 @@ struct BenchOptions: Sendable {
                 o.roomSteps = try counts(arg)
             case "--window": o.window = try int(arg, min: 1)
             case "--rate": o.rate = try double(arg, min: 0.001)
-            case "--duration": o.duration = try double(arg, min: 0.1)
+            case "--duration":
+                o.duration = try double(arg, min: 0.1)
+                o.durationGiven = true
             case "--warmup": o.warmup = try double(arg, min: 0)
             case "--message-bytes": o.messageBytes = try int(arg, min: 100)
             case "--connect-concurrency": o.connectConcurrency = try int(arg, min: 1)
@@ -246,6 +263,8 @@ struct BenchOptions: Sendable {
             case "--resume": o.resume = (try int(arg, min: 0), o.resume?.epoch ?? "")
             case "--epoch": o.resume = (o.resume?.seq ?? -1, try value(arg))
             case "--churn": o.churn = try double(arg, min: 1)
+            case "--waves": o.waves = try int(arg, min: 1)
+            case "--warmup-waves": o.warmupWaves = try int(arg, min: 0)
             default: throw UsageError("unknown option '\(arg)'")
             }
         }
@@ -257,6 +276,7 @@ struct BenchOptions: Sendable {
         if (o.rooms != nil || o.roomSteps != nil) && o.server != .tabd {
             throw UsageError("--rooms and --room-steps need --server tabd")
         }
+        if o.waves != nil && o.pid == nil { throw UsageError("--waves needs --pid (the server whose memory is measured)") }
         if o.roomSteps != nil && o.pid == nil { throw UsageError("--room-steps needs --pid (the server whose memory is measured)") }
         let rooms = o.rooms ?? 1
         let active = o.activeRooms ?? rooms

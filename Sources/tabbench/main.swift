@@ -15,6 +15,8 @@ do {
             status = try await RoomMemoryRun.run(options)
         } else if options.idleSteps != nil {
             status = try await IdleRun.run(options)
+        } else if options.waves != nil {
+            status = try await ChurnWavesRun.run(options)
         } else if options.churn != nil {
             status = try await ChurnRun.run(options)
         } else if options.connectOnly {
