@@ -273,6 +273,25 @@ def test_a_client_forging_forwarding_headers_through_nginx_is_logged_as_itself_a
             status, _, s = upgrade(n, [*forged, ("Origin", origin)], source="127.0.0.5", certs=certs)
             assert status.startswith("HTTP/1.1 403"), (forged, origin, status)
             s.close()
+    # The HTTP API the same: a cross-site POST (text/plain, no preflight) from the forged
+    # host's page is refused and creates nothing; the page's own origin is served.
+    for i, forged in enumerate(FORGED):
+        for origin, expected in (("https://evil.example", "403"), (n.origin, "200")):
+            room = f"{'csrf' if expected == '403' else 'own'}{i}"
+            body = '{"type":"ping"}'
+            extra = "".join(f"{k}: {v}\r\n" for k, v in [*forged, ("Origin", origin)])
+            status, _, s = request(n, f"POST /api/rooms/{room}/commands HTTP/1.1\r\nHost: {n.host}\r\n{extra}"
+                                      f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}",
+                                   source="127.0.0.5", certs=certs)
+            s.close()
+            assert status.split(" ")[1] == expected, (forged, origin, status)
+    status, _, s = request(n, f"GET /api/rooms?limit=1000 HTTP/1.1\r\nHost: {n.host}\r\nConnection: close\r\n\r\n", certs=certs)
+    listing = b""
+    while chunk := s.recv(65536):  # Connection: close: the body ends with the connection
+        listing += chunk
+    listing = listing.decode(errors="replace")
+    s.close()
+    assert status.startswith("HTTP/1.1 200") and "own0" in listing and "csrf" not in listing, listing
     # A client whose own address is a trusted one (a user on the proxy's host) cannot put
     # another in front of it either: nginx sends its address alone, not the client's list.
     status, _, s = upgrade(n, [("X-Forwarded-For", "203.0.113.68"), ("Origin", n.origin)], source="127.0.0.1", certs=certs)
