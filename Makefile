@@ -16,7 +16,7 @@ help:
 	@echo "make cluster  three NATS JetStream servers and three tabd nodes on loopback (docs/CLUSTER.md)"
 	@echo "make install PREFIX=/usr/local  build (release) and install tabd, tabctl, the web page, docs and the systemd unit; DESTDIR is honoured"
 	@echo "make uninstall PREFIX=/usr/local  remove what make install put there"
-	@echo "make test-long  the crash loop for 50 rounds and a minute of fuzzing per target"
+	@echo "make test-long  the crash loop for 50 rounds, a minute of fuzzing per target, ten minutes of connection churn"
 	@echo "make fuzz SECONDS=N  each fuzz target for N seconds"
 	@echo "make soak   ten minutes of churn, memory and open files sampled (docs/RELIABILITY.md)"
 	@echo "make bench  run the benchmark against the C mirror and a Python server"
@@ -90,12 +90,18 @@ uninstall:
 test: test-deps test-swift test-web test-tsan test-e2e test-browser test-fuzz
 	@echo "make test: all suites passed"
 
-## The long runs (about 15 minutes): the crash loop for 50 rounds, and each fuzz target for
-## 60 s. `make test` runs 4 rounds and 10 s each.
+## The long runs (about 25 minutes): the crash loop for 50 rounds, each fuzz target for
+## 60 s, and the churn soak: ten minutes of waves of 2,000 clients over 200 rooms that come
+## and go, RSS flat after the first minute (test-output/churn/churn.json and churn.png;
+## docs/RELIABILITY.md "Churn"). `make test` runs 4 rounds, 10 s each and a short churn.
 test-long: test-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_CRASH_ROUNDS=50 $(PYTHON) -m pytest -q -p no:cacheprovider Tests/e2e/test_crash_loop.py
 	scripts/fuzz 60
+	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
+	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench
+	@scripts/install-python-env 'matplotlib:matplotlib'
+	$(PYTHON) bench/soak --churn --duration 600 --out $(CURDIR)/test-output/churn
 
 ## Ten minutes of churn against a release tabd, sampled every 10 s (docs/RELIABILITY.md):
 ## writes test-output/soak/soak.json and soak.png; fails if RSS or open files keep growing.
@@ -122,13 +128,15 @@ bench:
 	bench/run $(ARGS)
 
 ## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
-## The fairness test (test_fairness.py) holds the release build to its latency bound.
+## The fairness test (test_fairness.py) holds the release build to its latency bound, and the
+## churn test (test_churn.py) the release tabd, driven by the release tabbench, to its memory bound.
 test-e2e: test-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build $(SWIFTFLAGS) --product tabctl
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
+	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABCTL_BIN=$(CURDIR)/.build/debug/tabctl TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
-	  $(PYTHON) -m pytest -q -p no:cacheprovider
+	  TABBENCH_RELEASE_BIN=$(CURDIR)/.build/release/tabbench $(PYTHON) -m pytest -q -p no:cacheprovider
 
 ## Browser tests: headless Chromium drives web/ against a real tabd (screenshots: test-output/screenshots/).
 test-browser:

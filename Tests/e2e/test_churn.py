@@ -5,7 +5,8 @@ once (half with a close frame, half by dropping the connection), driven by `tabb
 --waves` (a WebSocket client in Swift: Python does not reach thousands of connections a
 second). After each wave tabbench waits until tabd's /metrics counts no client, then reads
 tabd's RSS. The first waves fill what the contract keeps on purpose (each room's history
-within `--resume-window 100`: 200 rooms x 100 events) and tabd's pools; from there on, RSS
+within `--resume-window 100`: 200 rooms x 100 events, 20 a wave, and up to as many again
+before the history compacts) and tabd's pools; from there on, RSS
 may grow by at most BOUND bytes per connection that came and went. (Before the history
 released what left its window, it grew about 1,250 bytes per connection.)
 """
@@ -19,9 +20,9 @@ RELEASE = os.environ.get("TABD_RELEASE_BIN", os.path.join(ROOT, ".build", "relea
 TABBENCH = os.environ.get("TABBENCH_RELEASE_BIN", os.path.join(ROOT, ".build", "release", "tabbench"))
 
 CLIENTS, ROOMS = 2000, 200
-WARMUP_WAVES = 8     # 16,000 connections: every room's window (100 events, 20 a wave) full
-WAVES = 30           # 44,000 connections measured after the warm-up
-BOUND = 250          # bytes of RSS per departed connection (measured: about 50)
+WARMUP_WAVES = 10    # 20,000 connections: every room's history (100 to 200 events, 20 a wave) full
+WAVES = 32           # 44,000 connections measured after the warm-up
+BOUND = 250          # bytes of RSS per departed connection (measured: about 40)
 
 
 def test_connections_that_came_and_went_leave_no_memory_behind(make_daemon, tmp_path):
