@@ -89,7 +89,8 @@ public final class Daemon: Sendable {
         let settings = RoomRegistry.Settings(
             creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
             resumeWindow: options.resumeWindow, rateLimit: options.rateLimit,
-            presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding)
+            presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding,
+            maxStateBytes: options.maxRoomBytes)
         let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log)
         let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry)
 
@@ -166,6 +167,8 @@ public final class Daemon: Sendable {
             eventLoop: options.eventLoop
         )
         configuration.requestTimeoutSeconds = options.requestTimeout
+        configuration.queueBytes = options.queueBytes
+        configuration.totalQueueBytes = options.queueBytesTotal
         configuration.fitsOpenFileLimit = true
         configuration.tls = options.tls
         // The origins that may open /ws may also import the page's modules (tabd.js, …).

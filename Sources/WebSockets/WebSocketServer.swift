@@ -73,6 +73,17 @@ public final class WebSocketServer: Sendable {
         loop.update { $0.activate(id, on: channel, first: first, afterSeq: afterSeq) }
     }
 
+    /// Whether frames sent to `id` may still reach it: false once it is closing or gone
+    /// (``send(_:to:)`` then ignores them), so work for it can be skipped.
+    public func isOpen(_ id: ConnectionID) -> Bool {
+        loop.table.withLock { table in
+            switch table.state(of: id) {
+            case .pending, .active: true
+            case .closing, nil: false
+            }
+        }
+    }
+
     /// Sends `frame` to one connection, after every broadcast made before this call on the
     /// connection's channel. Ignored for unknown or closing connections.
     public func send(_ frame: OutgoingFrame, to id: ConnectionID) {

@@ -255,7 +255,10 @@ extension Coordinator {
 
         case let .push(id, route):
             let (tabID, tab) = try target(id)
-            return try await tab.state.pushEvents(route: route, page: ids.newPageID, visible: tabID == bar.selected)
+            let state = await tab.state
+            let events = try state.pushEvents(route: route, page: ids.newPageID, visible: tabID == bar.selected)
+            try checkWeight(growing: StateWeight.change(of: events[0], to: state))
+            return events
 
         case let .pop(id):
             let (tabID, tab) = try target(id)
@@ -269,15 +272,25 @@ extension Coordinator {
             return try await target(id).1.state.scrollEvents(to: offset)
 
         case let .set(id, key, value):
-            return try await target(id).1.state.setEvents(key: key, value: value)
+            let tab = try target(id).1
+            let state = await tab.state
+            let events = try state.setEvents(key: key, value: value)
+            try checkWeight(growing: StateWeight.change(of: events[0], to: state))
+            return events
 
         case let .addTab(info, index):
             let info = try Limits.validate(info)
             let at = try bar.insertionIndex(for: info.id, at: index)
-            return [.tabAdded(TabState(info: info, rootPage: ids.newPageID), index: at)]
+            let added = TabState(info: info, rootPage: ids.newPageID)
+            try checkWeight(growing: StateWeight.tab(added))
+            return [.tabAdded(added, index: at)]
 
         case let .updateTab(update):
-            return try await tab(update.id).state.updateEvents(update)
+            let updated = try tab(update.id)
+            let state = await updated.state
+            let events = try state.updateEvents(update)
+            if let event = events.first { try checkWeight(growing: StateWeight.change(of: event, to: state)) }
+            return events
 
         case let .moveTab(id, index):
             return try bar.moveEvents(id, to: index)

@@ -27,12 +27,20 @@ public actor Coordinator {
         public var presenceInterval: Duration = .seconds(1)
         /// In a cluster, this node's name: counted presence is reported per node.
         public var node: String?
+        /// What the room's tabs, stacks and values may weigh together (``StateWeight``):
+        /// a command that would take it past this is `invalid`. A state that weighs more
+        /// already (stored under a higher bound) still loads; only what would grow it is refused.
+        public var maxStateBytes: Int
+        /// The default bound on a room's state: 2 MiB.
+        public static let defaultMaxStateBytes = 2 << 20
         public init(resumeWindow: Int = 10_000, presenceLimit: Int = Limits.maxClientsInSnapshot,
-                    presenceInterval: Duration = .seconds(1), node: String? = nil) {
+                    presenceInterval: Duration = .seconds(1), node: String? = nil,
+                    maxStateBytes: Int = Configuration.defaultMaxStateBytes) {
             self.resumeWindow = resumeWindow
             self.presenceLimit = min(max(presenceLimit, 1), Limits.maxClientsInSnapshot)
             self.presenceInterval = presenceInterval
             self.node = node
+            self.maxStateBytes = maxStateBytes
         }
     }
 
@@ -51,6 +59,11 @@ public actor Coordinator {
 
     var bar: TabBar
     var tabs: [TabID: TabActor]
+    /// Each tab's weight as of the last event applied to it, and their sum: the room's
+    /// state as the bound on it (``Configuration/maxStateBytes``) counts it.
+    private var tabWeights: [TabID: Int] = [:]
+    private(set) var stateWeight = 0
+    let maxStateBytes: Int
     /// The last seq applied (ahead of ``publishedSeq`` while commits are pending).
     private(set) var seq: Int
     /// The last seq published.
@@ -116,6 +129,7 @@ public actor Coordinator {
         self.origin = origin
         counter = ScrollCounter(value: stored.snapshot.scrollToTop)
         (bar, tabs) = Self.actors(for: stored.snapshot)
+        maxStateBytes = configuration.maxStateBytes
         seq = stored.snapshot.seq
         publishedSeq = stored.snapshot.seq
         publishedCount = stored.snapshot.scrollToTop
@@ -125,6 +139,8 @@ public actor Coordinator {
                                       node: configuration.node, block: Self.idBlock)
         history = EventHistory(window: configuration.resumeWindow)
         for batch in stored.history { history.append(batch) }
+        tabWeights = Self.weights(of: stored.snapshot)
+        stateWeight = tabWeights.values.reduce(0, +)
         self.durability = durability
         let (signals, commitSignals) = AsyncStream.makeStream(of: Void.self)
         self.commitSignals = commitSignals
@@ -143,6 +159,19 @@ public actor Coordinator {
     public static func newEpoch() -> String {
         let hex = String(UInt64.random(in: 0...UInt64.max), radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// Each tab of `snapshot` weighed in full.
+    private static func weights(of snapshot: Snapshot) -> [TabID: Int] {
+        Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, StateWeight.tab($0)) })
+    }
+
+    /// Refuses, `invalid`, a command that would take the room's state past its bound by
+    /// `growth` bytes. Commands that take nothing more (or give some back) always pass,
+    /// so a room over its bound (a lower bound than it was stored with) can still shrink.
+    func checkWeight(growing growth: Int) throws(CommandError) {
+        guard growth > 0, stateWeight + growth > maxStateBytes else { return }
+        throw .invalid("the room's state would be \(stateWeight + growth) bytes, more than its limit of \(maxStateBytes)")
     }
 
     private static func actors(for snapshot: Snapshot) -> (TabBar, [TabID: TabActor]) {
@@ -217,9 +246,13 @@ public actor Coordinator {
             case let .tabAdded(state, _):
                 fold { () throws(FoldError) in _ = try bar.apply(event) }
                 tabs[state.id] = TabActor(state: state)
+                let weight = StateWeight.tab(state)
+                tabWeights[state.id] = weight
+                stateWeight += weight
             case let .tabRemoved(id):
                 fold { () throws(FoldError) in _ = try bar.apply(event) }
                 tabs[id] = nil
+                stateWeight -= tabWeights.removeValue(forKey: id) ?? 0
             case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
                 fold { () throws(FoldError) in try roster.apply(event) }
             default:
@@ -230,7 +263,8 @@ public actor Coordinator {
                     ids.apply(events[end])
                     end += 1
                 }
-                await tabs[id]!.apply(events[i..<end], selected: id == bar.selected)
+                let weight = await tabs[id]!.apply(events[i..<end], selected: id == bar.selected)
+                stateWeight += weight - (tabWeights.updateValue(weight, forKey: id) ?? 0)
                 i = end
                 continue
             }
@@ -356,6 +390,8 @@ public actor Coordinator {
         generation += 1
         unpublished = []
         (bar, tabs) = Self.actors(for: stored.snapshot)
+        tabWeights = Self.weights(of: stored.snapshot)
+        stateWeight = tabWeights.values.reduce(0, +)
         seq = stored.snapshot.seq
         ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)
         roster = stored.snapshot.roster
@@ -551,8 +587,11 @@ public actor Coordinator {
         var shared: Snapshot?
         var welcomes: [Welcome] = []
         for (request, client) in zip(joining, decision.joined) {
+            // A replay may cost what a snapshot may (the bound on the room's state): past
+            // that, the snapshot is the cheaper answer, and as good a one.
             if let resume = request.resume, request.epoch == nil || request.epoch == epoch,
-               let missed = history.batches(after: resume, current: seq) {
+               let missed = history.batches(after: resume, current: seq),
+               Self.replayFits(missed, within: max(maxStateBytes, stateWeight)) {
                 welcomes.append(Welcome(client: client, epoch: epoch, resumed: true, snapshot: nil, replay: missed, seq: seq))
             } else {
                 if shared == nil { shared = await buildSnapshot() }
@@ -560,6 +599,16 @@ public actor Coordinator {
             }
         }
         return welcomes
+    }
+
+    /// Whether `batches`' frames weigh at most `budget` bytes (stops counting past it).
+    private static func replayFits(_ batches: [EventBatch], within budget: Int) -> Bool {
+        var bytes = 0
+        for batch in batches {
+            bytes += batch.frameBytes.count
+            if bytes > budget { return false }
+        }
+        return true
     }
 
     /// When a counted room's changed count is due to be reported (``reportPresence(now:)``),

@@ -5,21 +5,29 @@
 public actor TabActor {
     public nonisolated let id: TabID
     public private(set) var state: TabState
+    /// What the tab weighs (``StateWeight``), kept as events apply.
+    public private(set) var weight: Int
 
     public init(state: TabState) {
         self.id = state.id
         self.state = state
+        weight = StateWeight.tab(state)
     }
 
     /// Applies events the coordinator decided from this tab's state (consecutive events
     /// of this tab in one batch). They were decided from this very state, so they fit:
     /// one that does not is a fault in a rule, and stops the process rather than let
     /// the live state and the stream disagree.
-    func apply(_ events: ArraySlice<Event>, selected: Bool) {
+    /// Returns the tab's weight after them.
+    @discardableResult
+    func apply(_ events: ArraySlice<Event>, selected: Bool) -> Int {
         for event in events {
+            let change = StateWeight.change(of: event, to: state)
             do { try state.apply(event, selected: selected) } catch {
                 preconditionFailure("tab '\(id)': a decided event does not fold: \(error)")
             }
+            weight += change
         }
+        return weight
     }
 }

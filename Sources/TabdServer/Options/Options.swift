@@ -19,6 +19,12 @@ public struct Options: Sendable {
     /// `--presence-interval`: milliseconds between a counted room's count reports.
     public var presenceInterval = 1_000
     public var queueLimit = 10_000
+    /// `--queue-bytes`: bytes that may wait for one connection before it is closed as too slow.
+    public var queueBytes = 8 << 20
+    /// `--queue-bytes-total`: bytes that may wait for every connection together.
+    public var queueBytesTotal = 256 << 20
+    /// `--max-room-bytes`: what a room's tabs, stacks and values may weigh together.
+    public var maxRoomBytes = Coordinator.Configuration.defaultMaxStateBytes
     public var rateLimit = 100
     /// Set by `--rate-limit-bytes`; see ``byteRateLimit``.
     public var rateLimitBytes: Int?
@@ -126,6 +132,15 @@ public struct Options: Sendable {
                              MS milliseconds (default 1000)
       --queue-limit N        frames queued for one connection before it is closed
                              as too slow, code 1008 (default 10000)
+      --queue-bytes N        bytes queued for one connection (events, answers,
+                             snapshots) before it is closed as too slow, code 1008;
+                             at least 2 x --max-room-bytes (default 8388608)
+      --queue-bytes-total N  bytes queued for all connections together; past it the
+                             connections that are not reading and hold the most
+                             are closed as too slow (default 268435456)
+      --max-room-bytes N     what a room's tabs, page stacks and values may weigh
+                             together, as its snapshot does; a command that would
+                             pass it is refused invalid (default 2097152)
       --rate-limit N         commands per second per connection, bursts of 2N;
                              0 = no limit (default 100)
       --rate-limit-bytes N   bytes per second per connection, bursts of 2N;
@@ -233,6 +248,12 @@ public struct Options: Sendable {
                 }
             }
             if let a = given["--token"], let b = given["--token-file"] { throw UsageError("give \(a) or \(b), not both") }
+            if o.queueBytes < 2 * o.maxRoomBytes {
+                throw UsageError("--queue-bytes (\(o.queueBytes)) must be at least twice --max-room-bytes (\(o.maxRoomBytes)): a connection must be able to hold a room's largest snapshot and the events after it")
+            }
+            if o.queueBytesTotal < o.queueBytes {
+                throw UsageError("--queue-bytes-total (\(o.queueBytesTotal)) must be at least --queue-bytes (\(o.queueBytes))")
+            }
             if let a = given["--state"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
@@ -335,6 +356,9 @@ public struct Options: Sendable {
         case "--presence-limit": presenceLimit = try int(min: 1, max: Limits.maxClientsInSnapshot)
         case "--presence-interval": presenceInterval = try int(min: 1, max: 3_600_000)
         case "--queue-limit": queueLimit = try int(min: 1)
+        case "--queue-bytes": queueBytes = try int(min: 65_536)
+        case "--queue-bytes-total": queueBytesTotal = try int(min: 65_536)
+        case "--max-room-bytes": maxRoomBytes = try int(min: 16_384)
         case "--rate-limit": rateLimit = try int(min: 0)
         case "--rate-limit-bytes": rateLimitBytes = try int(min: 0)
         case "--allow-origin": allowOrigins.append(try value())

@@ -266,7 +266,8 @@ actor Room: DirectoryRoom {
         }
         let settings = registry.settings
         let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow, presenceLimit: settings.presenceLimit,
-                                                      presenceInterval: .milliseconds(settings.presenceIntervalMS))
+                                                      presenceInterval: .milliseconds(settings.presenceIntervalMS),
+                                                      maxStateBytes: settings.maxStateBytes)
         let loaded: LoadedRoom
         do { loaded = try await registry.home.load(id, template: template, configuration: configuration) } catch {
             log.error(error.description)
@@ -376,6 +377,9 @@ actor Room: DirectoryRoom {
     private func decideHere(_ input: Input, _ coordinator: Coordinator) async {
         switch input {
         case let .command(connection, client, envelope):
+            // A snapshot for a connection being closed (too slow, say, after the snapshots of
+            // its earlier `sync`s) could not go out: it is not built.
+            if case .sync = envelope.command, !server.isOpen(connection) { return }
             await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue)
         case let .refused(connection, client, frame):
             await coordinator.answer(frame, client: client, to: connection.rawValue)

@@ -55,6 +55,8 @@ final class RoomRegistry: Sendable {
         var presenceIntervalMS = 1_000
         /// Cluster: clients' commands go to the room's writer (`--cluster-forwarding`).
         var forwarding = true
+        /// `--max-room-bytes`: what a room's state may weigh.
+        var maxStateBytes = Coordinator.Configuration.defaultMaxStateBytes
     }
 
     typealias Refusal = RoomRefusal
