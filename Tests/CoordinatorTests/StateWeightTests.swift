@@ -85,4 +85,19 @@ struct StateWeightTests {
         try await run(c, .set(tab: "home", key: "k0", value: .null))
         try await run(c, .select(tab: "favorites"))
     }
+
+    @Test func aResumeWhoseMissedBatchesWeighMoreThanTheBoundGetsASnapshotInstead() async throws {
+        let c = try Coordinator(tabs: TabInfo.defaults, configuration: .init(maxStateBytes: 16_384))
+        let start = await c.snapshot().seq
+        // Ten batches of ~3 KB each: the state stays small, the history does not.
+        for i in 0..<10 {
+            try await run(c, .set(tab: "home", key: "k", value: .string(String(repeating: "\(i)", count: 3000))))
+        }
+        let recent = await c.snapshot().seq - 2
+        let old = try await c.connect(.init(resume: start, epoch: c.epoch))
+        #expect(!old.resumed && old.snapshot != nil, "30 KB of missed batches, a room bounded to 16 KiB")
+        let near = try await c.connect(.init(resume: recent, epoch: c.epoch))
+        #expect(near.resumed && near.snapshot == nil, "a few KB of missed batches replay")
+        #expect(!near.replay.isEmpty)
+    }
 }
