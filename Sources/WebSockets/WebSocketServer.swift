@@ -73,6 +73,10 @@ public final class WebSocketServer: Sendable {
         loop.update { $0.activate(id, on: channel, first: first, afterSeq: afterSeq) }
     }
 
+    /// Bytes waiting for the connections (each broadcast once, the unsent tails lws holds of
+    /// blocked connections' last writes included): what `Configuration.totalQueueBytes` bounds.
+    public var queuedBytes: Int { loop.table.withLock { $0.heldBytes } }
+
     /// Whether frames sent to `id` may still reach it: false once it is closing or gone
     /// (``send(_:to:)`` then ignores them), so work for it can be skipped.
     public func isOpen(_ id: ConnectionID) -> Bool {

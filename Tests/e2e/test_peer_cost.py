@@ -32,9 +32,11 @@ def status_kib(daemon, field):
 
 
 def metric(daemon, name):
+    """A counter of /metrics (0 when it has no sample yet, as a labelled one may not)."""
     status, body = daemon.get("/metrics")
     assert status == 200
-    return int(re.search(rf"^{name} (\d+)$", body, re.M).group(1))
+    m = re.search(rf"^{re.escape(name)} (\d+)$", body, re.M)
+    return int(m.group(1)) if m else 0
 
 
 def wait_metric(daemon, name, at_least, timeout=30):
@@ -93,9 +95,41 @@ async def ping_times(client, count):
     return times
 
 
-async def test_a_sync_flood_that_is_never_read_is_closed_with_memory_bounded_and_others_answered(make_daemon):
+RATE_LIMITED = 'tabd_errors_total{code="rate_limited"}'
+
+
+async def test_a_sync_flood_costs_its_snapshots_in_the_byte_budget_with_memory_bounded_and_others_answered(make_daemon):
+    """Defaults: each `sync` is charged what its ~1 MB snapshot weighs to the connection's
+    byte budget (1 MiB/s, bursts of 2 MiB), so most of the 150 are refused `rate_limited`."""
     assert os.access(RELEASE, os.X_OK), f"no release build at {RELEASE}: run `make test-e2e`, or set TABD_RELEASE_BIN"
     d = make_daemon("--log-level", "warn", binary=RELEASE)
+    await fill_room(d.ws)
+    other = await Client.connect(d.ws)
+    rss_before = status_kib(d, "VmRSS")
+    limited_before = metric(d, RATE_LIMITED)
+    snapshots_before = metric(d, 'tabd_commands_total{type="sync"}')
+    sock = non_reader(d.host, 150)
+    try:
+        flood_pings = await ping_times(other, 20)
+        wait_metric(d, RATE_LIMITED, limited_before + 140)
+        flood_pings += await ping_times(other, 5)
+        growth_mib = (status_kib(d, "VmHWM") - rss_before) / 1024
+        syncs = metric(d, 'tabd_commands_total{type="sync"}') - snapshots_before
+        print(f"defaults: {metric(d, RATE_LIMITED) - limited_before} of 150 syncs refused rate_limited; "
+              f"peak growth {growth_mib:.1f} MiB; ping max {max(flood_pings) * 1000:.1f} ms")
+        assert growth_mib <= 48, f"tabd grew by {growth_mib:.1f} MiB for one connection that does not read"
+        assert max(flood_pings) < 1.0, f"another client's ping took {max(flood_pings):.3f} s during the flood"
+        assert syncs <= 10, f"{syncs} snapshots built for one connection's flood"
+    finally:
+        sock.close()
+    await other.close()
+
+
+async def test_a_sync_flood_that_is_never_read_is_closed_with_memory_bounded_and_others_answered(make_daemon):
+    """Without a byte budget (`--rate-limit-bytes 0`; 150 frames are within the frame rate's
+    burst), the bound on what waits for the connection, `--queue-bytes`, closes it."""
+    assert os.access(RELEASE, os.X_OK), f"no release build at {RELEASE}: run `make test-e2e`, or set TABD_RELEASE_BIN"
+    d = make_daemon("--log-level", "warn", "--rate-limit-bytes", "0", binary=RELEASE)
     await fill_room(d.ws)
     other = await Client.connect(d.ws)
     before_pings = await ping_times(other, 20)
@@ -124,7 +158,8 @@ async def test_a_sync_flood_that_is_never_read_is_closed_with_memory_bounded_and
 async def test_many_non_readers_together_stay_within_the_total_bound_and_a_reader_keeps_its_stream(make_daemon):
     assert os.access(RELEASE, os.X_OK), f"no release build at {RELEASE}: run `make test-e2e`, or set TABD_RELEASE_BIN"
     total_mib = 40
-    d = make_daemon("--log-level", "warn", "--queue-bytes-total", str(total_mib * MIB), binary=RELEASE)
+    d = make_daemon("--log-level", "warn", "--rate-limit-bytes", "0", "--queue-bytes-total", str(total_mib * MIB),
+                    binary=RELEASE)
     await fill_room(d.ws)
     reader = await Client.connect(d.ws)
     rss_before = status_kib(d, "VmRSS")

@@ -33,6 +33,8 @@ public actor Coordinator {
         public var maxStateBytes: Int
         /// The default bound on a room's state: 2 MiB.
         public static let defaultMaxStateBytes = 2 << 20
+        /// Kept up to date with the room's state's weight, for readers on other threads.
+        public var stateBytesGauge: StateBytesGauge?
         public init(resumeWindow: Int = 10_000, presenceLimit: Int = Limits.maxClientsInSnapshot,
                     presenceInterval: Duration = .seconds(1), node: String? = nil,
                     maxStateBytes: Int = Configuration.defaultMaxStateBytes) {
@@ -62,8 +64,9 @@ public actor Coordinator {
     /// Each tab's weight as of the last event applied to it, and their sum: the room's
     /// state as the bound on it (``Configuration/maxStateBytes``) counts it.
     private var tabWeights: [TabID: Int] = [:]
-    private(set) var stateWeight = 0
+    private(set) var stateWeight = 0 { didSet { stateBytesGauge?.set(stateWeight) } }
     let maxStateBytes: Int
+    private nonisolated let stateBytesGauge: StateBytesGauge?
     /// The last seq applied (ahead of ``publishedSeq`` while commits are pending).
     private(set) var seq: Int
     /// The last seq published.
@@ -130,6 +133,7 @@ public actor Coordinator {
         counter = ScrollCounter(value: stored.snapshot.scrollToTop)
         (bar, tabs) = Self.actors(for: stored.snapshot)
         maxStateBytes = configuration.maxStateBytes
+        stateBytesGauge = configuration.stateBytesGauge
         seq = stored.snapshot.seq
         publishedSeq = stored.snapshot.seq
         publishedCount = stored.snapshot.scrollToTop
@@ -141,6 +145,7 @@ public actor Coordinator {
         for batch in stored.history { history.append(batch) }
         tabWeights = Self.weights(of: stored.snapshot)
         stateWeight = tabWeights.values.reduce(0, +)
+        configuration.stateBytesGauge?.set(stateWeight)
         self.durability = durability
         let (signals, commitSignals) = AsyncStream.makeStream(of: Void.self)
         self.commitSignals = commitSignals

@@ -1,3 +1,14 @@
+import Synchronization
+
+/// The latest weight of a room's state (``StateWeight``), readable from any thread: what
+/// the gateway charges a `sync` to the connection's byte budget.
+public final class StateBytesGauge: Sendable {
+    private let bytes = Atomic<Int>(0)
+    public init() {}
+    public var value: Int { bytes.load(ordering: .relaxed) }
+    func set(_ value: Int) { bytes.store(value, ordering: .relaxed) }
+}
+
 /// What a room's state weighs in bytes, about as its snapshot's JSON does (never less than
 /// the JSON of its tabs, stacks and values, give or take a few bytes per field): what the
 /// bound on a room's state (``Coordinator/Configuration/maxStateBytes``) counts. The bound

@@ -211,17 +211,23 @@ final class Gateway: WebSocketServerHandler {
             return .read(room, client, c.role, allowed: allowed)
         }
         guard case let .read(room, client, role, allowed) = admission else { return }
-        let input = read(message, from: id, client: client, role: role, allowed: allowed)
+        let input = read(message, from: id, in: room, client: client, role: role, allowed: allowed)
         state.withLock { $0.add(input, for: room) }
     }
 
     /// One frame of a welcomed connection as input: refused or a command
     /// (``FrameReader/read(_:role:allowed:stopping:limits:)``).
-    private func read(_ message: [UInt8], from id: ConnectionID, client: ClientID, role: Role, allowed: Bool) -> Room.Input {
+    /// A `sync` is charged what its snapshot weighs to the connection's byte budget
+    /// (`--rate-limit-bytes`): asking costs a few bytes, the answer the whole room.
+    private func read(_ message: [UInt8], from id: ConnectionID, in room: Room, client: ClientID, role: Role, allowed: Bool) -> Room.Input {
         let limits = FrameReader.Limits(commandsPerSecond: options.rateLimit, bytesPerSecond: options.byteRateLimit)
         switch FrameReader.read(message, role: role, allowed: allowed, stopping: stopping.load(ordering: .relaxed), limits: limits) {
         case let .command(envelope):
             metrics.command(envelope.command.type)
+            if case .sync = envelope.command {
+                let weight = room.stateBytes.value - message.count
+                if weight > 0 { state.withLock { $0.connections[id]?.limiter.charge(bytes: weight) } }
+            }
             return .command(id, client, envelope)
         case let .refused(frame, parsed):
             if let parsed { metrics.command(parsed) }
@@ -280,7 +286,7 @@ final class Gateway: WebSocketServerHandler {
             var inputs: [Room.Input] = []
             for frame in frames {
                 let allowed = state.withLock { $0.connections[id]?.limiter.allow(bytes: frame.count) ?? false }
-                inputs.append(read(frame, from: id, client: client, role: role, allowed: allowed))
+                inputs.append(read(frame, from: id, in: room, client: client, role: role, allowed: allowed))
             }
             let tooMany = CommandError(.rateLimited, "more than \(Self.maxEarlyFrames) frames before the welcome")
             inputs += Array(repeating: .refused(id, client, .error(ref: nil, tooMany)), count: refused)
@@ -321,7 +327,8 @@ final class Gateway: WebSocketServerHandler {
                 return responder.respond(HTTPResponse(status: 403, text: "/metrics needs an admin token\n"))
             case .success: break
             }
-            let text = metrics.render(rooms: registry.counts, incompleteRequests: registry.server?.incompleteRequests ?? 0)
+            let text = metrics.render(rooms: registry.counts, incompleteRequests: registry.server?.incompleteRequests ?? 0,
+                                      queuedBytes: registry.server?.queuedBytes ?? 0)
                 + (registry.cluster?.metricsText ?? "")
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:

@@ -23,6 +23,14 @@ struct RateLimiter: Sendable {
         return true
     }
 
+    /// Takes `size` more bytes from the byte budget for what a frame already let through
+    /// makes tabd send (a `sync`'s snapshot): the budget may go into debt, by at most one
+    /// burst, and the connection's next frames wait until it is paid back.
+    mutating func charge(bytes size: Int, now: ContinuousClock.Instant = .now) {
+        bytes.refill(now)
+        bytes.take(Double(size))
+    }
+
     private struct Bucket: Sendable {
         let rate: Double
         var tokens: Double

@@ -37,12 +37,15 @@ final class Metrics: Sendable {
     func authRefused(status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
     func tokenExpired() { state.withLock { $0.tokensExpired += 1 } }
 
-    func render(rooms: (loaded: Int, stored: Int), incompleteRequests: Int) -> String {
+    func render(rooms: (loaded: Int, stored: Int), incompleteRequests: Int, queuedBytes: Int = 0) -> String {
         let s = state.withLock { $0 }
         var out = """
         # HELP tabd_incomplete_requests_total Connections that ended before their request was complete (timed out after 5 s, or dropped).
         # TYPE tabd_incomplete_requests_total counter
         tabd_incomplete_requests_total \(incompleteRequests)
+        # HELP tabd_queued_bytes Bytes waiting for WebSocket clients (each broadcast once), bounded by --queue-bytes-total.
+        # TYPE tabd_queued_bytes gauge
+        tabd_queued_bytes \(queuedBytes)
         # HELP tabd_clients Connected WebSocket clients.
         # TYPE tabd_clients gauge
         tabd_clients \(s.clients)

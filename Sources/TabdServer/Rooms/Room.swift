@@ -72,6 +72,9 @@ actor Room: DirectoryRoom {
     /// For listings: connected clients and the last published seq.
     nonisolated let clientCount = Atomic<Int>(0)
     nonisolated let publishedSeq = Atomic<Int>(0)
+    /// What the room's state weighs (its coordinator keeps it current): a `sync` costs that
+    /// much of the connection's byte budget.
+    nonisolated let stateBytes = StateBytesGauge()
 
     private nonisolated let registry: RoomRegistry
     private nonisolated let server: WebSocketServer
@@ -265,9 +268,10 @@ actor Room: DirectoryRoom {
             self.predecessor = nil
         }
         let settings = registry.settings
-        let configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow, presenceLimit: settings.presenceLimit,
+        var configuration = Coordinator.Configuration(resumeWindow: settings.resumeWindow, presenceLimit: settings.presenceLimit,
                                                       presenceInterval: .milliseconds(settings.presenceIntervalMS),
                                                       maxStateBytes: settings.maxStateBytes)
+        configuration.stateBytesGauge = stateBytes
         let loaded: LoadedRoom
         do { loaded = try await registry.home.load(id, template: template, configuration: configuration) } catch {
             log.error(error.description)
