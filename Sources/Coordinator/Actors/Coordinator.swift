@@ -131,7 +131,7 @@ public actor Coordinator {
         epoch = stored.epoch
         self.origin = origin
         counter = ScrollCounter(value: stored.snapshot.scrollToTop)
-        (bar, tabs) = Self.actors(for: stored.snapshot)
+        (bar, tabs, tabWeights) = Self.actors(for: stored.snapshot)
         maxStateBytes = configuration.maxStateBytes
         stateBytesGauge = configuration.stateBytesGauge
         seq = stored.snapshot.seq
@@ -143,7 +143,6 @@ public actor Coordinator {
                                       node: configuration.node, block: Self.idBlock)
         history = EventHistory(window: configuration.resumeWindow)
         for batch in stored.history { history.append(batch) }
-        tabWeights = Self.weights(of: stored.snapshot)
         stateWeight = tabWeights.values.reduce(0, +)
         configuration.stateBytesGauge?.set(stateWeight)
         self.durability = durability
@@ -166,11 +165,6 @@ public actor Coordinator {
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
-    /// Each tab of `snapshot` weighed in full.
-    private static func weights(of snapshot: Snapshot) -> [TabID: Int] {
-        Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, StateWeight.tab($0)) })
-    }
-
     /// Refuses, `invalid`, a command that would take the room's state past its bound by
     /// `growth` bytes. Commands that take nothing more (or give some back) always pass,
     /// so a room over its bound (a lower bound than it was stored with) can still shrink.
@@ -179,9 +173,12 @@ public actor Coordinator {
         throw .invalid("the room's state would be \(stateWeight + growth) bytes, more than its limit of \(maxStateBytes)")
     }
 
-    private static func actors(for snapshot: Snapshot) -> (TabBar, [TabID: TabActor]) {
-        (TabBar(order: snapshot.tabs.map(\.id), selected: snapshot.selected),
-         Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, TabActor(state: $0)) }))
+    /// The bar, an actor per tab, and each tab weighed in full (once: its actor keeps it).
+    private static func actors(for snapshot: Snapshot) -> (TabBar, [TabID: TabActor], [TabID: Int]) {
+        let weights = Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, StateWeight.tab($0)) })
+        return (TabBar(order: snapshot.tabs.map(\.id), selected: snapshot.selected),
+                Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, TabActor(state: $0, weight: weights[$0.id])) }),
+                weights)
     }
 
     /// Publishes what a durable start needs: on a new history the first tab's root
@@ -250,8 +247,8 @@ public actor Coordinator {
                 fold { () throws(FoldError) in _ = try bar.apply(event) }
             case let .tabAdded(state, _):
                 fold { () throws(FoldError) in _ = try bar.apply(event) }
-                tabs[state.id] = TabActor(state: state)
                 let weight = StateWeight.tab(state)
+                tabs[state.id] = TabActor(state: state, weight: weight)
                 tabWeights[state.id] = weight
                 stateWeight += weight
             case let .tabRemoved(id):
@@ -394,8 +391,7 @@ public actor Coordinator {
         }
         generation += 1
         unpublished = []
-        (bar, tabs) = Self.actors(for: stored.snapshot)
-        tabWeights = Self.weights(of: stored.snapshot)
+        (bar, tabs, tabWeights) = Self.actors(for: stored.snapshot)
         stateWeight = tabWeights.values.reduce(0, +)
         seq = stored.snapshot.seq
         ids = IDCounters(covering: stored.snapshot, nextPage: stored.nextPage, nextClient: stored.nextClient)

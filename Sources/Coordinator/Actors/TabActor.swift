@@ -8,10 +8,11 @@ public actor TabActor {
     /// What the tab weighs (``StateWeight``), kept as events apply.
     public private(set) var weight: Int
 
-    public init(state: TabState) {
+    /// `weight`: the state's ``StateWeight/tab(_:)``, when the caller has it already.
+    public init(state: TabState, weight: Int? = nil) {
         self.id = state.id
         self.state = state
-        weight = StateWeight.tab(state)
+        self.weight = weight ?? StateWeight.tab(state)
     }
 
     /// Applies events the coordinator decided from this tab's state (consecutive events

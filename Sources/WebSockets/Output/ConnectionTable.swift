@@ -414,14 +414,21 @@ struct ConnectionTable: Sendable {
 
     /// Every byte waiting for `c`: broadcasts from its cursor on, direct frames, in flight.
     private func pendingBytes(_ c: Connection) -> Int {
-        let broadcasts = c.channel.flatMap { channels[$0] }.map { $0.bytes(from: c.cursor) } ?? 0
-        return broadcasts + c.direct.bytes + c.inFlight
+        Self.pendingBytes(c, broadcasts: c.channel.flatMap { channels[$0] }.map { $0.bytes(from: c.cursor) } ?? 0)
     }
 
-    /// More than `queueLimit` frames behind, or more than `byteLimit` bytes in more than one frame.
+    private static func pendingBytes(_ c: Connection, broadcasts: Int) -> Int {
+        broadcasts + c.direct.bytes + c.inFlight
+    }
+
+    /// More than `queueLimit` frames behind, or more than `byteLimit` bytes in more than one
+    /// frame (`frames`: its backlog; `pending`: every byte waiting for it).
+    private func exceedsLimits(_ c: Connection, frames: Int, pending: Int) -> Bool {
+        frames > queueLimit || (frames > 1 && pending - c.uncountedBytes > byteLimit)
+    }
+
     private func isTooSlow(_ c: Connection) -> Bool {
-        let frames = backlog(c)
-        return frames > queueLimit || (frames > 1 && pendingBytes(c) - c.uncountedBytes > byteLimit)
+        exceedsLimits(c, frames: backlog(c), pending: pendingBytes(c))
     }
 
     /// Also ends a pending state, which may drop held frames (and so move channels, not connections).
@@ -473,8 +480,8 @@ struct ConnectionTable: Sendable {
             guard let index = connections.index(forKey: id) else { continue }
             let c = connections.values[index]
             let frames = Self.backlog(c, logEnd: logEnd)
-            let behind = c.cursor < logStart || frames > queueLimit
-                || (frames > 1 && channels.values[ci].bytes(from: c.cursor) + c.direct.bytes + c.inFlight - c.uncountedBytes > byteLimit)
+            let pending = Self.pendingBytes(c, broadcasts: channels.values[ci].bytes(from: c.cursor))
+            let behind = c.cursor < logStart || exceedsLimits(c, frames: frames, pending: pending)
             switch c.state {
             case .closing(_, _, nil):
                 continue
