@@ -43,7 +43,7 @@ run: release
 ## Three NATS JetStream servers and three tabd nodes on loopback ports 8080-8082 (PORT is
 ## the first); prints the URLs; Ctrl-C stops everything. ARGS go to every node.
 cluster: release
-	TABD_BIN=$(CURDIR)/.build/release/tabd scripts/cluster --port $(PORT) --host $(HOST) $(if $(ARGS),-- $(ARGS))
+	scripts/install-pinned && TABD_BIN=$(CURDIR)/.build/release/tabd scripts/cluster --port $(PORT) --host $(HOST) $(if $(ARGS),-- $(ARGS))
 
 ## Install under PREFIX (DESTDIR is put in front of every path, for packagers):
 ##   PREFIX/bin/tabd, PREFIX/bin/tabctl         the executables (release build)

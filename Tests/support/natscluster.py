@@ -11,7 +11,14 @@ servers all route to each other, so R3 streams work. Everything lives in one dir
         c.kill(c.leader_of("rooms"))   # SIGKILL the stream leader
         c.restart(...)                 # same ports and store, waits for its health
 
-Readiness, as nats-server 2.9.10 reports it: `GET /healthz` on the monitoring port answers
+The server is the project's own, .venv/bin/nats-server (v2.15.1, put there by
+scripts/install-pinned), unless $NATS_SERVER (or `binary`) names another, such as Debian's
+2.9.10 at /usr/sbin/nats-server. Its version is read from `nats-server --version`; from 2.10
+on every server's config says `jetstream { sync_interval: always }`, so JetStream syncs each
+write to disk before it acks it (`synced`). 2.9 rejects that setting and syncs only every two
+minutes.
+
+Readiness, as nats-server 2.9.10 and 2.15.1 both report it: `GET /healthz` on the monitoring port answers
 503 `{"status":"unavailable","error":"JetStream has not established contact with a meta
 leader"}` until the JetStream meta group has a leader (and, after a restart, until the server
 is current with it), then 200 `{"status":"ok"}`. `/healthz?js-enabled-only=true` answers 200
@@ -24,6 +31,7 @@ Standard library only: scripts/cluster runs it outside the test environment.
 import atexit
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -44,15 +52,36 @@ _taken = set()        # ports handed to clusters of this process that are still 
 _live = set()         # clusters to stop when the interpreter exits
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PINNED = os.path.join(ROOT, ".venv", "bin", "nats-server")   # scripts/install-pinned puts 2.15.1 there
+DEBIAN = "/usr/sbin/nats-server"                             # Debian 12's 2.9.10 (scripts/install-deps)
+SYNC_ALWAYS_SINCE = (2, 10, 0)                               # first release with sync_interval
+
+
 def nats_server_binary():
-    """The nats-server to run: $NATS_SERVER, else the one on PATH, else Debian's /usr/sbin."""
+    """The nats-server to run: $NATS_SERVER, else the project's pinned one in .venv."""
     explicit = os.environ.get("NATS_SERVER")
     if explicit:
         return explicit
-    found = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/local/sbin")
-    if not found:
-        raise RuntimeError("nats-server not found (scripts/install-deps installs it; NATS_SERVER names one)")
-    return found
+    if os.access(PINNED, os.X_OK):
+        return PINNED
+    raise RuntimeError(f"no nats-server at {PINNED}: scripts/install-pinned installs it "
+                       f"(NATS_SERVER={DEBIAN} runs Debian's 2.9 instead, unsynced)")
+
+
+_versions = {}
+
+
+def server_version(binary):
+    """(major, minor, patch) of `binary`, from `nats-server --version` ("nats-server: v2.15.1")."""
+    if binary not in _versions:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        text = (out.stdout + out.stderr).strip()
+        m = re.search(r"v?(\d+)\.(\d+)\.(\d+)", text)
+        if not m:
+            raise RuntimeError(f"{binary} --version said {text!r}: not a nats-server version")
+        _versions[binary] = tuple(int(x) for x in m.groups())
+    return _versions[binary]
 
 
 def _free_ports(count):
@@ -112,6 +141,9 @@ class NatsCluster:
         self.name = name
         self.extra = extra
         self.binary = binary or nats_server_binary()
+        self.version = server_version(self.binary)
+        # 2.10+: every write synced before its ack; 2.9 refuses the setting (syncs every 2 min).
+        self.synced = self.version >= SYNC_ALWAYS_SINCE
         self.own_dir = base_dir is None
         self.base_dir = tempfile.mkdtemp(prefix="nats-") if base_dir is None else os.path.abspath(base_dir)
         os.makedirs(self.base_dir, exist_ok=True)
@@ -156,6 +188,7 @@ class NatsCluster:
             f"  store_dir: {json.dumps(store)}",
             "  max_mem_store: 256MB",
             "  max_file_store: 2GB",
+            *(["  sync_interval: always"] if self.synced else []),
             "}",
         ]
         if self.size > 1:
@@ -394,8 +427,13 @@ class NatsCluster:
         tails = "\n".join(f"--- {self.names[i]} ({self.log_path(i)}) ---\n{self._tail(i)}" for i in range(self.size))
         return f"{what}\n{tails}"
 
+    @property
+    def version_text(self):
+        """The server's version as text, e.g. "2.15.1"."""
+        return ".".join(map(str, self.version))
+
     def __repr__(self):
-        return f"NatsCluster(size={self.size}, urls={self.urls}, dir={self.base_dir!r})"
+        return f"NatsCluster(size={self.size}, version={self.version_text}, synced={self.synced}, urls={self.urls}, dir={self.base_dir!r})"
 
 
 @atexit.register
