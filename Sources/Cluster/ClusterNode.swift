@@ -37,22 +37,36 @@ public final class ClusterNode: Sendable {
     private let reconnected = Locked<Handler?>(nil)
     /// ``onGiveUp(_:)``'s handler, and libnats' reason if it gave up before there was one.
     private let gaveUp = Locked<(handler: (@Sendable (String) -> Void)?, reason: String?)>((nil, nil))
+    /// The connection, for reading the engine server's version on each reconnect (nil
+    /// before init has made it and after close()).
+    private let versionWatch = Locked<EngineClient?>(nil)
+    /// What the engine server this node is connected to said of itself, last time it was asked.
+    private let server = Locked<EngineServerInfo?>(nil)
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
     /// Connects to the engine at `urls` (over TLS and with credentials as `security` says),
     /// makes sure the shared snapshot stream exists (three copies if the engine can keep
     /// three, else one) and starts the heartbeat.
+    ///
+    /// It logs the version of the engine server it is connected to, at start and on every
+    /// reconnect, and `warn`s (default: `log` with "warning: ") when that server cannot sync
+    /// JetStream's writes to disk before it acks them (NATS before 2.10).
     public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
-                log: @escaping @Sendable (String) -> Void) throws(Failure) {
+                log: @escaping @Sendable (String) -> Void, warn: (@Sendable (String) -> Void)? = nil) throws(Failure) {
         self.name = name
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
+        let warn = warn ?? { log("warning: \($0)") }
         do {
-            client = try EngineClient(urls: urls, name: "tabd \(name)", security: security) { [connectedSince, reconnected] up in
+            client = try EngineClient(urls: urls, name: "tabd \(name)", security: security) { [connectedSince, reconnected, versionWatch, server] up in
                 connectedSince.withLock { $0 = up ? ($0 ?? ClusterNode.now()) : nil }
                 log(up ? "engine connection up" : "engine connection lost; retrying")
                 if up, let handler = reconnected.withLock({ $0 }) { DispatchQueue.global().async { handler.run() } }
+                // The first connection is reported by init; a reconnect may be to another server.
+                if up, let client = versionWatch.withLock({ $0 }) {
+                    DispatchQueue.global().async { Self.reportVersion(client, into: server, log: log, warn: warn) }
+                }
             } onGiveUp: { [gaveUp] reason in
                 log("libnats closed the engine connection for good (\(reason)): no more retries")
                 let handler = gaveUp.withLock { g -> (@Sendable (String) -> Void)? in
@@ -82,6 +96,8 @@ public final class ClusterNode: Sendable {
         }
         guard got > 0 else { client.close(); throw Failure("the engine at \(urls.joined(separator: ",")) refused every stream") }
         replicas = got
+        Self.reportVersion(client, into: server, log: log, warn: warn)
+        versionWatch.withLock { $0 = client }
         // Its own queue: blocking engine calls on the global queues cannot delay it.
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "tabd.cluster.heartbeat"))
         let beat = Array(incarnation.utf8)
@@ -101,6 +117,36 @@ public final class ClusterNode: Sendable {
 
     /// Whether the engine is reachable now.
     public var connected: Bool { client.isConnected }
+
+    /// What the engine server this node is connected to said of itself (version, name),
+    /// as last read: at start and after each reconnect. Nil when it could not be read.
+    /// Features of newer NATS releases are to be used only when this says they are there.
+    public var engineServer: EngineServerInfo? { server.withLock { $0 } }
+
+    /// Reads the version of the engine server `client` is on, keeps it in `box` and logs it:
+    /// a warning for a server that cannot sync before it acks (NATS before 2.10), else the
+    /// version and what the ack then depends on (the servers' `sync_interval`, which no
+    /// client can read).
+    static func reportVersion(_ client: EngineClient, into box: Locked<EngineServerInfo?>,
+                              log: @Sendable (String) -> Void, warn: @Sendable (String) -> Void) {
+        switch client.connectedServerInfo() {
+        case let .failure(why):
+            box.withLock { $0 = nil }
+            log("engine server's version unknown (\(why))")
+        case let .success(info):
+            box.withLock { $0 = info }
+            let which = "engine server \(info.serverName) (\(info.url)\(info.isConnectedServer ? "" : ", read from another server at that address"))"
+            if info.canSyncBeforeAck {
+                log("\(which) runs NATS \(info.version): acks are synced to disk before they are sent only if the engine's "
+                    + "servers are configured `jetstream { sync_interval: always }` (docs/CLUSTER.md)")
+            } else {
+                warn("\(which) runs NATS \(info.version), which cannot sync JetStream's writes to disk before it acks them "
+                     + "(it syncs every two minutes): an ack then survives process crashes and the loss of one engine server, "
+                     + "not a power cut of a majority of the engine's servers. NATS 2.10 or later configured "
+                     + "`jetstream { sync_interval: always }` syncs before every ack (docs/CLUSTER.md)")
+            }
+        }
+    }
 
     /// This node's figures for `/metrics` (Prometheus text).
     public var metricsText: String { stats.render(node: name, connected: connected) }
@@ -207,6 +253,7 @@ public final class ClusterNode: Sendable {
     private static func lines(_ bytes: [UInt8]) -> [[UInt8]] { bytes.split(separator: 0x0A).map(Array.init) }
 
     public func close() {
+        versionWatch.withLock { $0 = nil }
         heartbeat.withLock { $0 }?.cancel()
         for sub in subscriptions.withLock({ $0 }) { sub.cancel() }
         client.close()

@@ -16,6 +16,9 @@ public final class EngineClient: @unchecked Sendable {
     private let connection: OpaquePointer
     private let js: OpaquePointer
     private let closed = Atomic<Bool>(false)
+    /// Held while the connection is read from off libnats' calls (``connectedServer()``)
+    /// and while ``close()`` destroys it.
+    private let destroying = Locked(())
     private let status: StatusBox
     /// Asynchronous publishes waiting for their answer, by message id.
     private let pending: PendingAcks
@@ -139,13 +142,28 @@ public final class EngineClient: @unchecked Sendable {
     /// Whether the connection is up now.
     public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
 
+    /// The URL and server id of the engine server the connection is on now (nil while it
+    /// is not connected).
+    func connectedServer() -> (url: String?, id: String?) {
+        destroying.withLock { _ in
+            guard !closed.load(ordering: .acquiring) else { return (nil, nil) }
+            func text(_ read: (UnsafeMutablePointer<CChar>, Int) -> natsStatus) -> String? {
+                var buffer = [CChar](repeating: 0, count: 512)
+                let s = buffer.withUnsafeMutableBufferPointer { read($0.baseAddress!, $0.count - 1) }
+                let bytes = buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }
+                return s == NATS_OK && !bytes.isEmpty ? String(decoding: bytes, as: UTF8.self) : nil
+            }
+            return (text { natsConnection_GetConnectedUrl(connection, $0, $1) }, text { natsConnection_GetConnectedServerId(connection, $0, $1) })
+        }
+    }
+
     /// Closes the connection (subscriptions stop). Idempotent.
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         status.closing.store(true, ordering: .releasing)
         jsCtx_Destroy(js)
         natsConnection_Close(connection)
-        natsConnection_Destroy(connection)
+        destroying.withLock { _ in natsConnection_Destroy(connection) }
     }
 
     deinit { close() }

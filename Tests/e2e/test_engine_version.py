@@ -1,0 +1,84 @@
+"""What the engine's servers are and what a node says of them.
+
+The project runs NATS 2.15.1 (.venv/bin/nats-server, from scripts/install-pinned) with
+`jetstream { sync_interval: always }`: each JetStream write is synced to disk before its
+ack. Debian's 2.9.10 (/usr/sbin/nats-server, from scripts/install-deps) cannot do that and
+refuses the setting. A tabd node reads the version of the server it is connected to (from
+the INFO line the server sends first) at start and after each reconnect: it logs it, and
+warns when that server cannot sync before it acks.
+"""
+import os
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, WAIT
+
+sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
+from natscluster import DEBIAN, PINNED, NatsCluster, server_version  # noqa: E402
+
+WARNING = "cannot sync JetStream's writes to disk before it acks them"
+CRASH_NOT_POWER = "an ack then survives process crashes and the loss of one engine server, " \
+                  "not a power cut of a majority of the engine's servers"
+SYNCED_IF = "acks are synced to disk before they are sent only if the engine's servers are configured " \
+            "`jetstream { sync_interval: always }`"
+
+
+def needs(binary):
+    if not os.access(binary, os.X_OK):
+        pytest.skip(f"no {binary} (scripts/install-deps and scripts/install-pinned install them)")
+
+
+def test_the_pinned_server_is_2_15_1_and_syncs_every_write():
+    needs(PINNED)
+    assert server_version(PINNED) == (2, 15, 1)
+    with NatsCluster(3) as c:
+        if "NATS_SERVER" not in os.environ:
+            assert c.binary == PINNED
+        assert c.synced
+        for i in range(c.size):
+            with open(c.conf_path(i)) as f:
+                assert "sync_interval: always" in f.read()
+            config = c.monitor(i, "/varz")["jetstream"]["config"]
+            assert config.get("sync_always") is True, config
+
+
+def test_debian_2_9_gets_no_sync_interval():
+    needs(DEBIAN)
+    assert server_version(DEBIAN)[:2] == (2, 9)
+    with NatsCluster(1, binary=DEBIAN) as c:
+        assert not c.synced
+        with open(c.conf_path(0)) as f:
+            assert "sync_interval" not in f.read()
+        assert "sync_always" not in c.monitor(0, "/varz")["jetstream"]["config"]
+
+
+def test_a_node_on_nats_2_9_warns_that_acks_are_not_synced(make_daemon):
+    needs(DEBIAN)
+    with NatsCluster(1, binary=DEBIAN) as engine:
+        node = make_daemon("--cluster", engine.url_arg, "--node-name", "old")
+        said = node.wait_for_log(WARNING)
+        assert "runs NATS 2.9.10" in said
+        node.stop()
+        assert CRASH_NOT_POWER in node.stderr
+        assert "sync_interval: always" in node.stderr
+        assert SYNCED_IF not in node.stderr
+
+
+def test_a_node_on_nats_2_15_logs_the_version_again_after_a_reconnect_without_warning(make_daemon):
+    needs(PINNED)
+    with NatsCluster(3, binary=PINNED) as engine:
+        node = make_daemon("--cluster", engine.url_arg, "--node-name", "new")
+        said = node.wait_for_log(SYNCED_IF)
+        assert "runs NATS 2.15.1" in said
+        first = next(name for name in engine.names if f"engine server {name} (" in said)
+        # The server it is on goes: it reconnects to another and says which, and what it runs.
+        engine.kill(engine.index_of(first))
+        said = node.wait_for_log("engine connection up", timeout=WAIT * 2)
+        said += node.wait_for_log(SYNCED_IF)
+        second = next(name for name in engine.names if f"engine server {name} (" in said)
+        assert second != first
+        node.stop()
+        assert WARNING not in node.stderr
+        assert node.stderr.count("runs NATS 2.15.1") >= 2
