@@ -296,11 +296,18 @@ public final class ClusterNode: Sendable {
         // again, for up to about 15 s.
         for attempt in 1...100 {
             if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
+            let msgID = "genesis-\(id)-\(genesis.epoch)"
             switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes,
                                   headers: [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name)],
-                                  expectedLastSeq: 0, msgID: "genesis-\(id)-\(genesis.epoch)") {
+                                  expectedLastSeq: 0, msgID: msgID) {
             case .stored: return true // a duplicate is this call's own earlier attempt
-            case .wrongLastSequence: return false
+            case .wrongLastSequence:
+                // An earlier attempt of this call may be what stands at seq 1 (see
+                // EngineClient.holds): then the room is this call's.
+                guard attempt > 1 else { return false }
+                do { return try client.holds(msgID: msgID, at: 1, in: stream) } catch {
+                    if attempt % 10 == 1 { log("room '\(id)': creating, cannot read its first message yet (\(error)); asking again") }
+                }
             case let .unknown(why): if attempt % 10 == 1 { log("room '\(id)': creating, no answer yet (\(why)); asking again") }
             case let .failed(why):
                 if attempt % 10 == 1 { log("room '\(id)': creating, refused for now (\(why)); asking again") }

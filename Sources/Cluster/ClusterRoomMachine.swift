@@ -16,7 +16,8 @@ import Coordinator
 /// - **Group commit**: one message carries every batch that queued while the pipeline
 ///   was full (up to ``maxGroupBytes``), as the state file's writer commits what queued
 ///   in one transaction. Clients see each batch as its own `events` frame all the same.
-/// - **A chain of appends**: up to ``pipelineDepth`` messages are in flight. Each expects
+/// - **A chain of appends**: up to ``pipelineDepth`` messages are in flight (one by
+///   default: ``defaultPipelineDepth`` says why). Each expects
 ///   the stream to end where the one before it will end (its stream sequence plus one)
 ///   and names that message's id, so that the engine stores a chain only as a whole
 ///   prefix, in order, with nothing of another writer's in between.
@@ -28,7 +29,9 @@ import Coordinator
 ///   all. A link refused or unanswered while an earlier one was still unsettled is sent
 ///   again, unchanged, once the earlier one is stored.
 /// - The chain's head without an answer is sent again with the same message id (the
-///   engine deduplicates: a retry of a stored message is answered with its place) until
+///   engine deduplicates: a retry of a stored message is answered with its place; where
+///   the engine checks the stale expectation first, the shell reads what stands at the
+///   expected place and answers with it) until
 ///   the engine says what became of it; a refused head is tried again for a while (an
 ///   election), then fails `unavailable` with everything after it.
 /// - A message that is not a group of batches, or does not fold, breaks the room: every
@@ -127,8 +130,12 @@ package struct ClusterRoomMachine: Sendable {
     package static let stallNanoseconds: UInt64 = 500_000_000
     /// Refused publications are tried this many times before the batch fails.
     package static let refusedAttempts = 300
-    /// Messages of one room in flight at once, by default.
-    package static let defaultPipelineDepth = 8
+    /// Messages of one room in flight at once, by default: one. A chain of two or more
+    /// needs `Nats-Expected-Last-Msg-Id`, and NATS 2.15.1 halts a replicated stream when
+    /// two writers race with it ("stream write error: last msgid mismatch": the stream
+    /// answers nothing more until its servers restart); NATS 2.9 did not. Group commit
+    /// still puts everything that queued meanwhile into the next message.
+    package static let defaultPipelineDepth = 1
     /// A message carries batches up to this many bytes (a single larger batch goes alone;
     /// the engine takes up to 1 MB by default).
     package static let maxGroupBytes = 256 * 1024

@@ -368,6 +368,15 @@ public final class EngineClient: @unchecked Sendable {
         return Self.message(msg, headerKeys: headerKeys, streamSeq: seq, pending: 0)
     }
 
+    /// Whether the message at `seq` in `stream` is the one published with `msgID`: how a
+    /// retry learns that an earlier attempt was stored where the server checks the retry's
+    /// (now stale) expected last sequence before its duplicate window. NATS 2.9 and
+    /// replicated streams answer such a retry "duplicate"; NATS 2.10 and later on a stream
+    /// of one replica answer "wrong last sequence".
+    public func holds(msgID: String, at seq: UInt64, in stream: String) throws(EngineError) -> Bool {
+        try message(stream: stream, seq: seq, headerKeys: ["Nats-Msg-Id"])?.headers["Nats-Msg-Id"] == msgID
+    }
+
     /// The message at `seq` in `stream`, or nil when there is none (never was, or discarded).
     public func message(stream: String, seq: UInt64, headerKeys: [String] = []) throws(EngineError) -> StreamMessage? {
         var msg: OpaquePointer?

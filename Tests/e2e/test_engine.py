@@ -6,6 +6,7 @@ PUB/HPUB with a reply subject, PING/PONG) are enough for JetStream's request/rep
 for publishes that wait for their ack. Servers are real nats-server processes on free ports;
 the three-server cluster is shared by the module (a fixture heals it before each test).
 """
+import base64
 import itertools
 import json
 import os
@@ -426,11 +427,19 @@ def test_a_repeated_msg_id_is_acknowledged_as_a_duplicate(engine):
         assert ack == {"stream": name, "seq": 2}
         again = nc.publish(f"{name}.room", b"w", headers={"Nats-Msg-Id": "n1-7"})
         assert again == {"stream": name, "seq": 2, "duplicate": True}
-        # The retry after an ambiguous timeout: same id, same (now stale) expectation. The
-        # original ack comes back, so the writer learns its write landed.
+        # The retry after an ambiguous timeout: same id, same (now stale) expectation. A
+        # replicated stream (and NATS 2.9) answers with the original ack; NATS 2.10 and later
+        # check a one-replica stream's expectation first and refuse it. Either way nothing
+        # is stored twice, and the message at the expected place carries the id, which is
+        # how a tabd node learns that its write landed (EngineClient.holds).
         retry = nc.publish(f"{name}.room", b"w",
                            headers={"Nats-Msg-Id": "n1-7", "Nats-Expected-Last-Sequence": "1"})
-        assert retry == {"stream": name, "seq": 2, "duplicate": True}
+        if replicas == 1 and c.version >= (2, 10):
+            assert retry["error"]["err_code"] == WRONG_LAST_SEQUENCE, retry
+        else:
+            assert retry == {"stream": name, "seq": 2, "duplicate": True}
+        at = nc.js(f"STREAM.MSG.GET.{name}", {"seq": 2})["message"]
+        assert "Nats-Msg-Id: n1-7" in base64.b64decode(at["hdrs"]).decode()
         # A new id with the stale expectation is refused.
         lost = nc.publish(f"{name}.room", b"v",
                           headers={"Nats-Msg-Id": "n2-3", "Nats-Expected-Last-Sequence": "1"})
@@ -533,3 +542,59 @@ def test_cluster_script_stops_everything_when_a_node_exits(tmp_path):
     assert "exited unexpectedly with status 3" in out
     assert nats_pids_of(tmp_path / "run") == []
 
+
+
+def test_writers_racing_with_expected_last_msg_id_halt_a_replicated_stream_on_2_15(cluster):
+    """Why a tabd room has one message in flight (ClusterRoomMachine.defaultPipelineDepth):
+    a chain of appends names the previous link's id (`Nats-Expected-Last-Msg-Id`), and on
+    NATS 2.15.1 writers that race with it on a replicated stream put the stream into
+    "stream write error: last msgid mismatch", after which it answers no publish. NATS 2.9
+    refused the losers and went on. Three writers, one per server, each sending chains of
+    three without waiting, as tabd nodes once did."""
+    if cluster.version[:2] not in ((2, 9), (2, 15)):
+        pytest.skip(f"measured on NATS 2.9 and 2.15 only, not {cluster.version}")
+    name = stream_name("race")
+    create_stream(cluster.urls, name, 3)
+    writers = [Nats(url) for url in cluster.urls]
+    try:
+        writers[0].publish(f"{name}.room", b"first")
+        last = [1, 1, 1]
+        answered = unanswered = 0
+        for round_ in range(8):
+            sent = []
+            for w, nc in enumerate(writers):
+                ids = [f"w{w}-{round_}-{j}" for j in range(3)]
+                for j, mid in enumerate(ids):
+                    headers = {"Nats-Msg-Id": mid, "Nats-Expected-Last-Sequence": str(last[w] + j)}
+                    if j:
+                        headers["Nats-Expected-Last-Msg-Id"] = ids[j - 1]
+                    head = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
+                    nc._send(f"HPUB {name}.room {nc.inbox}.{mid} {len(head)} {len(head) + 1}\r\n".encode()
+                             + head + b"x\r\n")
+                    sent.append((w, mid))
+            deadline = time.monotonic() + 3
+            for w, nc in enumerate(writers):
+                for _ in range(3):
+                    try:
+                        m = nc._next(deadline)
+                    except TimeoutError:
+                        unanswered += 1
+                        continue
+                    answered += 1
+                    reply = m.json()
+                    if "seq" in reply and "error" not in reply:
+                        last[w] = max(last[w], reply["seq"])
+                    elif "wrong last sequence: " in reply["error"]["description"]:
+                        last[w] = max(last[w], int(reply["error"]["description"].rsplit(": ", 1)[1]))
+        with Nats(cluster.urls[0]) as nc:
+            try:
+                plain = nc.publish(f"{name}.room", b"plain", wait=5, timeout=2)
+            except (TimeoutError, NatsError):
+                plain = None
+    finally:
+        for nc in writers:
+            nc.close()
+    if cluster.version[:2] == (2, 9):
+        assert unanswered == 0 and plain is not None and "seq" in plain, (answered, unanswered, plain)
+    else:
+        assert unanswered > 0 and plain is None, f"the stream kept answering: {answered} answers, then {plain}"
