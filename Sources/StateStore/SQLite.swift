@@ -6,6 +6,19 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     public let message: String
     public var description: String { message }
 
+    /// A sync (`fsync`/`fdatasync`) of the file, its WAL or its directory failed. What the
+    /// kernel did with the unsynced pages is then unknown (it may have dropped them and
+    /// marked them clean), so a later sync that succeeds would prove nothing: the file is
+    /// not written again by this process.
+    var isSyncFailure: Bool {
+        code == Self.ioerrFsync || code == Self.ioerrDirFsync
+    }
+
+    /// `SQLITE_IOERR_FSYNC` and `SQLITE_IOERR_DIR_FSYNC` (extended result codes; their C
+    /// macros are expressions Swift does not import).
+    static let ioerrFsync = SQLITE_IOERR | (4 << 8)
+    static let ioerrDirFsync = SQLITE_IOERR | (5 << 8)
+
     /// The disk is full or failed: the store cannot write now, but may later.
     var isWriteFailure: Bool {
         let primary = code & 0xFF

@@ -19,8 +19,11 @@ public struct StoreError: Error, Sendable, CustomStringConvertible {
 ///   ``RoomStore/append(_:generation:done:)`` has committed it. Batches of every room that
 ///   arrive while a transaction commits go into the next one (group commit across rooms),
 ///   written by one writer thread.
-/// - `synchronous=NORMAL`: a commit survives a crash of tabd (`kill -9`) but may be lost
-///   on power loss; `FULL` would fsync every transaction and cap throughput far lower.
+/// - Synced: with ``Options/syncCommits`` (the default) SQLite runs `synchronous=FULL`, so
+///   each transaction's WAL write is synced before the commit returns, and only then are its
+///   batches answered; an ack survives a crash of tabd, of the kernel, and a power cut.
+///   Without it (`synchronous=NORMAL`) a commit survives a crash of tabd (`kill -9`) but the
+///   last ones may be lost on power loss. A newly created file's directory is synced too.
 /// - Bounded: per room, a snapshot every ``Options/snapshotEvery`` events; batches older
 ///   than both the resume window and the latest snapshot are deleted, and older snapshots too.
 /// - Only loaded rooms are held in memory (``openRoom(_:)`` … ``RoomStore/unload()``); a
@@ -37,9 +40,13 @@ public final class StateStore: Sendable {
         /// Whether a missing directory of `path` is created (tabd's default `.tabd/`); else
         /// a missing directory is an error naming it.
         public var createsDirectory: Bool
-        public init(path: String, resumeWindow: Int = 10_000, snapshotEvery: Int = 1_000, createsDirectory: Bool = false) {
+        /// Whether each commit is synced before its batches are answered (the default).
+        /// Off trades a power cut's safety for speed: see ``StateStore``.
+        public var syncCommits: Bool
+        public init(path: String, resumeWindow: Int = 10_000, snapshotEvery: Int = 1_000, createsDirectory: Bool = false,
+                    syncCommits: Bool = true) {
             self.path = path; self.resumeWindow = resumeWindow; self.snapshotEvery = snapshotEvery
-            self.createsDirectory = createsDirectory
+            self.createsDirectory = createsDirectory; self.syncCommits = syncCommits
         }
     }
 
@@ -61,7 +68,7 @@ public final class StateStore: Sendable {
             let db: SQLiteConnection
             if let size, size > 0 {
                 let version = try Self.check(path)
-                db = try Self.openForWriting(path)
+                db = try Self.openForWriting(path, sync: options.syncCommits)
                 if version < Self.schemaVersion { try Self.upgrade(db, from: version, path: path) }
             } else {
                 let directory = (path as NSString).deletingLastPathComponent
@@ -72,8 +79,11 @@ public final class StateStore: Sendable {
                     try Self.createPrivateDirectories(directory, for: path)
                 }
                 try Self.createPrivately(path)
-                db = try Self.openForWriting(path)
+                db = try Self.openForWriting(path, sync: options.syncCommits)
                 try Self.create(db, path: path)
+                // The new file's name is only durable once its directory is synced (SQLite
+                // does this itself for the WAL it creates, not for the main file).
+                try Self.syncDirectory(of: path)
             }
             writer = Writer(db: db, options: options)
         } catch let error as SQLiteError {
@@ -129,6 +139,8 @@ public final class StateStore: Sendable {
                 try db.execute("COMMIT")
             } catch {
                 if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                // A failed sync goes up as it is: the writer then stops writing the file.
+                if let error = error as? SQLiteError, error.isSyncFailure { throw error }
                 throw StoreError(message: "cannot write state file '\(path)': \(error)")
             }
             try self.writer.register(id, committed: state)
@@ -150,6 +162,8 @@ public final class StateStore: Sendable {
                 return existed
             } catch {
                 if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                // A failed sync goes up as it is: the writer then stops writing the file.
+                if let error = error as? SQLiteError, error.isSyncFailure { throw error }
                 throw StoreError(message: "cannot write state file '\(path)': \(error)")
             }
         }
@@ -158,6 +172,11 @@ public final class StateStore: Sendable {
     /// Waits for queued batches, then writes a final snapshot of every open room and
     /// checkpoints the WAL.
     public func close() { writer.close() }
+
+    /// Calls `handler` once, with the reason, when the file can be written no more: a sync
+    /// failed, so what the disk holds is unknown. Every command from then on is refused
+    /// `unavailable`; tabd stops so that its supervisor starts it again on the file.
+    public func onFailure(_ handler: @escaping @Sendable (String) -> Void) { writer.onFailure(handler) }
 
     // MARK: Opening the file
 
@@ -213,18 +232,36 @@ public final class StateStore: Sendable {
                 guard chmod(prefix, 0o700) == 0 else {
                     throw StoreError(message: "cannot set the mode of '\(prefix)', the directory of state file '\(path)': \(String(cString: strerror(errno)))")
                 }
+                try syncDirectory(of: prefix)
             } else if errno != EEXIST {
                 throw StoreError(message: "cannot create the directory of state file '\(path)': \(prefix): \(String(cString: strerror(errno)))")
             }
         }
     }
 
-    private static func openForWriting(_ path: String) throws -> SQLiteConnection {
+    /// Syncs the directory that holds `path`, so that a file just created in it (or a
+    /// directory just made) survives a power cut under its name.
+    static func syncDirectory(of path: String) throws(StoreError) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let name = directory.isEmpty ? "." : directory
+        let fd = open(name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw StoreError(message: "cannot open '\(name)', the directory of state file '\(path)', to sync it: \(String(cString: strerror(errno)))")
+        }
+        defer { _ = Glibc.close(fd) }
+        guard fsync(fd) == 0 else {
+            throw StoreError(message: "cannot sync '\(name)', the directory of state file '\(path)': \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private static func openForWriting(_ path: String, sync: Bool) throws -> SQLiteConnection {
         let db = try SQLiteConnection(path: path, readOnly: false)
         do {
             let mode = try db.query("PRAGMA journal_mode=WAL").first?.first?.text
             guard mode == "wal" else { throw StoreError(message: "state file '\(path)': cannot switch to WAL mode (got \(mode ?? "nothing"))") }
-            try db.execute("PRAGMA synchronous=NORMAL")
+            // FULL: every commit syncs the WAL before it returns (one sync per transaction;
+            // checkpoints sync the main file as well). NORMAL: only checkpoints sync.
+            try db.execute(sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
         } catch let error as SQLiteError {
             throw StoreError(message: "cannot write state file '\(path)': \(error.message)")
         }

@@ -10,6 +10,16 @@ import Dispatch
 /// on the same queue through ``perform(_:)``, so it is ordered with the commits: a room
 /// opened after another coordinator of it unloaded sees every batch that one queued.
 ///
+/// Every commit is synced before its batches are answered, unless the store was opened with
+/// ``StateStore/Options/syncCommits`` off (SQLite's `synchronous=FULL` against `NORMAL`).
+/// The sync runs here, on the writer's queue, never on a thread that serves sockets; group
+/// commit pays it once per transaction.
+///
+/// A failed sync breaks the writer for good (``broken``): the batches it covered and every
+/// later one are refused `unavailable`, nothing is written to the file again (not even on
+/// close), and ``StateStore/onFailure(_:)``'s handler is told once, so tabd can stop and let
+/// its supervisor start it again on what the disk really holds.
+///
 /// `@unchecked Sendable`: the SQLite connection (`db`) and `sinceSnapshot` are only
 /// touched on `queue`, a serial queue; everything else shared is behind `state`'s lock.
 final class Writer: @unchecked Sendable {
@@ -32,6 +42,9 @@ final class Writer: @unchecked Sendable {
         var queue: [Pending] = []
         var draining = false
         var rooms: [String: Room] = [:]
+        /// Why the file is written no more (a failed sync), once it is not.
+        var broken: String?
+        var onFailure: (@Sendable (String) -> Void)?
     }
 
     private let db: SQLiteConnection
@@ -50,9 +63,14 @@ final class Writer: @unchecked Sendable {
     func perform<T: Sendable>(_ body: @escaping @Sendable (SQLiteConnection) throws -> T) async throws(StoreError) -> T {
         let result: Result<T, StoreError> = await withCheckedContinuation { continuation in
             queue.async { [self] in
+                if let broken = state.withLock({ $0.broken }) {
+                    continuation.resume(returning: .failure(StoreError(message: broken)))
+                    return
+                }
                 do { continuation.resume(returning: .success(try body(self.db))) } catch let error as StoreError {
                     continuation.resume(returning: .failure(error))
                 } catch let error as SQLiteError {
+                    if error.isSyncFailure { breakDown(error) }
                     continuation.resume(returning: .failure(StoreError(message: error.message)))
                 } catch {
                     continuation.resume(returning: .failure(StoreError(message: "\(error)")))
@@ -83,12 +101,41 @@ final class Writer: @unchecked Sendable {
     }
 
     func enqueue(_ batch: EventBatch, room: String, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
-        let start = state.withLock { s -> Bool in
+        let (start, broken) = state.withLock { s -> (Bool, String?) in
+            if let broken = s.broken { return (false, broken) }
             s.queue.append(Pending(room: room, batch: batch, generation: generation, done: done))
             defer { s.draining = true }
-            return !s.draining
+            return (!s.draining, nil)
         }
+        if let broken { return done(.unavailable(broken)) }
         if start { queue.async { self.drain() } }
+    }
+
+    /// Calls `handler` once the file is written no more (a failed sync), with the reason; at
+    /// once if it is already so.
+    func onFailure(_ handler: @escaping @Sendable (String) -> Void) {
+        let broken = state.withLock { s -> String? in
+            if s.broken == nil { s.onFailure = handler }
+            return s.broken
+        }
+        if let broken { handler(broken) }
+    }
+
+    /// The reason the writer stopped writing, if it did.
+    var broken: String? { state.withLock { $0.broken } }
+
+    /// A sync failed (on the queue): nothing is written to the file again; every queued
+    /// batch is refused, and so is every later one.
+    private func breakDown(_ error: SQLiteError) {
+        let reason = "the state file could not be synced (\(error.message)); nothing more is written to it"
+        let (queued, handler) = state.withLock { s -> ([Pending], (@Sendable (String) -> Void)?) in
+            guard s.broken == nil else { return ([], nil) }
+            s.broken = reason
+            defer { s.queue = []; s.onFailure = nil }
+            return (s.queue, s.onFailure)
+        }
+        for item in queued { item.done(.unavailable(reason)) }
+        handler?(reason)
     }
 
     func reset(_ room: String, generation: Int) {
@@ -101,7 +148,7 @@ final class Writer: @unchecked Sendable {
     /// Snapshots the room if it changed since its last snapshot, and forgets it.
     func unload(_ room: String) async {
         _ = try? await perform { [self] db in
-            if sinceSnapshot.removeValue(forKey: room) ?? 0 > 0, let committed = state.withLock({ $0.rooms[room]?.committed }) {
+            if state.withLock({ $0.broken }) == nil, sinceSnapshot.removeValue(forKey: room) ?? 0 > 0, let committed = state.withLock({ $0.rooms[room]?.committed }) {
                 try? db.execute("BEGIN IMMEDIATE")
                 try? StateStore.insertSnapshot(db, room: room, committed)
                 _ = try? db.query("DELETE FROM snapshots WHERE room = ? AND seq < ?", [.text(room), .int(committed.snapshot.seq)])
@@ -125,6 +172,10 @@ final class Writer: @unchecked Sendable {
                 return (items, rooms)
             }
             guard !items.isEmpty else { return }
+            if let broken = state.withLock({ $0.broken }) {
+                for item in items { item.done(.unavailable(broken)) }
+                continue
+            }
             var live: [Pending] = []
             for item in items {
                 guard let room = rooms[item.room] else {
@@ -144,6 +195,11 @@ final class Writer: @unchecked Sendable {
                     for (room, committed) in next { s.rooms[room]?.committed = committed }
                 }
                 for item in live { item.done(nil) }
+            case let .failure(error) where error.isSyncFailure:
+                // Never acknowledged, never retried on this file (the kernel may have
+                // dropped the pages it failed to write).
+                for item in live { item.done(.unavailable("state store: the commit could not be synced (\(error.message)); tabd writes no more to this file")) }
+                breakDown(error)
             case let .failure(error):
                 state.withLock { s in
                     for item in live { s.rooms[item.room]?.failed = true }
@@ -198,6 +254,7 @@ final class Writer: @unchecked Sendable {
     /// Waits for the queue, then snapshots every open room and checkpoints.
     func close() {
         queue.sync {
+            guard state.withLock({ $0.broken }) == nil else { return }
             let rooms = state.withLock { $0.rooms }
             try? db.execute("BEGIN IMMEDIATE")
             for (room, r) in rooms where (sinceSnapshot[room] ?? 0) > 0 {

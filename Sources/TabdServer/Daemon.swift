@@ -74,14 +74,19 @@ public final class Daemon: Sendable {
         } else if let path = options.resolvedStatePath(webRoot: webRoot) {
             do {
                 // Only the default place (`.tabd/`) is created; a directory named by --state must exist.
-                let opened = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow, createsDirectory: options.state == nil))
+                let opened = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow, createsDirectory: options.state == nil,
+                                                           syncCommits: options.stateSync))
                 store = opened
                 stored = try await opened.roomIDs()
             } catch {
                 store?.close()
                 throw StartError(error.message)
             }
-            log.info("state in \(path): \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+            log.info("state in \(path): \(stored.count) room\(stored.count == 1 ? "" : "s") stored; "
+                + (options.stateSync ? "every commit is synced to disk before its acks" : "commits are not synced"))
+            if !options.stateSync {
+                log.warn("--state-sync off: commits are written but not synced before their acks; an ack survives a crash of tabd, but a power cut or a kernel crash may lose the last acknowledged commands")
+            }
         } else {
             log.info("state in memory: nothing is kept when tabd stops")
         }
@@ -134,8 +139,14 @@ public final class Daemon: Sendable {
     /// Calls `handler` with the reason once this daemon cannot go on: the connection to the
     /// cluster's engine is closed for good (the servers refused the node's credentials while
     /// it reconnected). The executable then stops as a refused start does, with status 1.
+    ///
+    /// Or the state file can be written no more: a sync of it failed, so what the disk holds
+    /// of the last commits is unknown. The commands it covered were refused `unavailable`
+    /// and nothing more is written; the executable stops with status 1 for its supervisor
+    /// to start it again on what the file really holds.
     public func onFailure(_ handler: @escaping @Sendable (String) -> Void) {
         cluster?.onGiveUp { handler("the engine connection is closed for good: \($0)") }
+        store?.onFailure { handler($0) }
     }
 
     /// The server's settings from the options: limits, timeouts, the event loop, and

@@ -37,8 +37,9 @@ do { daemon = try await Daemon.start(options, log: log) } catch {
     exit(1)
 }
 termination.onHangup { daemon.reload() }
-// A node its engine refused for good stops as a refused start does (status 1), so that its
-// supervisor starts it again with the credentials of its files.
+// A node its engine refused for good, or a tabd whose state file failed to sync, stops as a
+// refused start does (status 1), so that its supervisor starts it again (with the
+// credentials of its files; on what the disk really holds).
 daemon.onFailure { reason in
     log.error("\(reason); stopping")
     termination.mailbox.deliver(TerminationSignals.failure)

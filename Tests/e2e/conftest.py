@@ -26,15 +26,17 @@ class Daemon:
     its listening line. It listens on a free port with a history of its own (`--port 0`,
     `--state :memory:` unless the args name a state or a cluster); `bare` adds nothing, for
     tests of the options themselves. `cwd` and `env` are the process's own (the tests' by
-    default)."""
+    default); `prefix` is a command tabd runs under (`strace -f … --`)."""
 
-    def __init__(self, *args, binary=None, cwd=ROOT, env=None, bare=False, ssl_context=None):
+    def __init__(self, *args, binary=None, cwd=ROOT, env=None, bare=False, ssl_context=None, prefix=()):
         if not bare:
             if "--state" not in args and "--cluster" not in args:
                 args = ("--state", ":memory:", *args)  # each test its own history
             args = ("--port", "0", *args)
         self.stderr = None
-        self.proc = subprocess.Popen([binary or TABD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        self.prefix = tuple(prefix)
+        # `prefix` runs tabd under another program (strace … --).
+        self.proc = subprocess.Popen([*prefix, binary or TABD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, errors="replace", cwd=cwd, env=env)
         ready, _, _ = select.select([self.proc.stdout], [], [], WAIT)
         line = self.proc.stdout.readline() if ready else ""
@@ -86,11 +88,29 @@ class Daemon:
                     return int(line.split()[1])
         return 0
 
+    def _signal(self, sig):
+        """Sends `sig` to tabd: `proc` itself, or, under a `prefix`, its child (a signal to
+        strace would detach it and leave tabd running)."""
+        children = []
+        if self.prefix:
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children") as f:
+                    children = [int(pid) for pid in f.read().split()]
+            except OSError:
+                pass
+        if not children:
+            self.proc.send_signal(sig)
+            return
+        try:
+            os.kill(children[0], sig)
+        except ProcessLookupError:
+            pass
+
     def stop(self, sig=signal.SIGTERM):
         """Sends `sig` (once), waits for the exit and returns its code; `stderr` is then
         everything tabd wrote there."""
         if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+            self._signal(sig)
         if self.stderr is None:
             try:
                 _, self.stderr = self.proc.communicate(timeout=WAIT)

@@ -47,6 +47,9 @@ public struct Options: Sendable {
     public var requestTimeout = 5
     public var eventLoop = WebSocketEventLoop.libuv
     public var state: String?
+    /// `--state-sync on|off`: sync each commit of the state file before its acks (on, the
+    /// default), or only write it (off: an ack then survives tabd's crash, not a power cut).
+    public var stateSync = true
     public var rooms = RoomCreation.auto
     public var maxRooms = 100_000
     public var roomIdle = 300
@@ -99,6 +102,12 @@ public struct Options: Sendable {
                              (default: .tabd/state.sqlite in the checkout, else in
                              the current directory, as for an installed tabd; only
                              .tabd/ is created)
+      --state-sync on|off    on: every commit is synced to disk before its commands
+                             are acknowledged, so an ack survives a power cut or a
+                             kernel crash (default on); off: commits are written but
+                             not synced, faster, and a power cut or kernel crash may
+                             lose the last acknowledged commands (tabd's own crash
+                             loses none); logged as a warning at start
       --rooms auto|api       auto: joining (or an API command to) an unknown room
                              creates it; api: only PUT /api/rooms/ID does (default auto)
       --max-rooms N          rooms that may exist, stored or loaded; creating more is
@@ -254,7 +263,7 @@ public struct Options: Sendable {
             if o.queueBytesTotal < o.queueBytes {
                 throw UsageError("--queue-bytes-total (\(o.queueBytesTotal)) must be at least --queue-bytes (\(o.queueBytes))")
             }
-            if let a = given["--state"], let b = given["--cluster"] {
+            if let a = given["--state"] ?? given["--state-sync"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
             if given["--cluster"] == nil, let a = Self.engineOptions.lazy.compactMap({ given[$0] }).first {
@@ -285,7 +294,8 @@ public struct Options: Sendable {
         case "--token": ["--token-file"]
         case "--token-file": ["--token"]
         case "--state": ["--cluster"]
-        case "--cluster": ["--state"]
+        case "--cluster": ["--state", "--state-sync"]
+        case "--state-sync": ["--cluster"]
         case "--cluster-creds": ["--cluster-user", "--cluster-password-file", "--state"]
         case "--cluster-user", "--cluster-password-file": ["--cluster-creds", "--state"]
         case "--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key", "--cluster-forwarding": ["--state"]
@@ -339,6 +349,10 @@ public struct Options: Sendable {
             let v = try value()
             guard Limits.isRoomID(v) else { throw UsageError("\(name) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
             nodeName = v
+        case "--state-sync":
+            let v = try value()
+            guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
+            stateSync = v == "on"
         case "--cluster-forwarding":
             let v = try value()
             guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
