@@ -1,7 +1,7 @@
 """A cluster with its pipelines full: every node has many commands of one room in flight at
 once. The room's writer gets the other nodes' commands forwarded, its engine messages carry
-several batches (group commit) and several messages are in flight per room (a chain of
-appends). The streams stay one, gap-free and
+several batches (group commit), one message of a room in flight at a time. The streams
+stay one, gap-free and
 identical everywhere; every acknowledged command is in the stream at the seqs it was
 acknowledged with; nothing acknowledged is lost when the stream's leader, a node (the
 room's writer), or every node and engine server at once is killed with SIGKILL in the
