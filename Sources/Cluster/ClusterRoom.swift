@@ -165,9 +165,9 @@ public final class ClusterRoom: Durability, Sendable {
             if publication.attempt > 0 { stats.retried() }
             if case .wrongLastSequence = result, publication.attempt > 0 {
                 // An earlier attempt may be what stands at the expected place: asked off
-                // libnats' thread, whose answers the question needs.
-                let room = self
-                DispatchQueue.global().async { room?.settleRetry(publication) }
+                // libnats' thread (whose answers the question needs), on the room's own
+                // queue, where nothing else of the room waits meanwhile.
+                self?.publishing.async { [weak self] in self?.settleRetry(publication) }
                 return
             }
             let outcome: ClusterRoomMachine.PublishOutcome = switch result {
@@ -186,6 +186,7 @@ public final class ClusterRoom: Durability, Sendable {
     /// stale expectation before its duplicate window); a conflict if it is another; no
     /// answer if the engine cannot say (the retry goes out again).
     private func settleRetry(_ publication: ClusterRoomMachine.Publication) {
+        guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed or settled meanwhile
         let place = publication.expectedLastSeq + 1
         let outcome: ClusterRoomMachine.PublishOutcome
         do {

@@ -68,7 +68,7 @@ public final class StateStore: Sendable {
             let db: SQLiteConnection
             if let size, size > 0 {
                 let version = try Self.check(path)
-                db = try Self.openForWriting(path, sync: options.syncCommits)
+                db = try Self.openForWriting(path)
                 if version < Self.schemaVersion { try Self.upgrade(db, from: version, path: path) }
             } else {
                 let directory = (path as NSString).deletingLastPathComponent
@@ -79,12 +79,17 @@ public final class StateStore: Sendable {
                     try Self.createPrivateDirectories(directory, for: path)
                 }
                 try Self.createPrivately(path)
-                db = try Self.openForWriting(path, sync: options.syncCommits)
+                db = try Self.openForWriting(path)
                 try Self.create(db, path: path)
+                // The schema and its header into the main file, synced: whatever the mode, a
+                // power cut must not leave a new file that is not a state file.
+                _ = try db.query("PRAGMA wal_checkpoint(TRUNCATE)")
                 // The new file's name is only durable once its directory is synced (SQLite
                 // does this itself for the WAL it creates, not for the main file).
                 try Self.syncDirectory(of: path)
             }
+            // Creating and upgrading ran synced; the commits from now on as configured.
+            if !options.syncCommits { try db.execute("PRAGMA synchronous=NORMAL") }
             writer = Writer(db: db, options: options)
         } catch let error as SQLiteError {
             throw StoreError(message: error.message)
@@ -178,6 +183,9 @@ public final class StateStore: Sendable {
     /// `unavailable`; tabd stops so that its supervisor starts it again on the file.
     public func onFailure(_ handler: @escaping @Sendable (String) -> Void) { writer.onFailure(handler) }
 
+    /// Why the file is written no more (a sync failed), or nil while it is written.
+    public var failure: String? { writer.broken }
+
     // MARK: Opening the file
 
     /// Read-only checks: whose file, which schema, intact. Returns the schema version.
@@ -254,14 +262,19 @@ public final class StateStore: Sendable {
         }
     }
 
-    private static func openForWriting(_ path: String, sync: Bool) throws -> SQLiteConnection {
+    /// Opens the file for the writer: WAL, `synchronous=FULL`, no automatic checkpoint.
+    private static func openForWriting(_ path: String) throws -> SQLiteConnection {
         let db = try SQLiteConnection(path: path, readOnly: false)
         do {
             let mode = try db.query("PRAGMA journal_mode=WAL").first?.first?.text
             guard mode == "wal" else { throw StoreError(message: "state file '\(path)': cannot switch to WAL mode (got \(mode ?? "nothing"))") }
             // FULL: every commit syncs the WAL before it returns (one sync per transaction;
-            // checkpoints sync the main file as well). NORMAL: only checkpoints sync.
-            try db.execute(sync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL")
+            // checkpoints sync the main file as well). NORMAL (`--state-sync off`, set by
+            // init once the file is created or upgraded): only checkpoints sync.
+            try db.execute("PRAGMA synchronous=FULL")
+            // The writer checkpoints itself (Writer.checkpointIfDue): SQLite's automatic
+            // checkpoint would ignore a failed sync of the main file.
+            try db.execute("PRAGMA wal_autocheckpoint=0")
         } catch let error as SQLiteError {
             throw StoreError(message: "cannot write state file '\(path)': \(error.message)")
         }

@@ -107,7 +107,7 @@ final class Writer: @unchecked Sendable {
             defer { s.draining = true }
             return (!s.draining, nil)
         }
-        if let broken { return done(.unavailable(broken)) }
+        if let broken { return queue.async { done(.unavailable(broken)) } }
         if start { queue.async { self.drain() } }
     }
 
@@ -124,18 +124,38 @@ final class Writer: @unchecked Sendable {
     /// The reason the writer stopped writing, if it did.
     var broken: String? { state.withLock { $0.broken } }
 
-    /// A sync failed (on the queue): nothing is written to the file again; every queued
-    /// batch is refused, and so is every later one.
-    private func breakDown(_ error: SQLiteError) {
+    /// A sync failed (on the queue): nothing is written to the file again; `refusing`, every
+    /// queued batch and every later one are refused.
+    private func breakDown(_ error: SQLiteError, refusing batches: [Pending] = []) {
         let reason = "the state file could not be synced (\(error.message)); nothing more is written to it"
         let (queued, handler) = state.withLock { s -> ([Pending], (@Sendable (String) -> Void)?) in
-            guard s.broken == nil else { return ([], nil) }
+            defer { s.queue = [] }
+            guard s.broken == nil else { return (s.queue, nil) }
             s.broken = reason
-            defer { s.queue = []; s.onFailure = nil }
+            defer { s.onFailure = nil }
             return (s.queue, s.onFailure)
         }
-        for item in queued { item.done(.unavailable(reason)) }
+        for item in batches + queued { item.done(.unavailable(reason)) }
         handler?(reason)
+    }
+
+    /// Commits since the last checkpoint. SQLite's own automatic checkpoint is off
+    /// (``StateStore``): it ignores a failed sync of the main file, so the writer runs the
+    /// checkpoints itself and breaks on one.
+    private var commitsSinceCheckpoint = 0
+    /// A checkpoint every this many commits (each commit adds at least one page to the WAL;
+    /// SQLite's default is every 1,000 pages).
+    static let checkpointEvery = 256
+
+    /// Copies the WAL into the main file (and syncs it) once enough commits went by; a
+    /// failed sync breaks the writer. On the queue.
+    private func checkpointIfDue(commits: Int) {
+        commitsSinceCheckpoint += commits
+        guard commitsSinceCheckpoint >= Self.checkpointEvery else { return }
+        commitsSinceCheckpoint = 0
+        do { _ = try db.query("PRAGMA wal_checkpoint(PASSIVE)") } catch where error.isSyncFailure {
+            breakDown(error)
+        } catch {}
     }
 
     func reset(_ room: String, generation: Int) {
@@ -148,11 +168,14 @@ final class Writer: @unchecked Sendable {
     /// Snapshots the room if it changed since its last snapshot, and forgets it.
     func unload(_ room: String) async {
         _ = try? await perform { [self] db in
-            if state.withLock({ $0.broken }) == nil, sinceSnapshot.removeValue(forKey: room) ?? 0 > 0, let committed = state.withLock({ $0.rooms[room]?.committed }) {
+            if sinceSnapshot.removeValue(forKey: room) ?? 0 > 0, let committed = state.withLock({ $0.rooms[room]?.committed }) {
                 try? db.execute("BEGIN IMMEDIATE")
                 try? StateStore.insertSnapshot(db, room: room, committed)
                 _ = try? db.query("DELETE FROM snapshots WHERE room = ? AND seq < ?", [.text(room), .int(committed.snapshot.seq)])
-                try? db.execute("COMMIT")
+                do { try db.execute("COMMIT") } catch let error as SQLiteError where error.isSyncFailure {
+                    if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                    throw error // perform breaks the writer
+                } catch {}
                 if !db.isAutocommit { try? db.execute("ROLLBACK") }
             }
             state.withLock { _ = $0.rooms.removeValue(forKey: room) }
@@ -195,11 +218,12 @@ final class Writer: @unchecked Sendable {
                     for (room, committed) in next { s.rooms[room]?.committed = committed }
                 }
                 for item in live { item.done(nil) }
+                checkpointIfDue(commits: 1)
             case let .failure(error) where error.isSyncFailure:
                 // Never acknowledged, never retried on this file (the kernel may have
-                // dropped the pages it failed to write).
-                for item in live { item.done(.unavailable("state store: the commit could not be synced (\(error.message)); tabd writes no more to this file")) }
-                breakDown(error)
+                // dropped the pages it failed to write): the writer breaks before anyone
+                // hears of it.
+                breakDown(error, refusing: live)
             case let .failure(error):
                 state.withLock { s in
                     for item in live { s.rooms[item.room]?.failed = true }
@@ -261,8 +285,15 @@ final class Writer: @unchecked Sendable {
                 try? StateStore.insertSnapshot(db, room: room, r.committed)
                 _ = try? db.query("DELETE FROM snapshots WHERE room = ? AND seq < ?", [.text(room), .int(r.committed.snapshot.seq)])
             }
-            try? db.execute("COMMIT")
-            try? db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            do {
+                try db.execute("COMMIT")
+                _ = try db.query("PRAGMA wal_checkpoint(TRUNCATE)")
+            } catch let error as SQLiteError where error.isSyncFailure {
+                if !db.isAutocommit { try? db.execute("ROLLBACK") }
+                breakDown(error)
+            } catch {
+                if !db.isAutocommit { try? db.execute("ROLLBACK") }
+            }
         }
     }
 }

@@ -144,6 +144,9 @@ public final class Daemon: Sendable {
     /// of the last commits is unknown. The commands it covered were refused `unavailable`
     /// and nothing more is written; the executable stops with status 1 for its supervisor
     /// to start it again on what the file really holds.
+    /// Why the state file is written no more (a sync failed, perhaps while stopping), or nil.
+    public var stateFileFailure: String? { store?.failure }
+
     public func onFailure(_ handler: @escaping @Sendable (String) -> Void) {
         cluster?.onGiveUp { handler("the engine connection is closed for good: \($0)") }
         store?.onFailure { handler($0) }

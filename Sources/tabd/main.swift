@@ -59,4 +59,5 @@ DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(4_700)) {
 }
 await daemon.stop(closeTimeout: .seconds(3))
 log.info("stopped")
-exit(status)
+// A sync that failed while stopping (the last snapshots, the checkpoint) fails the exit too.
+exit(daemon.stateFileFailure != nil ? 1 : status)
