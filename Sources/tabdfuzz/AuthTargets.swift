@@ -212,3 +212,39 @@ enum RoomIDTarget {
         }
     }
 }
+
+/// The cluster's seals (`ClusterSecret`) on any bytes: a purpose byte, then a seal, fields
+/// and a body separated by 0x00 (fields by 0x01). Whatever the bytes, `opens` never crashes
+/// and opens exactly the seals this secret's keys make of the same purpose, fields and body
+/// (computed here with each key alone); a seal with one byte changed never opens.
+enum SealTarget {
+    static let first = try! ClusterSecret(keys: [Array("tabd-fuzz-cluster-key-one-not-a-secret".utf8)], source: "fuzz")
+    static let second = try! ClusterSecret(keys: [Array("tabd-fuzz-cluster-key-two-not-a-secret".utf8)], source: "fuzz")
+    static let both = try! ClusterSecret(keys: [Array("tabd-fuzz-cluster-key-one-not-a-secret".utf8),
+                                                Array("tabd-fuzz-cluster-key-two-not-a-secret".utf8)], source: "fuzz")
+
+    static func run(_ bytes: [UInt8]) {
+        guard let head = bytes.first else { return }
+        let purposes = ClusterSecret.Purpose.allCases
+        let purpose = purposes[Int(head) % purposes.count]
+        let parts = pieces(Array(bytes.dropFirst()), separator: 0, limit: 3)
+        let seal = String(decoding: parts[0], as: UTF8.self)
+        let fields = parts.count > 1 ? pieces(parts[1], separator: 1, limit: 64).map { String(decoding: $0, as: UTF8.self) } : []
+        let body = parts.count > 2 ? parts[2] : []
+        let made = [first.seal(purpose, fields: fields, body: body), second.seal(purpose, fields: fields, body: body)]
+        let opened = both.opens(seal, purpose, fields: fields, body: body)
+        if opened != made.contains(seal) {
+            fatalError("seal \(seal) opened: \(opened), yet the seals of the keys are \(made)")
+        }
+        // The real seal opens; with one byte changed (chosen by the input) it does not.
+        let real = Array(made[Int(head >> 4) & 1].utf8)
+        precondition(both.opens(String(decoding: real, as: UTF8.self), purpose, fields: fields, body: body))
+        var changed = real
+        let at = Int(bytes.count) % changed.count
+        changed[at] ^= max(1, head & 0x7F)
+        let text = String(decoding: changed, as: UTF8.self)
+        if both.opens(text, purpose, fields: fields, body: body), text != String(decoding: real, as: UTF8.self) {
+            fatalError("a changed seal opened: \(text)")
+        }
+    }
+}

@@ -21,6 +21,7 @@ let targets: [String: @Sendable ([UInt8]) -> Void] = [
     "api": APITarget.run,
     "forwarded": ForwardedTarget.run,
     "engine": EngineTarget.run,
+    "seal": SealTarget.run,
 ]
 
 nonisolated(unsafe) var selected: (@Sendable ([UInt8]) -> Void)?

@@ -93,6 +93,16 @@ enum Seeds {
             ("claims-alg", ##"{"alg":"HS512"}"##, ##"{"role":"view","exp":1800000000}"##),
         ] { write("jwt", name, text("1" + header) + [0] + text(claims)) }
 
+        // Seals: a purpose byte, the seal, 0x00, fields split by 0x01, 0x00, the body.
+        let sealFields = ["tabd.room.main", "main", "batch", "41"]
+        let sealBody = text(#"{"type":"events"}"#)
+        let sealed = SealTarget.first.seal(.batch, fields: sealFields, body: sealBody)
+        let joined = Array(sealFields.map { text($0) }.joined(separator: [1]))
+        write("seal", "real", [0] + text(sealed) + [0] + joined + [0] + sealBody)
+        write("seal", "moved", [0] + text(sealed) + [0] + joined + [1] + [0] + sealBody)
+        write("seal", "other-purpose", [1] + text(sealed) + [0] + joined + [0] + sealBody)
+        write("seal", "garbage", [3] + text("v1.zz.00") + [0, 0])
+
         // Queries: Authorization header, 0x00, query string.
         let token = testToken.sign(grants[1].1, issuedAt: Int(fuzzNow))
         write("query", "token-param", [0] + text("room=Room_2&token=\(token)&name=Ann&resume=12&epoch=00000000000000ff"))

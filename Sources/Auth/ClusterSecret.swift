@@ -1,0 +1,154 @@
+import Foundation
+
+/// The secret a cluster's nodes share (`--cluster-secret-file`), and the seals it makes:
+/// an HMAC-SHA256 over everything a message's receiver acts on, so that holding the
+/// engine's credentials is not enough to act as a node.
+///
+/// - **Several keys, for rotation.** The file holds one key per line (at least 32 bytes
+///   each; blank lines and lines starting with `#` are skipped). The first key seals;
+///   every key opens. Rotating: add the new key second on every node, then move it first
+///   on every node, then drop the old one.
+/// - **One key per purpose.** Each secret key yields a key for each ``Purpose``
+///   (HMAC-SHA256 of the secret over the purpose's label), so that a seal made for one
+///   kind of message never opens another kind.
+/// - **Bound to its place.** A seal covers its purpose, the given fields (the subject, the
+///   room, the position the message expects to follow: whatever makes it this message and
+///   not a copy moved elsewhere), each length-prefixed so that no two lists of fields
+///   read alike, and the body.
+///
+/// A seal reads `v1.KEYID.MAC`: KEYID names the key (16 hex digits, derived from it, so
+/// the secret is not revealed) and MAC is the 64 hex digits of the HMAC.
+public struct ClusterSecret: Sendable {
+    /// What a sealed message is: each has its own key.
+    public enum Purpose: String, Sendable, CaseIterable {
+        /// A room's batches in its stream.
+        case batch
+        /// A command forwarded to a room's writer.
+        case forward
+        /// A writer's answer to a forwarded command.
+        case answer
+        /// A node's heartbeat.
+        case heartbeat
+        /// A room's deletion notice.
+        case deletion
+    }
+
+    public struct Error: Swift.Error, Sendable, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// One secret key: its id and its key per purpose.
+    struct Key: Sendable {
+        let id: String
+        let purposes: [Purpose: [UInt8]]
+    }
+
+    static let version = "v1"
+    static let label = "tabd cluster seal v1"
+
+    /// The first seals; all open.
+    let keys: [Key]
+
+    /// The secret of the given keys, the first sealing; each at least
+    /// ``SigningKey/minimumLength`` bytes.
+    public init(keys secrets: [[UInt8]], source: String) throws(Error) {
+        guard !secrets.isEmpty else { throw Error(description: "\(source) holds no key") }
+        var keys: [Key] = []
+        for (n, secret) in secrets.enumerated() {
+            guard secret.count >= SigningKey.minimumLength else {
+                throw Error(description: "key \(n + 1) of \(source) holds \(secret.count) bytes; a key needs at least \(SigningKey.minimumLength)")
+            }
+            let id = Crypto.hmacSHA256(key: secret, message: Array("\(Self.label) key id".utf8)).prefix(8)
+            var purposes: [Purpose: [UInt8]] = [:]
+            for purpose in Purpose.allCases {
+                purposes[purpose] = Crypto.hmacSHA256(key: secret, message: Array("\(Self.label) \(purpose.rawValue)".utf8))
+            }
+            keys.append(Key(id: Self.hex(Array(id)), purposes: purposes))
+        }
+        guard Set(keys.map(\.id)).count == keys.count else { throw Error(description: "\(source) holds the same key twice") }
+        self.keys = keys
+    }
+
+    /// The keys in `path`, one per line (see the type's documentation).
+    public static func load(path: String) throws(Error) -> ClusterSecret {
+        let text: String
+        do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+            throw Error(description: "cannot read the cluster secret file '\(path)': \(error.localizedDescription)")
+        }
+        let lines = text.split(whereSeparator: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" })
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        return try ClusterSecret(keys: lines.map { Array($0.utf8) }, source: "the cluster secret file '\(path)'")
+    }
+
+    /// The id of the key that seals.
+    public var sealingKeyID: String { keys[0].id }
+
+    /// The seal of a message for `purpose`, over `fields` and `body`, with the first key.
+    public func seal(_ purpose: Purpose, fields: [String], body: [UInt8]) -> String {
+        let key = keys[0]
+        return "\(Self.version).\(key.id).\(Self.hex(Self.mac(key, purpose, fields, body)))"
+    }
+
+    /// Whether `seal` is one of this secret's keys' seal of the same purpose, fields and
+    /// body. Compared in constant time; a malformed seal or an unknown key opens nothing.
+    public func opens(_ seal: String, _ purpose: Purpose, fields: [String], body: [UInt8]) -> Bool {
+        let parts = seal.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == Self.version, let given = Self.bytes(hex: parts[2]), given.count == 32,
+              let key = keys.first(where: { $0.id == parts[1] }) else { return false }
+        return Crypto.constantTimeEqual(Self.mac(key, purpose, fields, body), given)
+    }
+
+    /// Which key sealed `seal` (its id), if it is one of this secret's: for logs and for
+    /// knowing when every node seals with a new key.
+    public func keyID(of seal: String) -> String? {
+        let parts = seal.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == Self.version else { return nil }
+        return keys.first { $0.id == parts[1] }?.id
+    }
+
+    /// HMAC-SHA256 under the key's `purpose` key of: the label, the purpose, the number of
+    /// fields, each field's length and bytes, the body's length and bytes (lengths as 8
+    /// big-endian bytes).
+    static func mac(_ key: Key, _ purpose: Purpose, _ fields: [String], _ body: [UInt8]) -> [UInt8] {
+        var message = Array(Self.label.utf8)
+        func append(_ bytes: [UInt8]) {
+            withUnsafeBytes(of: UInt64(bytes.count).bigEndian) { message.append(contentsOf: $0) }
+            message.append(contentsOf: bytes)
+        }
+        append(Array(purpose.rawValue.utf8))
+        withUnsafeBytes(of: UInt64(fields.count).bigEndian) { message.append(contentsOf: $0) }
+        for field in fields { append(Array(field.utf8)) }
+        append(body)
+        return Crypto.hmacSHA256(key: key.purposes[purpose]!, message: message)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func bytes<S: StringProtocol>(hex: S) -> [UInt8]? {
+        let utf8 = Array(hex.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        func value(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: c - 0x30
+            case 0x61...0x66: c - 0x61 + 10
+            default: nil
+            }
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(utf8.count / 2)
+        var i = 0
+        while i < utf8.count {
+            guard let hi = value(utf8[i]), let lo = value(utf8[i + 1]) else { return nil }
+            out.append(hi << 4 | lo)
+            i += 2
+        }
+        return out
+    }
+}
