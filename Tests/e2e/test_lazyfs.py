@@ -66,6 +66,15 @@ def durable_file(fs, name, data):
     fsync_dir(os.path.dirname(mnt(fs, name)))
 
 
+def wait_until_used(fs, nbytes, timeout=5):
+    """Waits, bounded, until the live files take `nbytes` (an unlinked file's room comes
+    back with its last handle's release, which FUSE sends after close(2) returned)."""
+    deadline = time.monotonic() + timeout
+    while fs.stats()["used_bytes"] != nbytes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fs.stats()["used_bytes"] == nbytes
+
+
 def crash_and_remount(fs, **kw):
     report = fs.crash(**kw)
     assert not is_mounted(fs.mountpoint)
@@ -243,7 +252,7 @@ def test_unlinked_open_file_still_works(lfs):
         os.fsync(fd)
     finally:
         os.close(fd)
-    assert lfs.stats()["used_bytes"] == 0
+    wait_until_used(lfs, 0)  # the kernel sends FUSE's release after close(2) returns
 
 
 def test_modes_are_kept(lfs):
@@ -399,6 +408,7 @@ def test_writes_beyond_capacity_fail_with_enospc(lfs):
         os.unlink(mnt(lfs, "f"))  # space comes back when the last name and handle go
     finally:
         os.close(fd)
+    wait_until_used(lfs, 0)  # the handle goes with FUSE's release, sent after close(2)
     write_file(mnt(lfs, "g"), b"g" * 19000)
     lfs.set_capacity(None)
     write_file(mnt(lfs, "h"), b"h" * 100000)
