@@ -75,6 +75,17 @@ def wait_until_used(fs, nbytes, timeout=5):
     assert fs.stats()["used_bytes"] == nbytes
 
 
+def torn_crash(fs, base, writes, seed):
+    """File f durable with `base`, then `writes` (offset, data) unsynced, then a torn crash
+    with `seed` and a remount: the crash's report."""
+    durable_file(fs, "f", base)
+    fd = os.open(mnt(fs, "f"), os.O_WRONLY)
+    for off, data in writes:
+        os.pwrite(fd, data, off)
+    os.close(fd)
+    return crash_and_remount(fs, tear=True, seed=seed)
+
+
 def crash_and_remount(fs, **kw):
     report = fs.crash(**kw)
     assert not is_mounted(fs.mountpoint)
@@ -331,12 +342,7 @@ def test_torn_crash_keeps_a_prefix_of_the_unsynced_writes(lfs):
     full = sorted(outcomes, key=len)[-1]
     seen_torn = seen_kept = 0
     for seed in range(8):
-        durable_file(lfs, "f", base)
-        fd = os.open(mnt(lfs, "f"), os.O_WRONLY)
-        for off, data in writes:
-            os.pwrite(fd, data, off)
-        os.close(fd)
-        report = crash_and_remount(lfs, tear=True, seed=seed)
+        report = torn_crash(lfs, base, writes, seed)
         got = read(mnt(lfs, "f"))
         assert got in outcomes, f"seed {seed}: not base plus a prefix of the writes"
         kept = report["files"]["/f"]["kept_ops"]
@@ -346,19 +352,9 @@ def test_torn_crash_keeps_a_prefix_of_the_unsynced_writes(lfs):
         seen_torn += got not in (full, base) and kept > 0
     assert seen_kept and seen_torn, "eight seeds kept and tore nothing"
     # The same seed tears the same way.
-    durable_file(lfs, "f", base)
-    fd = os.open(mnt(lfs, "f"), os.O_WRONLY)
-    for off, data in writes:
-        os.pwrite(fd, data, off)
-    os.close(fd)
-    crash_and_remount(lfs, tear=True, seed=3)
+    torn_crash(lfs, base, writes, 3)
     first = read(mnt(lfs, "f"))
-    durable_file(lfs, "f", base)
-    fd = os.open(mnt(lfs, "f"), os.O_WRONLY)
-    for off, data in writes:
-        os.pwrite(fd, data, off)
-    os.close(fd)
-    crash_and_remount(lfs, tear=True, seed=3)
+    torn_crash(lfs, base, writes, 3)
     assert read(mnt(lfs, "f")) == first
 
 

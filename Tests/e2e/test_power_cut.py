@@ -23,34 +23,21 @@ import os
 import random
 import signal
 import sqlite3
-import sys
 
 import pytest
 import websockets.exceptions
 
-from conftest import ROOT, Client, WAIT
+from conftest import Client, WAIT
 from replay import replay
 from test_crash_loop import writer
 
-sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
-from lazyfs import LazyFS, is_mounted  # noqa: E402
+from test_lazyfs import lfs  # noqa: F401 (the fixture: a lazyfs mount in tmp_path)
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="no /dev/fuse on this machine")
 
 ROUNDS = int(os.environ.get("TABD_POWER_CUT_ROUNDS", "3"))
 WINDOW = ("--resume-window", "1000000")  # the whole history stays replayable
 SYNC_OFF_WARNING = "--state-sync off: commits are written but not synced before their acks"
-
-
-@pytest.fixture
-def lfs(tmp_path):
-    fs = LazyFS(tmp_path / "disk", tmp_path / "mnt")
-    fs.mount()
-    try:
-        yield fs
-    finally:
-        fs.close()
-        assert not is_mounted(fs.mountpoint)
 
 
 async def power_cut(fs, d, tear, seed):
