@@ -136,6 +136,9 @@ public final class Daemon: Sendable {
         self.store = store; self.cluster = cluster; self.clusterSweep = Locked(clusterSweep)
     }
 
+    /// Why the state file is written no more (a sync failed, perhaps while stopping), or nil.
+    public var stateFileFailure: String? { store?.failure }
+
     /// Calls `handler` with the reason once this daemon cannot go on: the connection to the
     /// cluster's engine is closed for good (the servers refused the node's credentials while
     /// it reconnected). The executable then stops as a refused start does, with status 1.
@@ -144,9 +147,6 @@ public final class Daemon: Sendable {
     /// of the last commits is unknown. The commands it covered were refused `unavailable`
     /// and nothing more is written; the executable stops with status 1 for its supervisor
     /// to start it again on what the file really holds.
-    /// Why the state file is written no more (a sync failed, perhaps while stopping), or nil.
-    public var stateFileFailure: String? { store?.failure }
-
     public func onFailure(_ handler: @escaping @Sendable (String) -> Void) {
         cluster?.onGiveUp { handler("the engine connection is closed for good: \($0)") }
         store?.onFailure { handler($0) }

@@ -318,6 +318,11 @@ public struct Options: Sendable {
         func int(min: Int, max: Int = .max) throws(UsageError) -> Int {
             try Arguments.int(try value(), as: name, min: min, max: max)
         }
+        func onOff() throws(UsageError) -> Bool {
+            let v = try value()
+            guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
+            return v == "on"
+        }
         func nonEmpty() throws(UsageError) -> String {
             let v = try value()
             guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
@@ -349,14 +354,8 @@ public struct Options: Sendable {
             let v = try value()
             guard Limits.isRoomID(v) else { throw UsageError("\(name) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
             nodeName = v
-        case "--state-sync":
-            let v = try value()
-            guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
-            stateSync = v == "on"
-        case "--cluster-forwarding":
-            let v = try value()
-            guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
-            clusterForwarding = v == "on"
+        case "--state-sync": stateSync = try onOff()
+        case "--cluster-forwarding": clusterForwarding = try onOff()
         case "--cluster-tls-ca": clusterTLSCA = try nonEmpty()
         case "--cluster-tls-cert": clusterTLSCert = try nonEmpty()
         case "--cluster-tls-key": clusterTLSKey = try nonEmpty()
