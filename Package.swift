@@ -56,7 +56,7 @@ let package = Package(
         .target(name: "JetStream", dependencies: ["CNATS", "Locking"], swiftSettings: strict),
         // A tabd node of a cluster: rooms as streams in the engine, their durability
         // (compare-and-set appends) and their followers (ordered consumers).
-        .target(name: "Cluster", dependencies: ["Coordinator", "JetStream", "Locking"], swiftSettings: strict),
+        .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
         .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking"], swiftSettings: strict),
         // Command lines read one argument at a time, for every executable (one UsageError).
@@ -92,11 +92,11 @@ let package = Package(
         // TabdClient against real tabd processes (needs the tabd product built).
         .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
         // The daemon's library in-process: its pure rules, and whole daemons on port 0.
-        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
+        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "ArgumentParsing", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
                     swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
-        .testTarget(name: "ClusterTests", dependencies: ["Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),
+        .testTarget(name: "ClusterTests", dependencies: ["Auth", "Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking", "Conformance"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).

@@ -8,8 +8,8 @@ import Foundation
 ///   each; blank lines and lines starting with `#` are skipped). The first key seals;
 ///   every key opens. Rotating: add the new key second on every node, then move it first
 ///   on every node, then drop the old one.
-/// - **One key per purpose.** Each secret key yields a key for each ``Purpose``
-///   (HMAC-SHA256 of the secret over the purpose's label), so that a seal made for one
+/// - **One key per purpose.** Each secret key yields a key for each ``Purpose`` by HKDF
+///   (RFC 5869, SHA-256, the purpose's label as its info), so that a seal made for one
 ///   kind of message never opens another kind.
 /// - **Bound to its place.** A seal covers its purpose, the given fields (the subject, the
 ///   room, the position the message expects to follow: whatever makes it this message and
@@ -31,6 +31,8 @@ public struct ClusterSecret: Sendable {
         case heartbeat
         /// A room's deletion notice.
         case deletion
+        /// A room's snapshot, kept in the engine for nodes that load the room.
+        case snapshot
     }
 
     public struct Error: Swift.Error, Sendable, CustomStringConvertible {
@@ -43,7 +45,8 @@ public struct ClusterSecret: Sendable {
         let purposes: [Purpose: [UInt8]]
     }
 
-    static let version = "v1"
+    /// How every seal begins.
+    public static let version = "v1"
     static let label = "tabd cluster seal v1"
 
     /// The first seals; all open.
@@ -58,11 +61,12 @@ public struct ClusterSecret: Sendable {
             guard secret.count >= SigningKey.minimumLength else {
                 throw Error(description: "key \(n + 1) of \(source) holds \(secret.count) bytes; a key needs at least \(SigningKey.minimumLength)")
             }
-            let id = Crypto.hmacSHA256(key: secret, message: Array("\(Self.label) key id".utf8)).prefix(8)
+            // HKDF-Extract with the label as salt, then one block of HKDF-Expand per use.
+            let pseudorandom = Crypto.hmacSHA256(key: Array(Self.label.utf8), message: secret)
+            func expand(_ info: String) -> [UInt8] { Crypto.hmacSHA256(key: pseudorandom, message: Array(info.utf8) + [1]) }
+            let id = expand("key id").prefix(8)
             var purposes: [Purpose: [UInt8]] = [:]
-            for purpose in Purpose.allCases {
-                purposes[purpose] = Crypto.hmacSHA256(key: secret, message: Array("\(Self.label) \(purpose.rawValue)".utf8))
-            }
+            for purpose in Purpose.allCases { purposes[purpose] = expand(purpose.rawValue) }
             keys.append(Key(id: Self.hex(Array(id)), purposes: purposes))
         }
         guard Set(keys.map(\.id)).count == keys.count else { throw Error(description: "\(source) holds the same key twice") }
@@ -80,6 +84,16 @@ public struct ClusterSecret: Sendable {
             .filter { !$0.isEmpty && !$0.hasPrefix("#") }
         return try ClusterSecret(keys: lines.map { Array($0.utf8) }, source: "the cluster secret file '\(path)'")
     }
+
+    /// Whether `key` is one of this secret's keys (to refuse a cluster secret that shares a
+    /// key with the tokens' signing key).
+    public func contains(key: [UInt8]) -> Bool {
+        guard let other = try? ClusterSecret(keys: [key], source: "") else { return false }
+        return keys.contains { $0.id == other.keys[0].id }
+    }
+
+    /// Whether `key` (a signing key of tokens) is one of this secret's keys.
+    public func contains(_ key: SigningKey) -> Bool { contains(key: key.bytes) }
 
     /// The id of the key that seals.
     public var sealingKeyID: String { keys[0].id }

@@ -1,3 +1,4 @@
+import Auth
 import Coordinator
 import Dispatch
 import Foundation
@@ -25,9 +26,14 @@ public final class ClusterNode: Sendable {
     let client: EngineClient
     let log: @Sendable (String) -> Void
     package let stats = EngineStats()
-    /// When each node was last heard, and its incarnation then (nil from a tabd whose
-    /// heartbeat carries only its name).
-    private let seen = Locked([String: (time: Double, incarnation: String?)]())
+    /// How this node seals what it writes and judges what it reads.
+    public let trust: EngineTrust
+    /// When each node was last heard (uptime), its incarnation then (nil from a tabd whose
+    /// heartbeat carries only its name) and the time its last sealed heartbeat carried
+    /// (a heartbeat older than that is a replay).
+    private let seen = Locked([String: (time: Double, incarnation: String?, sealedAt: Double?)]())
+    /// Rejected engine messages not logged yet, by kind, and when each kind was last logged.
+    private let rejections = Locked([String: (unlogged: Int, loggedAt: Double?)]())
     private let started = ClusterNode.now()
     /// Since when the engine connection has been up (nil while down): other nodes are
     /// judged only after this node has listened for a whole timeout.
@@ -52,9 +58,10 @@ public final class ClusterNode: Sendable {
     /// It logs the version of the engine server it is connected to, at start and on every
     /// reconnect, and `warn`s (default: `log` with "warning: ") when that server cannot sync
     /// JetStream's writes to disk before it acks them (NATS before 2.10).
-    public init(urls: [String], name: String, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
+    public init(urls: [String], name: String, trust: EngineTrust, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
                 log: @escaping @Sendable (String) -> Void, warn: (@Sendable (String) -> Void)? = nil) throws(Failure) {
         self.name = name
+        self.trust = trust
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
         let warn = warn ?? { log("warning: \($0)") }
@@ -100,20 +107,68 @@ public final class ClusterNode: Sendable {
         versionWatch.withLock { $0 = client }
         // Its own queue: blocking engine calls on the global queues cannot delay it.
         let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "tabd.cluster.heartbeat"))
-        let beat = Array(incarnation.utf8)
+        // Each beat carries its time and this life's incarnation, sealed.
+        let beatSubject = EngineNames.heartbeatPrefix + name
         timer.schedule(deadline: .now(), repeating: .milliseconds(Int(heartbeatTimeout * 1000 / 5)))
-        timer.setEventHandler { [client] in client.publishCore(subject: EngineNames.heartbeatPrefix + name, data: beat) }
+        timer.setEventHandler { [client, trust, incarnation] in
+            client.publishCore(subject: beatSubject, data: trust.sealCore(.heartbeat, subject: beatSubject, args: [incarnation]))
+        }
         heartbeat.withLock { $0 = timer }
         do {
-            let sub = try client.subscribeCore(subject: EngineNames.heartbeatPrefix + "*") { [seen] message in
-                let node = String(message.subject.dropFirst(EngineNames.heartbeatPrefix.count))
-                let said = String(decoding: message.data, as: UTF8.self)
-                seen.withLock { $0[node] = (Self.now(), said == node ? nil : said) }
+            let sub = try client.subscribeCore(subject: EngineNames.heartbeatPrefix + "*") { [weak self] message in
+                self?.heard(message)
             }
             subscriptions.withLock { $0.append(sub) }
         } catch { client.close(); throw Failure("cannot hear other nodes: \(error)") }
         timer.resume()
     }
+
+    /// A heartbeat: believed when sealed, recent and newer than the node's last one (or,
+    /// in phase one of the move to sealed messages, unsealed: a node's incarnation or name).
+    private func heard(_ message: StreamMessage) {
+        let node = String(message.subject.dropFirst(EngineNames.heartbeatPrefix.count))
+        let (verdict, opened, why) = trust.openCore(.heartbeat, subject: message.subject, data: message.data, lifetime: heartbeatTimeout)
+        switch verdict {
+        case .sealed:
+            guard let opened, let time = opened.time, opened.args.count == 1 else { return rejected("heartbeat", "a heartbeat of '\(node)' without its incarnation") }
+            let believed = seen.withLock { seen -> Bool in
+                if let last = seen[node]?.sealedAt, time <= last { return false }
+                seen[node] = (Self.now(), opened.args[0], time)
+                return true
+            }
+            if !believed { rejected("heartbeat", "a heartbeat of '\(node)' no newer than the last one heard (a replay)") }
+        case .unsigned where trust.acceptUnsigned:
+            let said = String(decoding: message.data, as: UTF8.self)
+            seen.withLock { $0[node] = (Self.now(), said == node ? nil : said, $0[node]?.sealedAt) }
+        case .unsigned, .forged:
+            rejected("heartbeat", "a heartbeat of '\(node)': \(why)")
+        }
+    }
+
+    /// A message from the engine that is not believed: counted, and logged at most once
+    /// every ``rejectionLogSeconds`` per kind (with how many were not logged meanwhile).
+    package func rejected(_ kind: String, _ why: String) {
+        stats.rejected(kind)
+        let now = Self.now()
+        let line = rejections.withLock { r -> String? in
+            var entry = r[kind] ?? (0, nil)
+            defer { r[kind] = entry }
+            if let at = entry.loggedAt, now - at < Self.rejectionLogSeconds {
+                entry.unlogged += 1
+                return nil
+            }
+            let more = entry.unlogged
+            entry = (0, now)
+            return "rejected an engine message (\(kind)): \(why)" + (more > 0 ? " (and \(more) more since the last such line)" : "")
+        }
+        if let line { log(line) }
+    }
+
+    /// Rejections of one kind are logged at most once this often.
+    static let rejectionLogSeconds = 10.0
+
+    /// The incarnation `node`'s heartbeats said last, if heard.
+    package func incarnation(of node: String) -> String? { seen.withLock { $0[node]?.incarnation } }
 
     /// Whether the engine is reachable now.
     public var connected: Bool { client.isConnected }
@@ -183,11 +238,22 @@ public final class ClusterNode: Sendable {
         if let reason { DispatchQueue.global().async { handler(reason) } }
     }
 
-    /// Calls `handler` with a room's id whenever any node deletes that room.
-    public func onDeletion(_ handler: @escaping @Sendable (RoomID) -> Void) throws(Failure) {
+    /// Calls `handler` with a room's id and its deleted stream's creation time (nil from a
+    /// node that does not seal, believed in phase one only) whenever any node deletes that
+    /// room: a sealed, recent notice. The handler checks the engine before it closes anything.
+    public func onDeletion(_ handler: @escaping @Sendable (RoomID, Int64?) -> Void) throws(Failure) {
         do {
-            let sub = try client.subscribeCore(subject: EngineNames.deletedPrefix + "*") { message in
-                handler(String(message.subject.dropFirst(EngineNames.deletedPrefix.count)))
+            let sub = try client.subscribeCore(subject: EngineNames.deletedPrefix + "*") { [weak self] message in
+                guard let self else { return }
+                let room = String(message.subject.dropFirst(EngineNames.deletedPrefix.count))
+                let (verdict, opened, why) = trust.openCore(.deletion, subject: message.subject, data: message.data, lifetime: heartbeatTimeout)
+                switch verdict {
+                case .sealed:
+                    guard let created = opened?.args.first.flatMap({ Int64($0) }) else { return rejected("deletion", "a deletion notice of '\(room)' without its stream") }
+                    handler(room, created)
+                case .unsigned where trust.acceptUnsigned: handler(room, nil)
+                case .unsigned, .forged: rejected("deletion", "a deletion notice of '\(room)': \(why)")
+                }
             }
             subscriptions.withLock { $0.append(sub) }
         } catch { throw Failure("cannot hear deletions: \(error)") }
@@ -202,16 +268,53 @@ public final class ClusterNode: Sendable {
     /// with the answers to commands this node forwarded, as they come in one message (on
     /// the engine's threads; quick). What does not parse is dropped: the sender decides a
     /// command itself when no answer comes.
+    ///
+    /// A message of forwards is taken only when sealed by a node, recent, and meant for this
+    /// life of this node (one meant for an earlier life is refused, so its sender decides
+    /// it); each command's reply subject must be its sender's own (``forwardReply`` of the
+    /// sender and life the seal names), the only place an answer ever goes.
     package func onForwards(requests: @escaping @Sendable ([ForwardRequest]) -> Void,
                             answers: @escaping @Sendable ([ForwardAnswer]) -> Void) throws(Failure) {
         do {
-            let asked = try client.subscribeCore(subject: EngineNames.forwardPrefix + name) { message in
-                let parsed = Self.lines(message.data).compactMap { try? ForwardRequest(bytes: $0) }
+            let asked = try client.subscribeCore(subject: EngineNames.forwardPrefix + name) { [weak self] message in
+                guard let self else { return }
+                let (verdict, opened, why) = trust.openCore(.forward, subject: message.subject, data: message.data, lifetime: heartbeatTimeout)
+                var parsed: [ForwardRequest]
+                switch verdict {
+                case .sealed:
+                    guard let opened, opened.args.count == 3, Self.isName(opened.args[0]), Self.isName(opened.args[1]) else {
+                        return rejected("forward", "forwarded commands without their sender")
+                    }
+                    let reply = EngineNames.forwardAnswers(node: opened.args[0], incarnation: opened.args[1])
+                    parsed = Self.lines(opened.payload).compactMap { try? ForwardRequest(bytes: $0) }
+                    if parsed.contains(where: { $0.reply != reply }) {
+                        rejected("forward", "forwarded commands of '\(opened.args[0])' asking for answers elsewhere than its own reply subject")
+                        parsed.removeAll { $0.reply != reply }
+                    }
+                    if opened.args[2] != incarnation {
+                        // Meant for another life of this node: refused, so that its sender decides them.
+                        answer(parsed.map { ForwardAnswer(id: $0.id, room: $0.room, refused: "forwarded to another life of node '\(name)'") }, to: reply)
+                        return
+                    }
+                case .unsigned where trust.acceptUnsigned:
+                    parsed = Self.lines(message.data).compactMap { try? ForwardRequest(bytes: $0) }
+                        .filter { EngineNames.isForwardReply($0.reply) }
+                case .unsigned, .forged:
+                    return rejected("forward", "forwarded commands: \(why)")
+                }
                 if !parsed.isEmpty { requests(parsed) }
             }
             subscriptions.withLock { $0.append(asked) }
-            let answered = try client.subscribeCore(subject: forwardReply) { message in
-                let parsed = Self.lines(message.data).compactMap { try? ForwardAnswer(bytes: $0) }
+            let answered = try client.subscribeCore(subject: forwardReply) { [weak self] message in
+                guard let self else { return }
+                let (verdict, opened, why) = trust.openCore(.answer, subject: message.subject, data: message.data, lifetime: heartbeatTimeout)
+                let body: [UInt8]
+                switch verdict {
+                case .sealed: body = opened?.payload ?? []
+                case .unsigned where trust.acceptUnsigned: body = message.data
+                case .unsigned, .forged: return rejected("answer", "answers to forwarded commands: \(why)")
+                }
+                let parsed = Self.lines(body).compactMap { try? ForwardAnswer(bytes: $0) }
                 if !parsed.isEmpty { answers(parsed) }
             }
             subscriptions.withLock { $0.append(answered) }
@@ -219,16 +322,30 @@ public final class ClusterNode: Sendable {
     }
 
     /// Sends clients' commands to `node`, the room's writer, in as few messages as fit (one
-    /// command per line: compact JSON holds no raw line feed).
-    package func forward(_ requests: [ForwardRequest], to node: String) {
+    /// command per line: compact JSON holds no raw line feed). `hint` is the writer's life as
+    /// the room's stream names it, for when no heartbeat of it was heard yet.
+    package func forward(_ requests: [ForwardRequest], to node: String, incarnation hint: String? = nil) {
         stats.forwarded(requests.count)
-        for message in Self.messages(requests.map(\.bytes)) { client.publishCore(subject: EngineNames.forwardPrefix + node, data: message) }
+        // Sealed for the life of `node` this node heard last (else the one the room's stream
+        // names): another life refuses them, so that this node decides them.
+        let subject = EngineNames.forwardPrefix + node
+        let target = incarnation(of: node) ?? hint ?? "unknown"
+        for message in Self.messages(requests.map(\.bytes)) {
+            client.publishCore(subject: subject, data: trust.sealCore(.forward, subject: subject, args: [name, incarnation, target], payload: message))
+        }
     }
 
-    /// Answers forwarded commands of one node, in as few messages as fit.
+    /// Answers forwarded commands of one node, in as few messages as fit, on its reply
+    /// subject (``forwardReply``): never on any other.
     package func answer(_ answers: [ForwardAnswer], to reply: String) {
-        for message in Self.messages(answers.map(\.bytes)) { client.publishCore(subject: reply, data: message) }
+        guard EngineNames.isForwardReply(reply) else { return rejected("forward", "an answer asked for on '\(reply.prefix(80))'") }
+        for message in Self.messages(answers.map(\.bytes)) {
+            client.publishCore(subject: reply, data: trust.sealCore(.answer, subject: reply, args: [name], payload: message))
+        }
     }
+
+    /// Whether `s` can be a node's name or incarnation (one subject token, as room ids).
+    static func isName(_ s: String) -> Bool { Limits.isRoomID(s) }
 
     /// A message of forwards carries lines up to this many bytes (the engine takes 1 MB by
     /// default; a single larger line goes alone, and is refused there).
@@ -297,9 +414,15 @@ public final class ClusterNode: Sendable {
         for attempt in 1...100 {
             if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
             let msgID = "genesis-\(id)-\(genesis.epoch)"
-            switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes,
-                                  headers: [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name)],
-                                  expectedLastSeq: 0, msgID: msgID) {
+            // Sealed; and, on a node that requires seals, the room's seal mark: every later
+            // message of the room must be sealed too.
+            let mark: String? = trust.acceptUnsigned ? nil : "1"
+            let seal = trust.sealStream(subject: EngineNames.subject(id), kind: "genesis", follows: 0, node: name, incarnation: incarnation,
+                                        messageID: msgID, forwards: nil, sealMark: mark, body: genesis.bytes)
+            var headers = [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name), (EngineNames.incarnationHeader, incarnation),
+                           (EngineNames.sealHeader, seal)]
+            if let mark { headers.append((EngineNames.sealMarkHeader, mark)) }
+            switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes, headers: headers, expectedLastSeq: 0, msgID: msgID) {
             case .stored: return true // a duplicate is this call's own earlier attempt
             case .wrongLastSequence:
                 // An earlier attempt of this call may be what stands at seq 1 (see
@@ -319,10 +442,16 @@ public final class ClusterNode: Sendable {
     /// Deletes room `id` (its stream and snapshot) and tells every node; false if unknown.
     public func deleteRoom(_ id: RoomID) throws(Failure) -> Bool {
         do {
+            let created = try client.streamInfo(EngineNames.stream(id))?.created
             let existed = try client.deleteStream(EngineNames.stream(id))
             // The snapshot goes with a tombstone: an empty message on its subject.
             _ = client.publish(subject: EngineNames.snapshotSubject(id), data: [])
-            client.publishCore(subject: EngineNames.deletedPrefix + id, data: [])
+            // The notice names the stream deleted (by its creation time): a replay cannot
+            // close a room created again since.
+            if let created {
+                let subject = EngineNames.deletedPrefix + id
+                client.publishCore(subject: subject, data: trust.sealCore(.deletion, subject: subject, args: [String(created)]))
+            }
             return existed
         } catch { throw Failure("cannot delete room '\(id)': \(error)") }
     }

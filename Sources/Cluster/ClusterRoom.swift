@@ -30,6 +30,9 @@ public final class ClusterRoom: Durability, Sendable {
     private let watchdog: DispatchQueue
     /// Told (on the engine's thread) when another node's batches arrived.
     private let foreign = Locked<Handler?>(nil)
+    /// While loading: something read was sealed with a key other than the one this node
+    /// seals with (a key being rotated out), so the room gets a snapshot of this key.
+    private let readOtherKey = Locked(false)
 
     /// The machine, and the callbacks its waits stand for.
     private struct Shell {
@@ -52,6 +55,13 @@ public final class ClusterRoom: Durability, Sendable {
         var owners: [ClientID: String] = [:]
         var incarnations: [String: String] = [:]
         var from: UInt64
+        var sealed = false
+        /// Why the room cannot be loaded here, whatever the engine answers next.
+        var refused: ClusterNode.Failure?
+        /// Loaded from an unsealed snapshot or first message (phase one of the move to seals).
+        var unsealedStart = false
+        let trust = node.trust
+        let snapshotSubject = EngineNames.snapshotSubject(room)
         // A stream being created or electing a leader answers errors for a moment: the
         // reads are tried again for up to about 15 s.
         var attempt = 0
@@ -60,15 +70,49 @@ public final class ClusterRoom: Durability, Sendable {
         do {
             guard let i = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
             info = i
-            if let message = try client.lastMessage(stream: EngineNames.snapshots, subject: EngineNames.snapshotSubject(room)),
-               !message.data.isEmpty, let record = try? SnapshotRecord(bytes: message.data), record.fits(info) {
+            var snapshot: SnapshotRecord?
+            var snapshotVerdict = EngineTrust.Verdict.sealed
+            if let message = try client.lastMessage(stream: EngineNames.snapshots, subject: snapshotSubject, headerKeys: [EngineNames.sealHeader]),
+               !message.data.isEmpty {
+                snapshotVerdict = trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: snapshotSubject, body: message.data)
+                switch snapshotVerdict {
+                case .sealed:
+                    snapshot = try? SnapshotRecord(bytes: message.data)
+                    if let seal = message.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
+                        readOtherKey.withLock { $0 = true }
+                    }
+                case .unsigned where trust.acceptUnsigned: snapshot = try? SnapshotRecord(bytes: message.data)
+                case .unsigned, .forged:
+                    node.rejected("snapshot", "room '\(room)': its snapshot \(snapshotVerdict == .forged ? "has a seal that does not open" : "is not sealed"); loaded from its stream instead")
+                }
+            }
+            if let record = snapshot, record.fits(info) {
                 start = record.state
                 owners = record.owners
                 incarnations = record.incarnations
                 from = record.streamSeq
+                sealed = record.sealed && snapshotVerdict == .sealed
+                unsealedStart = snapshotVerdict != .sealed
             } else {
-                guard let first = try client.message(stream: stream, seq: 1), let genesis = try? Genesis(bytes: first.data) else {
+                let keys = [EngineNames.sealHeader, EngineNames.kindHeader, EngineNames.nodeHeader, EngineNames.incarnationHeader,
+                            EngineNames.messageIDHeader, EngineNames.forwardsHeader, EngineNames.sealMarkHeader]
+                guard let first = try client.message(stream: stream, seq: 1, headerKeys: keys), let genesis = try? Genesis(bytes: first.data) else {
                     throw ClusterNode.Failure("room '\(room)' has neither a snapshot nor its first message")
+                }
+                switch trust.judgeStream(seal: first.headers[EngineNames.sealHeader], subject: subject, seq: 1, headers: first.headers, body: first.data) {
+                case .sealed:
+                    sealed = first.headers[EngineNames.sealMarkHeader] != nil
+                    if let seal = first.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
+                        readOtherKey.withLock { $0 = true }
+                    }
+                case .unsigned where trust.acceptUnsigned:
+                    unsealedStart = true
+                case .unsigned:
+                    node.rejected("batch", "room '\(room)': its first message is not sealed, and it has no sealed snapshot")
+                    refused = ClusterNode.Failure("room '\(room)' holds nothing sealed to load from: open it once on a node started with --cluster-unsigned accept (docs/CLUSTER.md)")
+                case .forged:
+                    node.rejected("batch", "room '\(room)': its first message has a seal that does not open")
+                    refused = ClusterNode.Failure("room '\(room)': its first message has a seal that does not open (another cluster secret?)")
                 }
                 do { start = try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch) } catch {
                     throw ClusterNode.Failure("room '\(room)': \(error.message)")
@@ -83,10 +127,12 @@ public final class ClusterRoom: Durability, Sendable {
             Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3))
         }
         }
+        if let refused { throw refused }
         streamCreated = info.created
         let machine = ClusterRoomMachine(room: room, start: start, owners: owners, incarnations: incarnations, from: from, streamEnd: info.lastSeq,
                                          streamCreated: info.created, resumeWindow: resumeWindow,
-                                         messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))")
+                                         messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))",
+                                         sealed: sealed)
         state = Locked(Shell(machine: machine))
         if !machine.loading { caughtUp.signal() }
         do {
@@ -98,6 +144,39 @@ public final class ClusterRoom: Durability, Sendable {
             throw ClusterNode.Failure("room '\(room)': the engine did not deliver its batches within 30 s")
         }
         if let broken = state.withLock({ $0.machine.broken }) { close(); throw ClusterNode.Failure(broken) }
+        if !trust.acceptUnsigned, !state.withLock({ $0.machine.sealed }) { markSealed() }
+        // A room loaded from an unsealed start (phase one of the move to seals), or whose
+        // history read holds messages of another key (one being rotated out), gets a
+        // snapshot sealed with this node's key: nodes load it from there on, without them.
+        if unsealedStart || readOtherKey.withLock({ $0 }) { store(state.withLock { $0.machine.snapshotRecord }) }
+    }
+
+    /// Appends the room's seal mark (this node requires seals; the room's history so far
+    /// is as stored), and waits until the consumer delivered one. Tried for up to about 15 s;
+    /// without it the room still works, and the next node to load it tries again.
+    private func markSealed() {
+        let client = node.client, trust = node.trust
+        for attempt in 1...50 {
+            let follows = state.withLock { $0.machine.delivered }
+            let msgID = "\(node.name)-\(room)-sealed-\(node.incarnation)-\(follows)"
+            let seal = trust.sealStream(subject: subject, kind: EngineNames.sealMarkKind, follows: follows, node: node.name,
+                                        incarnation: node.incarnation, messageID: msgID, forwards: nil, sealMark: "1", body: [])
+            let result = client.publish(subject: subject, data: [], headers: [
+                (EngineNames.kindHeader, EngineNames.sealMarkKind), (EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation),
+                (EngineNames.sealMarkHeader, "1"), (EngineNames.sealHeader, seal),
+            ], expectedLastSeq: follows, msgID: msgID)
+            if case .stored = result { node.log("room '\(room)': marked sealed; every later message of it must be sealed") }
+            // Whatever the answer, what the consumer delivers decides.
+            let deadline = DispatchTime.now().uptimeNanoseconds + 2_000_000_000
+            while DispatchTime.now().uptimeNanoseconds < deadline {
+                let (sealed, delivered) = state.withLock { ($0.machine.sealed, $0.machine.delivered) }
+                if sealed { return }
+                if case .stored = result {} else if delivered > follows { break }
+                Thread.sleep(forTimeInterval: 0.01)
+            }
+            if attempt % 10 == 0 { node.log("room '\(room)': cannot mark it sealed yet; trying again") }
+        }
+        node.log("room '\(room)': could not mark it sealed; its unsealed messages are still taken until a node does")
     }
 
     /// Called with every later batch of other nodes (on the engine's thread; quick).
@@ -109,7 +188,8 @@ public final class ClusterRoom: Durability, Sendable {
     private func follow(from seq: UInt64) throws(EngineError) -> EngineSubscription {
         try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq,
                                          headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader,
-                                                     EngineNames.messageIDHeader, EngineNames.forwardsHeader]) { [weak self] message in
+                                                     EngineNames.messageIDHeader, EngineNames.forwardsHeader, EngineNames.sealHeader,
+                                                     EngineNames.sealMarkHeader]) { [weak self] message in
             self?.received(message)
         }
     }
@@ -145,6 +225,8 @@ public final class ClusterRoom: Durability, Sendable {
                 caughtUp.signal()
             case let .log(line):
                 node.log(line)
+            case let .rejected(kind, why):
+                node.rejected(kind, why)
             }
         }
     }
@@ -157,6 +239,9 @@ public final class ClusterRoom: Durability, Sendable {
         let stats = node.stats
         var headers = [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)]
         if let forwards = publication.forwardsHeader { headers.append((EngineNames.forwardsHeader, forwards)) }
+        headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, kind: nil, follows: publication.expectedLastSeq, node: node.name,
+                                                                      incarnation: node.incarnation, messageID: publication.messageID,
+                                                                      forwards: publication.forwardsHeader, sealMark: nil, body: publication.data)))
         node.client.publishAsync(subject: subject, data: publication.data, headers: headers,
                                  expectedLastSeq: publication.expectedLastSeq, expectedLastMessageID: publication.expectedLastMessageID,
                                  msgID: publication.messageID) { [weak self] result in
@@ -245,11 +330,17 @@ public final class ClusterRoom: Durability, Sendable {
         state.withLock { $0.machine.deadShares(node: node.name, includingOwn: includingOwn, isAlive: node.isAlive(_:incarnation:)) }
     }
 
+    /// The life of `node` that wrote its last message in the room's stream.
+    public func incarnation(of node: String) -> String? { state.withLock { $0.machine.incarnations[node] } }
+
     /// The node a listed client joined on.
     public func owner(of client: ClientID) -> String? { state.withLock { $0.machine.owner(of: client) } }
 
     /// How many of this node's batches found another node's batch at their place.
     public var conflicts: Int { state.withLock { $0.machine.conflicts } }
+
+    /// Whether the room's seal mark was delivered: every later message of it must be sealed.
+    public var sealed: Bool { state.withLock { $0.machine.sealed } }
 
     /// Why the room stopped working (a batch in the stream that does not fold), if it did.
     public var broken: String? { state.withLock { $0.machine.broken } }
@@ -287,18 +378,27 @@ public final class ClusterRoom: Durability, Sendable {
     // MARK: The stream
 
     private func received(_ message: StreamMessage) {
+        let verdict = node.trust.judgeStream(seal: message.headers[EngineNames.sealHeader], subject: subject, seq: message.streamSeq,
+                                             headers: message.headers, body: message.data)
+        if verdict == .sealed, let seal = message.headers[EngineNames.sealHeader],
+           node.trust.secret.keyID(of: seal) != node.trust.secret.sealingKeyID, state.withLock({ $0.machine.loading }) {
+            readOtherKey.withLock { $0 = true }
+        }
         let delivery = ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
                                                    writer: message.headers[EngineNames.nodeHeader],
                                                    incarnation: message.headers[EngineNames.incarnationHeader],
                                                    messageID: message.headers[EngineNames.messageIDHeader],
-                                                   forwards: message.headers[EngineNames.forwardsHeader], data: message.data)
+                                                   forwards: message.headers[EngineNames.forwardsHeader], data: message.data,
+                                                   verdict: verdict,
+                                                   sealMark: message.headers[EngineNames.sealMarkHeader] != nil)
         step { $0.delivered(delivery, now: DispatchTime.now().uptimeNanoseconds) }
     }
 
     private func store(_ record: SnapshotRecord) {
-        let client = node.client, subject = EngineNames.snapshotSubject(room), log = node.log, room = room
+        let client = node.client, subject = EngineNames.snapshotSubject(room), log = node.log, room = room, trust = node.trust
         DispatchQueue.global().async {
-            if case let .failed(why) = client.publish(subject: subject, data: record.bytes) {
+            let body = record.bytes
+            if case let .failed(why) = client.publish(subject: subject, data: body, headers: [(EngineNames.sealHeader, trust.sealSnapshot(subject: subject, body: body))]) {
                 log("room '\(room)': could not store a snapshot: \(why)")
             }
         }

@@ -34,6 +34,16 @@ import Coordinator
 ///   expected place and answers with it) until
 ///   the engine says what became of it; a refused head is tried again for a while (an
 ///   election), then fails `unavailable` with everything after it.
+/// - **Only what a node sealed is believed** (``EngineTrust``). A message whose seal does
+///   not open, or an unsealed one after the room's seal mark (its first message, or a
+///   `sealed` message, written by a node that requires seals), is passed over as if it
+///   were not there: counted, logged, never folded. Unsealed messages before the mark are
+///   the room's history as stored. Every node judges alike, whatever its own settings.
+/// - **An ack is not the engine's word**: a message is committed once the consumer
+///   delivers it, sealed, with this node's message id, at the place it expected. The
+///   engine's answer only says when to stop sending it; an answer that names another
+///   place is not believed, and another message delivered at the place makes it a
+///   conflict. The next message goes out once the one before it came back.
 /// - A message that is not a group of batches, or does not fold, breaks the room: every
 ///   wait fails.
 package struct ClusterRoomMachine: Sendable {
@@ -94,11 +104,15 @@ package struct ClusterRoomMachine: Sendable {
         /// The forwarded commands among its batches (``Publication/forwardsHeader``).
         package let forwards: String?
         package let data: [UInt8]
+        /// What its seal says (judged by the shell, with the cluster's secret).
+        package let verdict: EngineTrust.Verdict
+        /// It marks the room sealed: every later message must be sealed.
+        package let sealMark: Bool
 
         package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, messageID: String? = nil,
-                     forwards: String? = nil, data: [UInt8]) {
+                     forwards: String? = nil, data: [UInt8], verdict: EngineTrust.Verdict = .sealed, sealMark: Bool = false) {
             self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation
-            self.messageID = messageID; self.forwards = forwards; self.data = data
+            self.messageID = messageID; self.forwards = forwards; self.data = data; self.verdict = verdict; self.sealMark = sealMark
         }
     }
 
@@ -120,6 +134,8 @@ package struct ClusterRoomMachine: Sendable {
         /// The stream is read up to where it ended when the room was opened.
         case caughtUp
         case log(String)
+        /// An engine message of this kind was not believed: count it (and log it, rate-limited).
+        case rejected(kind: String, why: String)
     }
 
     /// A node stores a snapshot when one of its own batches is delivered this many stream
@@ -130,7 +146,10 @@ package struct ClusterRoomMachine: Sendable {
     package static let stallNanoseconds: UInt64 = 500_000_000
     /// Refused publications are tried this many times before the batch fails.
     package static let refusedAttempts = 300
-    /// Messages of one room in flight at once, by default: one. A chain of two or more
+    /// Messages of one room in flight at once, by default: one. (A message stored but not
+    /// delivered yet is in flight: the next one follows it only once the consumer showed it
+    /// where the engine said. With more than one, the later links follow the engine's word
+    /// on the earlier ones' places, with `Nats-Expected-Last-Msg-Id` as the only check.) A chain of two or more
     /// needs `Nats-Expected-Last-Msg-Id`, and NATS 2.15.1 halts a replicated stream when
     /// two writers race with it ("stream write error: last msgid mismatch": the stream
     /// answers nothing more until its servers restart); NATS 2.9 did not. Group commit
@@ -160,6 +179,8 @@ package struct ClusterRoomMachine: Sendable {
         /// earlier one is stored.
         var resend = false
         var stored: UInt64?
+        /// The consumer delivered it at `stored`, sealed: committed.
+        var confirmed = false
     }
 
     package let room: RoomID
@@ -200,14 +221,20 @@ package struct ClusterRoomMachine: Sendable {
     private var failure: CommandError?
     private var failureAfter: UInt64 = 0
     package private(set) var closed = false
-    /// Stored, reported once the consumer delivers them, by stream sequence.
-    private var awaiting: [UInt64: [Waiter]] = [:]
+    /// Stored (as the engine says), reported once the consumer delivers them, by stream
+    /// sequence: the id of the message that must be there, and its waits.
+    private var awaiting: [UInt64: (messageID: String, waiters: [Waiter])] = [:]
     /// Failures reported once the consumer has delivered past `after`.
     private var heldFailures: [(after: UInt64, waiter: Waiter, error: CommandError)] = []
     /// The stream position of the last snapshot this node loaded or stored.
     private var snapshotSeq: UInt64
     private var published = 0
     package private(set) var broken: String?
+    /// The room's seal mark was delivered (or is behind where it was loaded from): every
+    /// message from here on must be sealed.
+    package private(set) var sealed: Bool
+    /// Messages passed over: without a valid seal, or unsealed after the seal mark.
+    package private(set) var rejected = 0
     /// Publications another node's batch got ahead of.
     package private(set) var conflicts = 0
     /// The node that wrote the last message delivered.
@@ -237,8 +264,9 @@ package struct ClusterRoomMachine: Sendable {
     /// 1), whose stream ended at `streamEnd` when it was opened.
     package init(room: RoomID, start: StoredState, owners: [ClientID: String], incarnations: [String: String] = [:],
                  from: UInt64, streamEnd: UInt64, streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String,
-                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth) {
+                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth, sealed: Bool = false) {
         self.room = room
+        self.sealed = sealed
         self.stored = start
         self.owners = owners
         self.incarnations = incarnations
@@ -290,14 +318,16 @@ package struct ClusterRoomMachine: Sendable {
         if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
         if let failure { return fail(waiter, failure) }
         queue.append(Queued(batch: batch, generation: generation, waiter: waiter, forwardID: forwardID))
-        return chain.count < pipelineDepth ? advance() : []
+        return chain.count + awaiting.count < pipelineDepth ? advance() : []
     }
 
     /// Sends what the queue holds while the chain has room: each message takes every
     /// queued batch that follows on from the one before it, up to ``maxGroupBytes``.
     private mutating func advance() -> [Action] {
         var actions: [Action] = []
-        while chain.count < pipelineDepth, !queue.isEmpty {
+        // A message stored but not delivered yet counts: the next one follows it only once
+        // the consumer showed it is where the engine said.
+        while chain.count + awaiting.count < pipelineDepth, !queue.isEmpty {
             var group: [Queued] = []
             var bytes = 0
             while let next = queue.first {
@@ -356,8 +386,14 @@ package struct ClusterRoomMachine: Sendable {
               chain[i].publication.attempt == publication.attempt else { return [] }
         var actions: [Action] = []
         switch outcome {
+        case let .stored(seq) where seq != publication.expectedLastSeq + 1:
+            // Stored with a compare-and-set, a message can only be at the place it expected:
+            // an answer naming another is not the engine's. Asked again (the same id).
+            let again = retry(i)
+            return [.rejected(kind: "ack", why: "room '\(room)': a publish answer naming stream seq \(seq) for a message that expected \(publication.expectedLastSeq)"),
+                    .publishLater(again, after: .milliseconds(50))]
         case let .stored(seq):
-            chain[i].stored = seq
+            if chain[i].stored == nil { chain[i].stored = seq }
         case .wrongLastSequence:
             if chain[i].sentAsHead {
                 conflicts += 1
@@ -404,10 +440,20 @@ package struct ClusterRoomMachine: Sendable {
         while let head = chain.first, let seq = head.stored {
             chain.removeFirst()
             if let last = head.publication.batches.last { streamSeqOf[last.lastSeq] = seq }
-            if delivered >= seq {
+            if head.confirmed {
                 actions += head.publication.waiters.map { .report($0, nil) }
+            } else if delivered >= seq {
+                // The consumer passed that place without it: the answer was not the engine's,
+                // or another message is there. Either way it is not stored there.
+                actions.append(.rejected(kind: "ack", why: "room '\(room)': a publish answer for stream seq \(seq), where the stream holds another message"))
+                conflicts += 1
+                sentGeneration[head.publication.messageID] = nil
+                let failed = head.publication.waiters + chain.flatMap(\.publication.waiters)
+                forgetChain()
+                actions += failAll(first: failed, .conflict(), after: seq - 1)
+                return actions
             } else {
-                awaiting[seq] = head.publication.waiters
+                awaiting[seq] = (head.publication.messageID, head.publication.waiters)
                 if !watching {
                     watching = true
                     lastDelivery = max(lastDelivery, now)
@@ -462,6 +508,15 @@ package struct ClusterRoomMachine: Sendable {
     package mutating func delivered(_ message: Delivery, now: UInt64) -> [Action] {
         guard message.streamSeq > delivered, broken == nil else { return [] } // seen already (a refollow)
         lastDelivery = now
+        let believed: Bool
+        switch message.verdict {
+        case .sealed: believed = true
+        case .unsigned: believed = !sealed
+        case .forged: believed = false
+        }
+        if !believed || message.kind == "genesis" || message.kind == EngineNames.sealMarkKind {
+            return passedOver(message, believed: believed)
+        }
         if let writer = message.writer {
             lastWriter = writer
             if recentWriters.count < Self.writerWindow {
@@ -477,9 +532,8 @@ package struct ClusterRoomMachine: Sendable {
         var reports: [Action] = []
         var others = false
         var snapshot: SnapshotRecord?
-        if message.kind == "genesis" {
-            delivered = message.streamSeq
-        } else {
+        var settled: [Action] = []
+        do {
             guard let batches = Self.batches(in: message.data) else {
                 return breakRoom("room '\(room)': stream message \(message.streamSeq) is not a batch")
             }
@@ -506,15 +560,31 @@ package struct ClusterRoomMachine: Sendable {
             trimHistory()
             if let writer = message.writer, let incarnation = message.incarnation { incarnations[writer] = incarnation }
             let own = isOwn(message)
-            if let waiters = awaiting.removeValue(forKey: message.streamSeq) {
-                reports += waiters.map { .report($0, nil) }
-                // By stream distance, whoever wrote the batches in between: a room stays
-                // loadable from a snapshot and the kept tail however its writers come and go.
-                if delivered - snapshotSeq >= Self.snapshotDistance {
-                    snapshotSeq = delivered
-                    snapshot = SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners,
-                                              incarnations: incarnations)
+            // One of this node's messages, back at its place: committed. It may come before
+            // the engine's answer (a link of the chain) or after it (awaited).
+            var committedHere = false
+            if message.verdict == .sealed, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
+               chain[i].publication.expectedLastSeq + 1 == message.streamSeq {
+                chain[i].stored = message.streamSeq
+                chain[i].confirmed = true
+                settled = settleChain(now: now)
+                committedHere = true
+            }
+            if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
+                if message.verdict == .sealed, message.messageID == awaited.messageID {
+                    reports += awaited.waiters.map { .report($0, nil) }
+                    committedHere = true
+                } else {
+                    // The engine said this node's message is here; another one is.
+                    settled.append(.rejected(kind: "ack", why: "room '\(room)': a publish answer for stream seq \(message.streamSeq), where the stream holds another message"))
+                    settled += conflictAt(message.streamSeq, waiters: awaited.waiters)
                 }
+            }
+            // By stream distance, whoever wrote the batches in between: a room stays
+            // loadable from a snapshot and the kept tail however its writers come and go.
+            if committedHere, delivered - snapshotSeq >= Self.snapshotDistance {
+                snapshotSeq = delivered
+                snapshot = snapshotRecord
             }
             // This node's own messages are no news to the coordinator, which holds their
             // batches already (one delivered before its answer came back, too) — unless it
@@ -529,10 +599,50 @@ package struct ClusterRoomMachine: Sendable {
             loading = false
             actions.append(.caughtUp)
         }
-        actions += reports
+        actions += reports + settled
         if others { actions.append(.foreignBatches) }
         if let snapshot { actions.append(.storeSnapshot(snapshot)) }
-        return actions
+        return actions + advance()
+    }
+
+    /// The room as delivered, to store as its snapshot.
+    package var snapshotRecord: SnapshotRecord {
+        SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners, incarnations: incarnations, sealed: sealed)
+    }
+
+    /// A message that holds no batch to fold: the room's first message, its seal mark, or
+    /// one not believed. Its place is passed: the room's next message follows it. A message
+    /// of this node's that the engine said is there is not.
+    private mutating func passedOver(_ message: Delivery, believed: Bool) -> [Action] {
+        var actions: [Action] = []
+        if believed, message.verdict == .sealed, message.sealMark { sealed = true }
+        if !believed {
+            rejected += 1
+            let why = message.verdict == .forged ? "its seal does not open (forged, altered, moved or replayed)"
+                : "it is not sealed, and the room's messages are since its seal mark"
+            actions.append(.rejected(kind: "batch", why: "room '\(room)': stream message \(message.streamSeq) passed over: \(why)"))
+        }
+        delivered = message.streamSeq
+        streamSeqOf[stored.snapshot.seq] = message.streamSeq
+        if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
+            actions.append(.rejected(kind: "ack", why: "room '\(room)': a publish answer for stream seq \(message.streamSeq), where the stream holds another message"))
+            actions += conflictAt(message.streamSeq, waiters: awaited.waiters)
+        }
+        let ready = heldFailures.filter { delivered > $0.after }
+        heldFailures.removeAll { delivered > $0.after }
+        actions += ready.map { .report($0.waiter, $0.error) }
+        if loading, delivered >= target {
+            loading = false
+            actions.append(.caughtUp)
+        }
+        return actions + advance()
+    }
+
+    /// This node's batches that the engine said are at `seq`, where the consumer delivered
+    /// another message: a conflict, like a refused compare-and-set.
+    private mutating func conflictAt(_ seq: UInt64, waiters: [Waiter]) -> [Action] {
+        conflicts += 1
+        return failAll(first: waiters, .conflict(), after: seq - 1)
     }
 
     /// The room's writer, to which other nodes forward their clients' commands: the node
@@ -635,7 +745,7 @@ package struct ClusterRoomMachine: Sendable {
         closed = true
         var waiters = queue.map(\.waiter)
         waiters += chain.flatMap(\.publication.waiters)
-        waiters += awaiting.sorted { $0.key < $1.key }.flatMap(\.value)
+        waiters += awaiting.sorted { $0.key < $1.key }.flatMap(\.value.waiters)
         waiters += heldFailures.map(\.waiter)
         queue = []
         awaiting = [:]

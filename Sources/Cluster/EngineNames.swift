@@ -27,6 +27,19 @@ enum EngineNames {
     static let forwardPrefix = "tabd.fwd."
     /// Their answers, to one life of the node that forwarded them: `tabd.fwdr.NODE.INCARNATION`.
     static func forwardAnswers(node: String, incarnation: String) -> String { "tabd.fwdr.\(node).\(incarnation)" }
+    /// Whether `subject` is one of those: the only subjects a node answers on.
+    static func isForwardReply(_ subject: String) -> Bool {
+        let parts = subject.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "tabd" && parts[1] == "fwdr" && Limits.isRoomID(String(parts[2])) && Limits.isRoomID(String(parts[3]))
+    }
+    /// The message's seal (``EngineTrust``).
+    static let sealHeader = "Tabd-Seal"
+    /// On a room's first message or a `sealed` message: from here on, every message of
+    /// the room is sealed. (Not `Tabd-Sealed`: libnats' header lookup of `Tabd-Seal` can
+    /// return a header whose name it begins.) (docs/CLUSTER.md, "Moving a cluster to sealed messages").
+    static let sealMarkHeader = "Tabd-Mark"
+    /// The kind of the message that marks a room sealed, when its first message does not.
+    static let sealMarkKind = "sealed"
     /// JetStream's own: the id a message was published with (deduplication).
     static let messageIDHeader = "Nats-Msg-Id"
 }
@@ -66,6 +79,8 @@ package struct SnapshotRecord: Equatable, Sendable {
     package var owners: [ClientID: String]
     /// The incarnation of each node's last message up to `streamSeq`.
     package var incarnations: [String: String] = [:]
+    /// The room's seal mark is at or before `streamSeq`: every message after it must be sealed.
+    package var sealed = false
 
     var bytes: [UInt8] {
         JSONValue.object([
@@ -74,13 +89,14 @@ package struct SnapshotRecord: Equatable, Sendable {
             ("owners", .object(owners.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
             ("incarnations", .object(incarnations.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
             ("snapshot", state.snapshot.json(capped: false)),
+            ("sealed", .bool(sealed)),
         ]).compactBytes
     }
 
     package init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String],
-                 incarnations: [String: String] = [:]) {
+                 incarnations: [String: String] = [:], sealed: Bool = false) {
         self.streamCreated = streamCreated; self.streamSeq = streamSeq; self.state = state; self.owners = owners
-        self.incarnations = incarnations
+        self.incarnations = incarnations; self.sealed = sealed
     }
 
     /// Whether it is a snapshot of this stream (`info`) that the stream's messages follow on from.
@@ -104,6 +120,7 @@ package struct SnapshotRecord: Equatable, Sendable {
         state = restored
         self.owners = Dictionary(owners.compactMap { k, v in v.stringValue.map { (k, $0) } }, uniquingKeysWith: { _, last in last })
         // A record of a tabd before incarnations has none: nodes are then judged by name.
+        sealed = json["sealed"]?.boolValue ?? false
         incarnations = Dictionary((json["incarnations"]?.objectValue ?? []).compactMap { k, v in v.stringValue.map { (k, $0) } },
                                   uniquingKeysWith: { _, last in last })
     }

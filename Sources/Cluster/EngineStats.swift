@@ -17,7 +17,11 @@ public final class EngineStats: Sendable {
         var forwarded = 0
         var forwardsReceived = 0
         var forwardsDecidedHere = 0
+        var rejected: [String: Int] = [:]
     }
+
+    /// The kinds of engine message a node rejects (``rejected(_:)``), as `/metrics` lists them.
+    static let rejectionKinds = ["batch", "snapshot", "forward", "answer", "heartbeat", "deletion", "ack"]
     private let state = Locked(State())
 
     /// A message's publish came back after `seconds`; it carried `batches` batches.
@@ -38,6 +42,12 @@ public final class EngineStats: Sendable {
     package func forwardReceived() { state.withLock { $0.forwardsReceived += 1 } }
     /// A command this node forwarded was not answered in time (or refused): decided here.
     package func forwardDecidedHere() { state.withLock { $0.forwardsDecidedHere += 1 } }
+
+    /// An engine message of `kind` was not believed (unsealed, forged, moved or replayed).
+    package func rejected(_ kind: String) { state.withLock { $0.rejected[kind, default: 0] += 1 } }
+
+    /// How many engine messages of `kind` were rejected.
+    package func rejections(_ kind: String) -> Int { state.withLock { $0.rejected[kind] ?? 0 } }
 
     /// Prometheus text for `node`.
     func render(node: String, connected: Bool) -> String {
@@ -70,6 +80,9 @@ public final class EngineStats: Sendable {
         # HELP tabd_forwards_decided_here_total Forwarded commands not answered in time (or refused), decided by this node instead.
         # TYPE tabd_forwards_decided_here_total counter
         tabd_forwards_decided_here_total \(s.forwardsDecidedHere)
+        # HELP tabd_engine_rejected_total Engine messages not believed: without a valid seal, moved, replayed or stale (by kind).
+        # TYPE tabd_engine_rejected_total counter
+        \(Self.rejectionKinds.map { "tabd_engine_rejected_total{kind=\"\($0)\"} \(s.rejected[$0] ?? 0)" }.joined(separator: "\n"))
         # HELP tabd_engine_publish_seconds Round trip of a message's publish to the engine's answer (messages of a room are pipelined).
         # TYPE tabd_engine_publish_seconds histogram
 

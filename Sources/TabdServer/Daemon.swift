@@ -60,10 +60,14 @@ public final class Daemon: Sendable {
             let name = options.nodeName ?? "\(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "node")-\(options.port == 0 ? "p\(getpid())" : String(options.port))"
             // TLS and credentials: their files are read (or found missing) before any connection.
             let security: EngineSecurity
-            do { security = try options.engineSecurity(warn: { log.warn($0) }) } catch { throw StartError(error.message) }
+            let trust: EngineTrust
+            do {
+                security = try options.engineSecurity(warn: { log.warn($0) })
+                trust = try options.engineTrust(warn: { log.warn($0) })
+            } catch { throw StartError(error.message) }
             let how = security.summary(urls: options.cluster)
             do {
-                let node = try ClusterNode(urls: options.cluster, name: name, security: security, log: { log.info("cluster: \($0)") })
+                let node = try ClusterNode(urls: options.cluster, name: name, trust: trust, security: security, log: { log.info("cluster: \($0)") })
                 cluster = node
                 stored = try node.roomIDs()
                 log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ","))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")

@@ -1,3 +1,4 @@
+import Auth
 import Cluster
 import Coordinator
 
@@ -51,5 +52,48 @@ enum EngineTarget {
         let start = StoredState(epoch: "e1", snapshot: origin, nextPage: TabInfo.defaults.count + 1, nextClient: 1, history: [])
         return ClusterRoomMachine(room: "r", start: start, owners: [:], from: 1, streamEnd: 1, streamCreated: 7, resumeWindow: 100,
                                   messageIDPrefix: "n1-r-x", pipelineDepth: 1)
+    }
+}
+
+/// The sealed envelope of the nodes' core messages (heartbeats, forwards, answers, deletion
+/// notices: `EngineTrust.openCore`) on any bytes. Input: a purpose byte, then a message body.
+/// Never a trap. A body is taken as sealed only when it is exactly what the secret's holder
+/// makes of what it carries; the same body sealed with another secret is forged; this
+/// secret's seal of the bytes opens to them, and with one byte changed (chosen by the input)
+/// it does not.
+enum EnvelopeTarget {
+    static let mine = EngineTrust(secret: SealTarget.first)
+    static let theirs = EngineTrust(secret: SealTarget.second)
+    static let subject = "tabd.fwd.n1"
+
+    static func run(_ bytes: [UInt8]) {
+        guard let head = bytes.first else { return }
+        let purposes = ClusterSecret.Purpose.allCases
+        let purpose = purposes[Int(head) % purposes.count]
+        let data = Array(bytes.dropFirst())
+        // Any time is recent enough: only the seal is judged here.
+        let (verdict, opened, _) = mine.openCore(purpose, subject: subject, data: data, lifetime: 1e15, now: 0)
+        if verdict == .sealed {
+            guard let opened, let time = opened.time,
+                  mine.sealCore(purpose, subject: subject, args: opened.args, payload: opened.payload, now: time) == data else {
+                fatalError("a body was taken as sealed that the secret's holder did not make: \(data)")
+            }
+        }
+        if verdict == .unsigned, data.starts(with: Array("v1.".utf8)) { fatalError("a body that claims a seal was taken as unsealed") }
+        let now = 1_700_000_000.0
+        let args = ["n2", String(head, radix: 16)]
+        let foreign = theirs.sealCore(purpose, subject: subject, args: args, payload: data, now: now)
+        if mine.openCore(purpose, subject: subject, data: foreign, lifetime: 5, now: now).0 != .forged {
+            fatalError("another secret's seal opened")
+        }
+        let real = mine.sealCore(purpose, subject: subject, args: args, payload: data, now: now)
+        let (ok, back, why) = mine.openCore(purpose, subject: subject, data: real, lifetime: 5, now: now)
+        guard ok == .sealed, back?.args == args, back?.payload == data else { fatalError("a real seal did not open: \(why)") }
+        if mine.openCore(purpose, subject: "tabd.fwd.n2", data: real, lifetime: 5, now: now).0 == .sealed { fatalError("a moved message opened") }
+        if mine.openCore(purpose, subject: subject, data: real, lifetime: 5, now: now + 60).0 == .sealed { fatalError("a stale message opened") }
+        var changed = real
+        let at = bytes.count % changed.count
+        changed[at] ^= max(1, head & 0x7F)
+        if mine.openCore(purpose, subject: subject, data: changed, lifetime: 5, now: now).0 == .sealed { fatalError("a changed message opened") }
     }
 }

@@ -22,6 +22,7 @@ let targets: [String: @Sendable ([UInt8]) -> Void] = [
     "forwarded": ForwardedTarget.run,
     "engine": EngineTarget.run,
     "seal": SealTarget.run,
+    "envelope": EnvelopeTarget.run,
 ]
 
 nonisolated(unsafe) var selected: (@Sendable ([UInt8]) -> Void)?

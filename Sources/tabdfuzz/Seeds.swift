@@ -93,6 +93,13 @@ enum Seeds {
             ("claims-alg", ##"{"alg":"HS512"}"##, ##"{"role":"view","exp":1800000000}"##),
         ] { write("jwt", name, text("1" + header) + [0] + text(claims)) }
 
+        // Envelopes: a purpose byte, then a core message's body (sealed, forged, unsealed).
+        let envelope = EnvelopeTarget.mine.sealCore(.forward, subject: EnvelopeTarget.subject, args: ["n2", "i2"],
+                                                    payload: text(#"{"id":"f1","room":"main"}"#), now: 1_700_000_000)
+        write("envelope", "sealed", [1] + envelope)
+        write("envelope", "other-purpose", [2] + envelope)
+        write("envelope", "unsealed", [3] + text("0123456789abcdef"))
+        write("envelope", "malformed", [0] + text("v1.x.y notatime\n"))
         // Seals: a purpose byte, the seal, 0x00, fields split by 0x01, 0x00, the body.
         let sealFields = ["tabd.room.main", "main", "batch", "41"]
         let sealBody = text(#"{"type":"events"}"#)

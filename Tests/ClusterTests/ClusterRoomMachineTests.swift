@@ -47,14 +47,15 @@ import Testing
         #expect(m.append(Self.batch(3), generation: 0, waiter: 3).isEmpty, "two in flight: the pipeline is full")
         #expect(m.append(Self.batch(4), generation: 0, waiter: 4).isEmpty)
         let stored = m.published(p1, .stored(seq: 2), now: 0)
-        #expect(stored.first == .watch(after: .milliseconds(500)), "a stored batch waits for the consumer, watched")
-        // Group commit: what queued meanwhile goes as one message, chained to the second.
-        let p3 = try #require(Self.publication(stored))
+        #expect(stored == [.watch(after: .milliseconds(500))], "a stored batch waits for the consumer, watched; the next message waits for it too")
+        // Group commit: what queued meanwhile goes as one message once the first came back, chained to the second.
+        let back = m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 1)
+        #expect(back.first == .report(1, nil))
+        let p3 = try #require(Self.publication(back))
         #expect(p3.batches == [Self.batch(3), Self.batch(4)] && p3.waiters == [3, 4])
         #expect(p3.expectedLastSeq == 3 && p3.expectedLastMessageID == p2.messageID)
         #expect(p3.data == Self.batch(3).frameBytes + [0x0A] + Self.batch(4).frameBytes, "one events frame per line")
         #expect(Machine.batches(in: p3.data) == [Self.batch(3), Self.batch(4)])
-        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 1) == [.report(1, nil)])
         #expect(m.published(p2, .stored(seq: 3), now: 2).isEmpty)
         #expect(m.published(p3, .stored(seq: 4), now: 2).isEmpty)
         #expect(m.delivered(Self.delivery(3, Self.batch(2), id: p2.messageID), now: 3) == [.report(2, nil)])
@@ -75,7 +76,8 @@ import Testing
             let batch = EventBatch(by: "c1", ref: nil, events: [SequencedEvent(seq: seq, event: .valueSet(tab: "home", key: "k", value: .string(big)))])
             _ = m.append(batch, generation: 0, waiter: UInt64(seq))
         }
-        let groups = Self.publications(m.published(p1, .stored(seq: 2), now: 0))
+        #expect(Self.publications(m.published(p1, .stored(seq: 2), now: 0)).isEmpty, "the next message waits for the first to come back")
+        let groups = Self.publications(m.delivered(Self.delivery(2, Self.batch(1), id: p1.messageID), now: 1))
         #expect(groups.map(\.waiters) == [[2, 3]], "two of a third each fit, not three")
         #expect(groups[0].data.count <= Machine.maxGroupBytes)
     }
@@ -164,9 +166,10 @@ import Testing
         var m = try Self.machine()
         let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
         // The consumer can be quicker than the publish's answer. The message's id says it
-        // is this node's own: the coordinator holds its batch already.
-        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 0).isEmpty)
-        #expect(m.published(p, .stored(seq: 2), now: 0) == [.report(1, nil)])
+        // is this node's own, at its place: committed, and the coordinator holds its batch
+        // already. The engine's answer after it changes nothing.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 0) == [.report(1, nil)])
+        #expect(m.published(p, .stored(seq: 2), now: 0).isEmpty)
         // Another node's message is news.
         #expect(m.delivered(Self.delivery(3, Self.batch(2), writer: "n2", id: "n2-r-y-1"), now: 0) == [.foreignBatches])
     }
@@ -202,7 +205,7 @@ import Testing
     }
 
     @Test func aConflictWaitsForEveryStoredBatchOfThisNode() throws {
-        var m = try Self.machine()
+        var m = try Self.machine(depth: 2)
         let p1 = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
         let p2 = try #require(Self.publication(m.published(p1, .stored(seq: 2), now: 0) + m.append(Self.batch(2), generation: 0, waiter: 2)))
         #expect(m.published(p2, .wrongLastSequence, now: 0).isEmpty)
@@ -347,8 +350,76 @@ import Testing
         let p = try #require(Self.publication(m.append(Self.batch(seq + 1), generation: 0, waiter: 1)))
         #expect(p.expectedLastSeq == Machine.snapshotDistance)
         _ = m.published(p, .stored(seq: Machine.snapshotDistance + 1), now: 0)
-        let actions = m.delivered(Self.delivery(Machine.snapshotDistance + 1, Self.batch(seq + 1)), now: 0)
+        let actions = m.delivered(Self.delivery(Machine.snapshotDistance + 1, Self.batch(seq + 1), id: p.messageID), now: 0)
         guard case let .storeSnapshot(record)? = actions.last else { Issue.record("no snapshot: \(actions)"); return }
         #expect(record.streamSeq == Machine.snapshotDistance + 1 && record.state == m.stored && record.streamCreated == 7)
+    }
+
+    // MARK: What is believed
+
+    static func rejections(_ actions: [Action]) -> [String] {
+        actions.compactMap { if case let .rejected(kind, _) = $0 { kind } else { nil } }
+    }
+
+    @Test func aMessageWhoseSealDoesNotOpenIsPassedOverAndTheNextBatchFollowsIt() throws {
+        var m = try Self.machine()
+        let forged = Machine.Delivery(streamSeq: 2, kind: nil, writer: "n2", data: Self.batch(1, offset: 66).frameBytes, verdict: .forged)
+        let actions = m.delivered(forged, now: 0)
+        #expect(Self.rejections(actions) == ["batch"])
+        #expect(!actions.contains(.foreignBatches), "nothing for the coordinator to take in")
+        #expect(m.stored.snapshot.seq == 0 && m.stored.history.isEmpty && m.delivered == 2 && m.rejected == 1, "not folded, its place passed")
+        #expect(m.writer == nil, "a forged writer header names no writer")
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        #expect(p.expectedLastSeq == 2, "the room's next message follows the one passed over")
+    }
+
+    @Test func unsealedMessagesAreHistoryUntilTheRoomsSealMarkAndPassedOverAfterIt() throws {
+        var m = try Self.machine()
+        #expect(m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "old", data: Self.batch(1).frameBytes, verdict: .unsigned), now: 0) == [.foreignBatches])
+        #expect(m.stored.snapshot.seq == 1, "unsealed, before the mark: folded as stored")
+        let mark = Machine.Delivery(streamSeq: 3, kind: EngineNames.sealMarkKind, writer: "n1", data: [], verdict: .sealed, sealMark: true)
+        #expect(m.delivered(mark, now: 0).isEmpty)
+        #expect(m.sealed && m.stored.snapshot.seq == 1 && m.delivered == 3)
+        let late = m.delivered(Machine.Delivery(streamSeq: 4, kind: nil, writer: "old", data: Self.batch(2).frameBytes, verdict: .unsigned), now: 0)
+        #expect(Self.rejections(late) == ["batch"] && m.stored.snapshot.seq == 1, "unsealed after the mark: passed over")
+        #expect(m.delivered(Self.delivery(5, Self.batch(2), writer: "n2"), now: 0) == [.foreignBatches], "sealed: folded")
+        #expect(m.stored.snapshot.seq == 2)
+        // A mark that does not open marks nothing.
+        var n = try Self.machine()
+        _ = n.delivered(Machine.Delivery(streamSeq: 2, kind: EngineNames.sealMarkKind, writer: "x", data: [], verdict: .forged, sealMark: true), now: 0)
+        #expect(!n.sealed)
+    }
+
+    @Test func aPublishAnswerIsNotACommitUntilTheConsumerDeliversThisNodesMessageThere() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.append(Self.batch(2), generation: 0, waiter: 2)
+        // A forged answer: "stored at 2". Another node's message is what the consumer finds there.
+        #expect(m.published(p, .stored(seq: 2), now: 0) == [.watch(after: .milliseconds(500))], "nothing reported on the answer alone")
+        let actions = m.delivered(Self.delivery(2, Self.batch(1, offset: 9), writer: "n2", id: "n2-r-y-1"), now: 1)
+        #expect(Self.rejections(actions) == ["ack"])
+        #expect(actions.contains(.report(1, .conflict())) && actions.contains(.report(2, .conflict())), "a conflict: decided again on what is there")
+        #expect(m.conflicts == 1 && m.stored.snapshot.tabs[0].scroll == 9)
+    }
+
+    @Test func anAnswerNamingAnotherPlaceIsNotBelievedAndTheMessageIsSentAgain() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        let actions = m.published(p, .stored(seq: 7), now: 0)
+        #expect(Self.rejections(actions) == ["ack"])
+        var again = p
+        again.attempt = 1
+        #expect(actions.last == .publishLater(again, after: .milliseconds(50)))
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 1) == [.report(1, nil)])
+    }
+
+    @Test func anAlteredCopyOfThisNodesMessageDoesNotCommitIt() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
+        _ = m.published(p, .stored(seq: 2), now: 0)
+        let altered = Machine.Delivery(streamSeq: 2, kind: nil, writer: "n1", messageID: p.messageID, data: Self.batch(1, offset: 5).frameBytes, verdict: .forged)
+        let actions = m.delivered(altered, now: 1)
+        #expect(Self.rejections(actions).sorted() == ["ack", "batch"])
+        #expect(actions.contains(.report(1, .conflict())) && m.stored.snapshot.seq == 0)
     }
 }

@@ -1,5 +1,13 @@
+import Auth
+import Cluster
 import Foundation
 import Testing
+
+/// The cluster secret the tests' nodes share.
+let testTrust: EngineTrust = {
+    let key = Array("a cluster secret for the tests, 32+ bytes long".utf8)
+    return EngineTrust(secret: try! ClusterSecret(keys: [key], source: "the tests' secret"))
+}()
 
 /// A real NATS server with JetStream on a free loopback port, in a temporary directory,
 /// stopped (and removed) on `stop()`. The server is the project's pinned one,

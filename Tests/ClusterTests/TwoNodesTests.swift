@@ -32,7 +32,7 @@ struct TwoNodesTests {
     func nodesApplyingCommandsToOneRoomAtOnceEndWithOneOrder(seed: UInt64) async throws {
         let server = try EngineServer()
         defer { server.stop() }
-        let nodes = try (1...2).map { try ClusterNode(urls: [server.url], name: "n\($0)", log: { _ in }) }
+        let nodes = try (1...2).map { try ClusterNode(urls: [server.url], name: "n\($0)", trust: testTrust, log: { _ in }) }
         defer { for node in nodes { node.close() } }
         #expect(try nodes[0].createRoom("r", tabs: TabInfo.defaults))
         #expect(try !nodes[1].createRoom("r", tabs: TabInfo.defaults), "the room exists: only one creation wins")
@@ -131,7 +131,7 @@ struct TwoNodesTests {
     @Test func aNodeThatHasNeverSeenTheRoomServesItFromTheEngine() async throws {
         let server = try EngineServer()
         defer { server.stop() }
-        let first = try ClusterNode(urls: [server.url], name: "first", log: { _ in })
+        let first = try ClusterNode(urls: [server.url], name: "first", trust: testTrust, log: { _ in })
         defer { first.close() }
         _ = try first.createRoom("late", tabs: TabInfo.defaults)
         let room = try first.openRoom("late", resumeWindow: 10_000)
@@ -141,7 +141,7 @@ struct TwoNodesTests {
         for i in 0..<700 { _ = try await coordinator.execute(.push(tab: "home", route: "p\(i)")); _ = try await coordinator.execute(.pop(tab: "home")) }
         let expected = await coordinator.snapshot()
 
-        let second = try ClusterNode(urls: [server.url], name: "second", log: { _ in })
+        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, log: { _ in })
         defer { second.close() }
         let seen = try second.openRoom("late", resumeWindow: 10_000)
         let state = seen.committedState()
@@ -155,7 +155,7 @@ struct TwoNodesTests {
     @Test func aSnapshotOfADeletedRoomIsNeverLoadedIntoTheRoomCreatedAgain() async throws {
         let server = try EngineServer()
         defer { server.stop() }
-        let first = try ClusterNode(urls: [server.url], name: "first", log: { _ in })
+        let first = try ClusterNode(urls: [server.url], name: "first", trust: testTrust, log: { _ in })
         defer { first.close() }
         let subject = EngineNames.snapshotSubject("again")
         _ = try first.createRoom("again", tabs: TabInfo.defaults)
@@ -182,15 +182,35 @@ struct TwoNodesTests {
         #expect(try !old.streamIsCurrent(), "the old room's stream is gone, though one of its name exists")
         #expect(try new.streamIsCurrent())
         for i in 0...Int(staleSeq) { _ = try await coordinator.execute(.scroll(tab: "home", offset: Double(i))) }
-        _ = first.client.publish(subject: subject, data: stale)
+        _ = first.client.publish(subject: subject, data: stale, headers: [("Tabd-Seal", first.trust.sealSnapshot(subject: subject, body: stale))])
         let expected = await coordinator.snapshot()
 
-        let second = try ClusterNode(urls: [server.url], name: "second", log: { _ in })
+        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, log: { _ in })
         defer { second.close() }
         let seen = try second.openRoom("again", resumeWindow: 10_000)
         defer { seen.close() }
         #expect(seen.committedState().epoch == coordinator.epoch)
         #expect(seen.committedState().snapshot == expected)
         new.close()
+    }
+}
+
+@Suite struct SealMarkTests {
+    @Test func aNodeThatRequiresSealsMarksARoomOfPhaseOneSealed() async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let phaseOne = EngineTrust(secret: testTrust.secret, acceptUnsigned: true)
+        let first = try ClusterNode(urls: [server.url], name: "first", trust: phaseOne, log: { _ in })
+        defer { first.close() }
+        #expect(try first.createRoom("moving", tabs: TabInfo.defaults))
+        let old = try first.openRoom("moving", resumeWindow: 10_000)
+        #expect(!old.sealed, "a room created in phase one has no seal mark")
+        let lines = Locked([String]())
+        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, log: { line in lines.withLock { $0.append(line) } })
+        defer { second.close() }
+        let room = try second.openRoom("moving", resumeWindow: 10_000)
+        defer { room.close() }
+        #expect(room.sealed, "\(lines.withLock { $0 })")
+        old.close()
     }
 }

@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Foundation
 import Testing
 @testable import JetStream
@@ -194,5 +195,39 @@ import Testing
         #expect(EngineSecurity.jsonEscaped("plain-Pässwort") == "plain-Pässwort")
         #expect(EngineSecurity.jsonEscaped(#"a"b\c"#) == #"a\"b\\c"#)
         #expect(EngineSecurity.jsonEscaped("tab\tline\nnul\u{0}del\u{7F}") == #"tab\tline\nnul\u0000del\u007f"#)
+    }
+
+    // MARK: The cluster secret
+
+    @Test func aNodeNeedsAClusterSecretOfItsOwnAndSaysHowToMakeOne() throws {
+        let o = try #require(parsed(Self.cluster))
+        #expect(throws: UsageError.self) { try o.engineTrust(warn: { _ in }) }
+        do { _ = try o.engineTrust(warn: { _ in }) } catch {
+            #expect(error.message.contains("needs --cluster-secret-file") && error.message.contains("openssl rand -hex 32"))
+        }
+        let key = String(repeating: "k", count: 40)
+        let secret = try file("# the cluster's keys\n\(key)\n")
+        let fromVariable = try #require(parsed(Self.cluster, ["TABD_CLUSTER_SECRET_FILE": secret]))
+        let trust = try fromVariable.engineTrust(warn: { _ in })
+        #expect(!trust.acceptUnsigned && trust.secret.contains(key: Array(key.utf8)))
+        // The tokens' signing key is never a cluster key.
+        let shared = try #require(parsed(Self.cluster + ["--cluster-secret-file", secret, "--auth-secret-file", try file(key + "\n")]))
+        do { _ = try shared.engineTrust(warn: { _ in }); Issue.record("a cluster secret holding the tokens' key was taken") } catch {
+            #expect(error.message.contains("holds the key that signs tokens"))
+        }
+        let short = try #require(parsed(Self.cluster + ["--cluster-secret-file", try file("short\n")]))
+        do { _ = try short.engineTrust(warn: { _ in }); Issue.record("a short key was taken") } catch {
+            #expect(error.message.contains("a key needs at least 32"))
+        }
+    }
+
+    @Test func phaseOneOfTheMoveToSealsIsAskedForAndWarnedOf() throws {
+        let secret = try file(String(repeating: "k", count: 40) + "\n")
+        let o = try #require(parsed(Self.cluster + ["--cluster-secret-file", secret, "--cluster-unsigned", "accept"]))
+        var warnings: [String] = []
+        #expect(try o.engineTrust(warn: { warnings.append($0) }).acceptUnsigned)
+        #expect(warnings.contains { $0.contains("--cluster-unsigned accept") })
+        #expect(try #require(parsed(Self.cluster + ["--cluster-unsigned", "refuse"])).clusterAcceptUnsigned == false)
+        #expect(refused(Self.cluster + ["--cluster-unsigned", "maybe"])?.0 == "tabd: --cluster-unsigned takes accept or refuse, got 'maybe'")
     }
 }

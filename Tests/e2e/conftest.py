@@ -21,6 +21,22 @@ TABD = os.environ.get("TABD_BIN", os.path.join(ROOT, ".build", "debug", "tabd"))
 WAIT = 10.0  # seconds any single expected frame may take before a test fails
 
 
+def cluster_secret_file():
+    """The cluster secret every node of the tests shares unless a test names another: one
+    file per test run, mode 600."""
+    global _CLUSTER_SECRET
+    if _CLUSTER_SECRET is None:
+        import tempfile
+        fd, path = tempfile.mkstemp(prefix="tabd-cluster-secret-")
+        with os.fdopen(fd, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        _CLUSTER_SECRET = path
+    return _CLUSTER_SECRET
+
+
+_CLUSTER_SECRET = None
+
+
 class Daemon:
     """A tabd process started with `args`; `http`, `ws` and `host` are set once it printed
     its listening line. It listens on a free port with a history of its own (`--port 0`,
@@ -32,6 +48,8 @@ class Daemon:
         if not bare:
             if "--state" not in args and "--cluster" not in args:
                 args = ("--state", ":memory:", *args)  # each test its own history
+            if "--cluster" in args and "--cluster-secret-file" not in args:
+                args = (*args, "--cluster-secret-file", cluster_secret_file())  # the nodes' shared secret
             args = ("--port", "0", *args)
         self.stderr = None
         self.prefix = tuple(prefix)

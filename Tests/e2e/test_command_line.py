@@ -17,7 +17,7 @@ def test_help_lists_every_option_and_exits_0():
                    "--max-rooms", "--room-idle", "--log-level", "--log-format", "--version", "TABD_TOKEN", "TABD_AUTH_SECRET", "tabd token",
                    "--request-timeout", "--event-loop", "--cluster", "--cluster-tls-ca", "--cluster-tls-cert",
                    "--cluster-tls-key", "--cluster-creds", "--cluster-user", "--cluster-password-file", "--tls-cert", "--tls-key",
-                   "--trusted-proxy"]:
+                   "--trusted-proxy", "--cluster-secret-file", "--cluster-unsigned", "TABD_CLUSTER_SECRET_FILE"]:
         assert option in p.stdout, option
 
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, TABD, Client, Daemon
+from conftest import ROOT, TABD, Client, Daemon, cluster_secret_file
 from test_install import environment, refused
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
@@ -110,7 +110,8 @@ def with_password(pki, password_file=None):
 
 def stopped_at_start(*args, env=None):
     """A node that must not start: (exit status, stderr); it never said it listens."""
-    code, out, err = refused(TABD, ROOT, environment() if env is None else env, "--port", "0", *args)
+    code, out, err = refused(TABD, ROOT, environment() if env is None else env, "--port", "0", *args,
+                             "--cluster-secret-file", cluster_secret_file())
     assert "listening" not in out, out
     return code, err
 
@@ -130,7 +131,7 @@ async def test_two_nodes_over_tls_with_a_user_and_password_serve_one_room(make_d
     a = make_daemon("--cluster", tls_urls(engine), "--node-name", "tls-a", *with_password(pki))
     b = make_daemon("--port", "0", "--node-name", "tls-b", bare=True, env=environment(
         TABD_CLUSTER=engine.url_arg, TABD_CLUSTER_TLS_CA=pki.ca, TABD_CLUSTER_USER=USER,
-        TABD_CLUSTER_PASSWORD_FILE=pki.password_file))
+        TABD_CLUSTER_PASSWORD_FILE=pki.password_file, TABD_CLUSTER_SECRET_FILE=cluster_secret_file()))
     room = room_name()
     ca = await Client.connect(a.ws, room=room, name="on-a")
     cb = await Client.connect(b.ws, room=room, name="on-b")
@@ -268,7 +269,8 @@ async def test_two_nodes_with_credentials_files_serve_one_room(make_daemon, oper
     a = make_daemon("--cluster", tls_urls(operator_engine), "--node-name", "creds-a", "--cluster-tls-ca", pki.ca,
                     "--cluster-creds", auth.user_creds("creds-a"))
     b = make_daemon("--port", "0", "--node-name", "creds-b", bare=True, env=environment(
-        TABD_CLUSTER=tls_urls(operator_engine), TABD_CLUSTER_TLS_CA=pki.ca, TABD_CLUSTER_CREDS=auth.user_creds("creds-b")))
+        TABD_CLUSTER=tls_urls(operator_engine), TABD_CLUSTER_TLS_CA=pki.ca, TABD_CLUSTER_CREDS=auth.user_creds("creds-b"),
+        TABD_CLUSTER_SECRET_FILE=cluster_secret_file()))
     room = room_name()
     ca = await Client.connect(a.ws, room=room)
     cb = await Client.connect(b.ws, room=room)

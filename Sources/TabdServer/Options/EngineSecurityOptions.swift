@@ -1,4 +1,6 @@
 import ArgumentParsing
+import Auth
+import Cluster
 import Foundation
 import JetStream
 
@@ -33,6 +35,32 @@ extension Options {
             security.credentials = .user(clusterUser, password: String(decoding: bytes, as: UTF8.self))
         }
         return security
+    }
+
+    /// What this node believes of the engine: the keys of `--cluster-secret-file` (required;
+    /// never one of the tokens' signing key) and `--cluster-unsigned`.
+    func engineTrust(warn: (String) -> Void) throws(UsageError) -> EngineTrust {
+        guard let clusterSecretFile else {
+            throw UsageError("""
+                a cluster node needs --cluster-secret-file (TABD_CLUSTER_SECRET_FILE): the keys its engine messages are \
+                sealed with, the same file on every node. Make one with: \
+                (umask 077; openssl rand -hex 32 > cluster-secret) (docs/CLUSTER.md)
+                """)
+        }
+        let secret: ClusterSecret
+        do { secret = try ClusterSecret.load(path: clusterSecretFile) } catch { throw UsageError("\(error.description) (--cluster-secret-file)") }
+        warnIfShared(clusterSecretFile, "cluster secret", warn)
+        var tokenKey: SigningKey?
+        if let authSecretFile { tokenKey = try? SigningKey.load(path: authSecretFile) }
+        else if let environmentSecret { tokenKey = try? SigningKey(bytes: Array(environmentSecret.utf8), source: "TABD_AUTH_SECRET") }
+        if let tokenKey, secret.contains(tokenKey) {
+            throw UsageError("the cluster secret file '\(clusterSecretFile)' holds the key that signs tokens (--auth-secret-file): give the cluster keys of its own")
+        }
+        if clusterAcceptUnsigned {
+            warn("--cluster-unsigned accept: unsealed engine messages are believed too, so anyone who can publish to the engine can act as a node; "
+                 + "this is the first phase of a move to sealed messages, not a way to run (docs/CLUSTER.md)")
+        }
+        return EngineTrust(secret: secret, acceptUnsigned: clusterAcceptUnsigned)
     }
 
     /// Throws, naming the file, its option and why, unless `path` (if any) is a file this

@@ -71,6 +71,11 @@ public struct Options: Sendable {
     /// `--cluster-forwarding on|off`: send clients' commands to the node that writes the
     /// room (on, the default), or have every node append its clients' commands itself.
     public var clusterForwarding = true
+    /// `--cluster-secret-file`: the keys the cluster's nodes seal their engine messages with.
+    public var clusterSecretFile: String?
+    /// `--cluster-unsigned accept|refuse`: whether unsealed engine messages are taken too
+    /// (phase one of moving a cluster to sealed messages).
+    public var clusterAcceptUnsigned = false
     /// `--tls-cert` and `--tls-key`: serve HTTPS and WSS only (both or neither).
     public var tlsCertificate: String?
     public var tlsKey: String?
@@ -122,6 +127,17 @@ public struct Options: Sendable {
                              forward clients' commands to the node that wrote the
                              room last, which appends them with its own (default on);
                              off: every node appends its clients' commands itself
+      --cluster-secret-file FILE
+                             the keys this node shares with the cluster's other
+                             nodes (one per line, at least 32 bytes each; the first
+                             seals, every one opens): every message a node writes
+                             to the engine is sealed with them, and nothing else is
+                             believed. Required with --cluster; never the
+                             --auth-secret-file key (docs/CLUSTER.md)
+      --cluster-unsigned accept|refuse
+                             accept: also take unsealed messages, from nodes of a
+                             tabd that does not seal (phase one of a move to sealed
+                             messages, docs/CLUSTER.md) (default refuse)
       --cluster-tls-ca FILE  speak to the engine over TLS (as tls:// URLs do), its
                              servers' certificates checked against the CAs in FILE
                              (PEM; default: the system's CAs)
@@ -198,7 +214,8 @@ public struct Options: Sendable {
     ENVIRONMENT:
       Every option that takes a value can be set as TABD_ and its name in upper case,
       dashes as underscores: TABD_HOST, TABD_PORT=9000, TABD_STATE, TABD_WEB_ROOT,
-      TABD_LOG_FORMAT=json, TABD_TOKEN_FILE, TABD_AUTH_SECRET_FILE, TABD_CLUSTER, ...
+      TABD_LOG_FORMAT=json, TABD_TOKEN_FILE, TABD_AUTH_SECRET_FILE, TABD_CLUSTER,
+      TABD_CLUSTER_SECRET_FILE, ...
       A repeatable option takes a comma-separated list: TABD_ALLOW_ORIGIN=URL,URL,
       TABD_ALLOW_HOST=NAME,NAME.
       The command line wins: a variable is ignored when its option is given.
@@ -356,6 +373,11 @@ public struct Options: Sendable {
             nodeName = v
         case "--state-sync": stateSync = try onOff()
         case "--cluster-forwarding": clusterForwarding = try onOff()
+        case "--cluster-secret-file": clusterSecretFile = try nonEmpty()
+        case "--cluster-unsigned":
+            let v = try value()
+            guard v == "accept" || v == "refuse" else { throw UsageError("\(name) takes accept or refuse, got '\(v.prefix(40))'") }
+            clusterAcceptUnsigned = v == "accept"
         case "--cluster-tls-ca": clusterTLSCA = try nonEmpty()
         case "--cluster-tls-cert": clusterTLSCert = try nonEmpty()
         case "--cluster-tls-key": clusterTLSKey = try nonEmpty()

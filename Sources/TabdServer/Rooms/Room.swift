@@ -199,7 +199,7 @@ actor Room: DirectoryRoom {
                 case .forwardCheck:
                     forwardCheckArmed = false
                     if let cluster = registry.cluster, let (steps, resend) = forwarding?.check(now: Self.uptime(), isAlive: { cluster.isAlive($0) }) {
-                        if let target = forwarding?.target, !resend.isEmpty { cluster.forward(resend, to: target) }
+                        if let target = forwarding?.target, !resend.isEmpty { cluster.forward(resend, to: target, incarnation: clusterRoom?.incarnation(of: target)) }
                         await perform(steps, coordinator: coordinator)
                     }
                     armForwardCheck()
@@ -374,7 +374,7 @@ actor Room: DirectoryRoom {
     private func sendForwards() {
         guard let (to, requests) = outgoing else { return }
         outgoing = nil
-        registry.cluster?.forward(requests, to: to)
+        registry.cluster?.forward(requests, to: to, incarnation: clusterRoom?.incarnation(of: to))
         armForwardCheck()
     }
 

@@ -212,7 +212,20 @@ final class RoomRegistry: Sendable {
     /// Cluster: rooms deleted by other nodes are closed here too, and every second each
     /// loaded room checks for clients of nodes that died. Keep the returned timer.
     func followCluster(_ cluster: ClusterNode) throws(ClusterNode.Failure) -> any DispatchSourceTimer {
-        try cluster.onDeletion { [weak self] id in Task { await self?.deletedElsewhere(id) } }
+        // A deletion notice is sealed and recent, yet a replay of one within its lifetime is
+        // possible: what it changes is decided by the engine (the room's stream gone or
+        // created again), never by the notice alone.
+        try cluster.onDeletion { [weak self] id, _ in
+            guard let self else { return }
+            if let loaded = state.withLock({ $0.directory.loadedRoom(id) }) {
+                loaded.submit([.verifyStream])
+            } else {
+                DispatchQueue.global().async { [weak self] in
+                    guard (try? cluster.roomExists(id)) == false else { return }
+                    Task { await self?.deletedElsewhere(id) }
+                }
+            }
+        }
         // Deletion notices sent while this node was cut off from the engine are lost: on
         // reconnecting, every loaded room's stream is checked.
         cluster.onReconnect { [weak self] in

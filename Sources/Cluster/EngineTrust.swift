@@ -1,0 +1,118 @@
+import Auth
+import Foundation
+
+/// What a node believes of the engine: nothing it cannot check. Every message a node
+/// writes to the engine is sealed with the cluster's secret (``ClusterSecret``) over
+/// everything its receiver acts on; what does not open is not folded, applied, answered
+/// or believed (docs/CLUSTER.md, "The engine is not trusted").
+public struct EngineTrust: Sendable {
+    /// The keys the nodes share (`--cluster-secret-file`).
+    public let secret: ClusterSecret
+    /// Phase one of moving a cluster to sealed messages (`--cluster-unsigned accept`):
+    /// this node seals everything but also takes unsealed messages, from nodes of a tabd
+    /// that does not seal. Off (the default), an unsealed message is rejected like a forged
+    /// one, except in a room's history before its ``ClusterRoomMachine`` seal mark.
+    public let acceptUnsigned: Bool
+
+    /// How far apart the nodes' clocks may be: a heartbeat, forward, answer or deletion
+    /// notice is believed only within the liveness bound plus this of its time.
+    public static let clockSkewSeconds = 2.0
+
+    public init(secret: ClusterSecret, acceptUnsigned: Bool = false) {
+        self.secret = secret
+        self.acceptUnsigned = acceptUnsigned
+    }
+
+    /// What a message's seal says of it.
+    package enum Verdict: Equatable, Sendable {
+        /// Sealed by a node of this cluster, for this place.
+        case sealed
+        /// No seal at all (a node of a tabd that does not seal, or anyone).
+        case unsigned
+        /// A seal that does not open: forged, altered, moved or replayed elsewhere.
+        case forged
+    }
+
+    // MARK: Core messages (heartbeats, forwards, answers, deletion notices)
+
+    /// A core message's body: `SEAL TIME ARG…` on its first line (TIME in milliseconds
+    /// since 1970; ARGs without spaces or line feeds), the payload after it. The seal
+    /// covers the subject, the time, the arguments and the payload.
+    package func sealCore(_ purpose: ClusterSecret.Purpose, subject: String, args: [String] = [], payload: [UInt8] = [],
+                          now: Double = Date().timeIntervalSince1970) -> [UInt8] {
+        let time = String(Int64(now * 1000))
+        let seal = secret.seal(purpose, fields: [subject, time] + args, body: payload)
+        return Array(([seal, time] + args).joined(separator: " ").utf8) + [0x0A] + payload
+    }
+
+    /// A core message opened.
+    package struct Opened: Equatable, Sendable {
+        /// Seconds since 1970 (nil for an unsealed message).
+        package var time: Double?
+        package var args: [String]
+        package var payload: [UInt8]
+    }
+
+    /// What a core message is: `.sealed` with its contents when its seal opens for
+    /// `subject` and `purpose` and it is recent (its time within `lifetime` plus the
+    /// clock-skew bound of `now`); an unsealed message's `.unsigned`, with its whole body
+    /// as the payload (the caller takes it only in phase one); else `.forged`.
+    package func openCore(_ purpose: ClusterSecret.Purpose, subject: String, data: [UInt8], lifetime: Double,
+                          now: Double = Date().timeIntervalSince1970) -> (Verdict, Opened?, why: String) {
+        guard data.starts(with: Array("\(ClusterSecret.version).".utf8)) else {
+            return (.unsigned, Opened(time: nil, args: [], payload: data), "not sealed")
+        }
+        let end = data.firstIndex(of: 0x0A) ?? data.endIndex
+        let head = String(decoding: data[..<end], as: UTF8.self).split(separator: " ", omittingEmptySubsequences: false).map(String.init)
+        let payload = end < data.endIndex ? Array(data[(end + 1)...]) : []
+        guard head.count >= 2, let ms = Int64(head[1]) else { return (.forged, nil, "a malformed seal line") }
+        let args = Array(head.dropFirst(2))
+        guard secret.opens(head[0], purpose, fields: [subject, head[1]] + args, body: payload) else {
+            return (.forged, nil, "a seal that does not open")
+        }
+        let time = Double(ms) / 1000
+        guard now - time <= lifetime + Self.clockSkewSeconds else {
+            return (.forged, nil, String(format: "sealed %.1f s ago: older than %.0f s plus the clock-skew bound (a replay, or clocks apart)", now - time, lifetime))
+        }
+        guard time - now <= Self.clockSkewSeconds else {
+            return (.forged, nil, String(format: "sealed %.1f s in the future: the nodes' clocks are further apart than %.0f s", time - now, Self.clockSkewSeconds))
+        }
+        return (.sealed, Opened(time: time, args: args, payload: payload), "")
+    }
+
+    // MARK: A room's stream
+
+    /// The fields a stream message's seal covers: its subject (so its room), kind, the
+    /// stream sequence it follows (its place), writer and that writer's life, its id, the
+    /// forwarded commands it carries and whether it marks the room sealed.
+    static func streamFields(subject: String, kind: String?, follows: UInt64, node: String?, incarnation: String?,
+                             messageID: String?, forwards: String?, sealMark: String?) -> [String] {
+        [subject, kind ?? "", String(follows), node ?? "", incarnation ?? "", messageID ?? "", forwards ?? "", sealMark ?? ""]
+    }
+
+    /// The seal of a stream message (see ``streamFields(subject:kind:follows:node:incarnation:messageID:forwards:sealMark:)``).
+    func sealStream(subject: String, kind: String?, follows: UInt64, node: String, incarnation: String, messageID: String?,
+                    forwards: String?, sealMark: String?, body: [UInt8]) -> String {
+        secret.seal(.batch, fields: Self.streamFields(subject: subject, kind: kind, follows: follows, node: node, incarnation: incarnation,
+                                                      messageID: messageID, forwards: forwards, sealMark: sealMark), body: body)
+    }
+
+    /// What a delivered stream message is (its seal header `seal`, at stream sequence `seq`).
+    func judgeStream(seal: String?, subject: String, seq: UInt64, headers: [String: String], body: [UInt8]) -> Verdict {
+        guard let seal else { return .unsigned }
+        let fields = Self.streamFields(subject: subject, kind: headers[EngineNames.kindHeader], follows: seq - 1,
+                                       node: headers[EngineNames.nodeHeader], incarnation: headers[EngineNames.incarnationHeader],
+                                       messageID: headers[EngineNames.messageIDHeader], forwards: headers[EngineNames.forwardsHeader],
+                                       sealMark: headers[EngineNames.sealMarkHeader])
+        return secret.opens(seal, .batch, fields: fields, body: body) ? .sealed : .forged
+    }
+
+    /// A snapshot's seal: over its subject (its room) and its body (which names the
+    /// stream, by creation time, and the stream sequence it stands at).
+    func sealSnapshot(subject: String, body: [UInt8]) -> String { secret.seal(.snapshot, fields: [subject], body: body) }
+
+    func judgeSnapshot(seal: String?, subject: String, body: [UInt8]) -> Verdict {
+        guard let seal else { return .unsigned }
+        return secret.opens(seal, .snapshot, fields: [subject], body: body) ? .sealed : .forged
+    }
+}
