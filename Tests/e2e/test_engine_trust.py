@@ -96,7 +96,8 @@ async def probe(clients, by, timeout=WAIT * 3):
         while c.last_seq() < ack["seq"]:
             await c.recv(timeout=timeout)
     for i, (c, mark) in enumerate(zip(clients, marks)):
-        assert c.batches[mark:] == [events], f"client {i} saw more than the probe: {c.batches[mark:]}"
+        seen = c.batches[mark:]
+        assert seen == [events], f"client {i} saw {len(seen)} batches where the probe alone was due: {seen[:3]}"
     return ack
 
 
@@ -316,6 +317,44 @@ async def test_altered_moved_replayed_and_unsealed_batches_are_passed_over_and_t
     await joins_alike(make_daemon, engine, room, clients[0], name="late")
     for c in clients + others:
         await c.close()
+
+
+async def test_a_forged_snapshot_is_not_loaded(make_daemon, engine):
+    # A room long enough for its writer to store a snapshot (every 1,000 stream messages).
+    ds = trio(make_daemon, engine)
+    room = room_name()
+    clients = await room_on(ds, room)
+    writer = clients[0]
+    sent = 0
+    with Nats(engine.urls[0]) as nc:
+        nc.sub(f"tabd.snap.{room}")
+        snapshot = None
+        while snapshot is None:
+            # One at a time: each command its own engine message.
+            await writer.command("scroll", offset=sent % 500)
+            sent += 1
+            if sent >= 990 and sent % 10 == 0:
+                snapshot = nc.next(timeout=0.01)
+            assert sent < 1500, "no snapshot stored after 1,500 engine messages"
+        while not (snapshot.data and "Tabd-Seal" in snapshot.headers):
+            snapshot = nc.until(lambda m: m.subject == f"tabd.snap.{room}")
+        record = json.loads(snapshot.data)
+        # The same record with another state: unsealed, and sealed with a key no node holds.
+        record["snapshot"]["tabs"][0]["values"] = {"ghost": "forged"}
+        forged = json.dumps(record, separators=(",", ":")).encode()
+        nc.publish(f"tabd.snap.{room}", forged)
+        nc.publish(f"tabd.snap.{room}", forged, headers={"Tabd-Seal": Key("x" * 64).seal("snapshot", [f"tabd.snap.{room}"], forged)})
+    for x in clients:
+        await x.until_seq(writer.last_seq())
+    await probe(clients, clients[1])
+    late = node(make_daemon, engine, "snap-late")
+    c = await Client.connect(late.ws, room=room, name="late-client")
+    assert "ghost" not in json.dumps(c.welcome["snapshot"]), "a forged snapshot was loaded"
+    assert rejected(late, "snapshot") >= 1
+    await c.close()
+    await joins_alike(make_daemon, engine, room, clients[0], name="snap-later")
+    for x in clients:
+        await x.close()
 
 
 async def joins_alike(make_daemon, engine, room, reference, *extra, name="fresh"):
