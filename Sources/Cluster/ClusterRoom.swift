@@ -237,12 +237,13 @@ public final class ClusterRoom: Durability, Sendable {
         guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed or settled meanwhile
         let sent = DispatchTime.now().uptimeNanoseconds
         let stats = node.stats
+        let body = publication.data
         var headers = [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)]
         if let forwards = publication.forwardsHeader { headers.append((EngineNames.forwardsHeader, forwards)) }
         headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, kind: nil, follows: publication.expectedLastSeq, node: node.name,
                                                                       incarnation: node.incarnation, messageID: publication.messageID,
-                                                                      forwards: publication.forwardsHeader, sealMark: nil, body: publication.data)))
-        node.client.publishAsync(subject: subject, data: publication.data, headers: headers,
+                                                                      forwards: publication.forwardsHeader, sealMark: nil, body: body)))
+        node.client.publishAsync(subject: subject, data: body, headers: headers,
                                  expectedLastSeq: publication.expectedLastSeq, expectedLastMessageID: publication.expectedLastMessageID,
                                  msgID: publication.messageID) { [weak self] result in
             let now = DispatchTime.now().uptimeNanoseconds

@@ -16,7 +16,7 @@ import json
 import os
 import random
 import re
-import signal
+import select
 import sys
 import time
 import uuid
@@ -121,6 +121,17 @@ def last_stream_message(nc, room):
                 k, v = line.split(":", 1)
                 headers[k.strip()] = v.strip()
     return headers, base64.b64decode(got.get("data") or "")
+
+
+def log_so_far(d):
+    """Everything node `d` has written to its stderr so far (read without waiting)."""
+    fd = d.proc.stderr.fileno()
+    while select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        d._log += chunk
+    return d._log.decode(errors="replace")
 
 
 def stream_messages(nc, room):
@@ -238,6 +249,9 @@ async def test_forged_and_replayed_heartbeats_are_not_believed(make_daemon, engi
             await asyncio.sleep(0.1)
         wait_rejected(ds[0], "heartbeat", base + 20)
         await probe(clients, clients[0])   # n1's client is still in the room: no clientLeft
+        # Logged at a bounded rate: one line per kind per 10 s, not one per message.
+        lines = log_so_far(ds[0]).count("rejected an engine message (heartbeat)")
+        assert 1 <= lines <= 2, f"{lines} log lines for {rejected(ds[0], 'heartbeat') - base} rejected heartbeats"
         # n1 dies; its last beat, replayed without end, does not keep it alive.
         ds[1].proc.kill()
         ds[1].proc.wait()
