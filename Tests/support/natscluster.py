@@ -134,12 +134,15 @@ class NatsCluster:
     client port); the monitoring port stays plain HTTP, so readiness is checked the same.
     """
 
-    def __init__(self, size=3, base_dir=None, name="tabd", base_port=None, binary=None, extra=""):
+    def __init__(self, size=3, base_dir=None, name="tabd", base_port=None, binary=None, extra="", advertise=True):
         if size != 1 and size < 3:
             raise ValueError("size is 1 (a single server) or at least 3 (a cluster with a quorum)")
         self.size = size
         self.name = name
         self.extra = extra
+        # advertise=False: the servers do not tell clients of each other (`no_advertise`),
+        # so a client given proxies' URLs reaches the servers only through them.
+        self.advertise = advertise
         self.binary = binary or nats_server_binary()
         self.version = server_version(self.binary)
         # 2.10+: every write synced before its ack; 2.9 refuses the setting (syncs every 2 min).
@@ -198,6 +201,7 @@ class NatsCluster:
                 f"  name: {self.name}",
                 f"  listen: 127.0.0.1:{self.route_ports[i]}",
                 f"  routes: [{routes}]",
+                *([] if self.advertise else ["  no_advertise: true"]),
                 "}",
             ]
         if self.extra:
