@@ -373,6 +373,8 @@ public final class ClusterRoom: Durability, Sendable {
 
     public func storedForward(_ forwardID: String) -> Int? { state.withLock { $0.machine.storedForward(forwardID) } }
 
+    public func published(through seq: Int) { state.withLock { $0.machine.published(through: seq) } }
+
     /// The room's writer as the messages delivered here say (``ClusterRoomMachine/writer``).
     public var writer: String? { state.withLock { $0.machine.writer } }
 

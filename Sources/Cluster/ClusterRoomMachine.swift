@@ -248,6 +248,8 @@ package struct ClusterRoomMachine: Sendable {
     private var recentCounts: [String: Int] = [:]
     /// How many of the latest messages ``writer`` counts.
     package static let writerWindow = 64
+    /// The last seq the coordinator has published: the history keeps every batch after it.
+    private var publishedThrough: Int
     /// The forwarded commands the stream holds, by id: the room seq their batch ends at.
     private var storedForwards: [String: Int] = [:]
     /// The same ids, oldest first (from `forwardHead` on), for forgetting the oldest.
@@ -267,6 +269,7 @@ package struct ClusterRoomMachine: Sendable {
                  pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth, sealed: Bool = false) {
         self.room = room
         self.sealed = sealed
+        self.publishedThrough = start.snapshot.seq
         self.stored = start
         self.owners = owners
         self.incarnations = incarnations
@@ -700,13 +703,18 @@ package struct ClusterRoomMachine: Sendable {
         return [.log(why)] + failEverything(.unavailable(why)) + (wasLoading ? [.caughtUp] : [])
     }
 
-    /// Keeps the batches of the last `resumeWindow` events, and never fewer than 10,000.
-    /// Trimmed in steps of a quarter of that (at least 1,024 events), so that a delivery
-    /// costs no copy of the whole history.
+    /// The coordinator has published every batch up to `seq` (``Durability/published(through:)``).
+    package mutating func published(through seq: Int) { publishedThrough = max(publishedThrough, seq) }
+
+    /// Keeps the batches of the last `resumeWindow` events, and never fewer than 10,000,
+    /// and every batch the coordinator has not published yet: a node that was paused while
+    /// the others wrote more than that takes them all in (before, it published from where
+    /// the kept history began, and its clients saw a gap). Trimmed in steps of a quarter of
+    /// that (at least 1,024 events), so that a delivery costs no copy of the whole history.
     private mutating func trimHistory() {
         guard let last = stored.history.last, let first = stored.history.first else { return }
         let keep = max(resumeWindow, 10_000)
-        let floor = last.lastSeq - keep
+        let floor = min(last.lastSeq - keep, publishedThrough)
         guard first.firstSeq <= floor - max(1024, keep / 4) else { return }
         let drop = stored.history.partitioningIndex { $0.lastSeq > floor }
         stored.history.removeFirst(drop)

@@ -422,4 +422,18 @@ import Testing
         #expect(Self.rejections(actions).sorted() == ["ack", "batch"])
         #expect(actions.contains(.report(1, .conflict())) && m.stored.snapshot.seq == 0)
     }
+
+    @Test func theHistoryKeepsEveryBatchTheCoordinatorHasNotPublished() throws {
+        // Another node wrote more than the kept window while this one published nothing
+        // (paused): every batch is still there to take in, none trimmed away.
+        var m = try Self.machine()
+        let n = 14_000
+        for seq in 1...n { _ = m.delivered(Self.delivery(UInt64(seq + 1), Self.batch(seq), writer: "n2"), now: 0) }
+        #expect(m.stored.history.first?.firstSeq == 1 && m.stored.history.count == n)
+        // Published: the history may drop what is past the window again.
+        m.published(through: n)
+        _ = m.delivered(Self.delivery(UInt64(n + 2), Self.batch(n + 1), writer: "n2"), now: 0)
+        #expect((m.stored.history.first?.firstSeq ?? 0) > 1 && m.stored.history.last?.lastSeq == n + 1)
+        #expect(m.stored.history.count >= 10_000, "the window itself is kept")
+    }
 }

@@ -449,6 +449,7 @@ public actor Coordinator {
     /// Records and delivers committed batches, in order, with the answers that can go
     /// now: publishers get both in one call, so an `ack` travels with its events.
     func publish(_ batches: [EventBatch]) {
+        if let last = batches.last, let durability, durability.hasOtherWriters { durability.published(through: last.lastSeq) }
         for batch in batches {
             publishedSeq = batch.lastSeq
             history.append(batch)

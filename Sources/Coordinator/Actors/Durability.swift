@@ -58,6 +58,10 @@ public protocol Durability: Sendable {
     /// The last seq of the stored batch of the forwarded command `forwardID`, if the log
     /// holds one: that command is never applied again.
     func storedForward(_ forwardID: String) -> Int?
+    /// The coordinator has published every batch up to `seq`: with other writers, the
+    /// history of ``committedState()`` may drop batches up to it, and must keep every one
+    /// after it, however far the coordinator lags (a node paused while the others wrote).
+    func published(through seq: Int)
 }
 
 extension Durability {
@@ -68,6 +72,8 @@ extension Durability {
         append(batch, generation: generation, done: done)
     }
     public func storedForward(_ forwardID: String) -> Int? { nil }
+    /// A store of its own keeps no history for the coordinator.
+    public func published(through seq: Int) {}
 }
 
 /// A batch's commit, reported once from the store's thread: nil when durable, else why
