@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import time
 import uuid
@@ -147,7 +148,8 @@ async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
         await asyncio.gather(*tasks, return_exceptions=True)
         await first.close()
     until = max(d.rec.last_seq() or 0 for d in drivers)
-    auditor = await audit(nodes[1].ws, room, since, until)
+    alive = next(n for n in nodes[1:] + nodes[:1] if n.proc.poll() is None)
+    auditor = await audit(alive.ws, room, since, until)
     report = check([d.rec for d in drivers] + [auditor])
     report.longest_wait = max(d.longest_wait for d in drivers)
     report.stuck = stuck
@@ -239,3 +241,55 @@ async def test_a_node_cut_from_the_engine_then_healed(make_daemon, engine):
             for p in proxies:
                 p.close()
     judge("node cut from the engine", reports)
+
+
+# --- each fault combined with kill -9 of another node, and random rounds -------------------
+
+def leader_paused(engine):
+    async def fault(nodes, room):
+        leader = engine.leader_of(f"TABD_ROOM_{room}")
+        assert leader is not None, "the room's stream has a leader"
+        with paused(engine.pids[leader]):
+            await asyncio.sleep(PAUSE)
+    return fault
+
+
+def writer_paused(engine):
+    async def fault(nodes, room):
+        with paused(nodes[0].proc.pid):
+            await asyncio.sleep(PAUSE)
+    return fault
+
+
+def with_kill(fault, victim):
+    """`fault`, with node `victim` killed (SIGKILL) a second into it: its client resumes on
+    another node, and its commands in flight are in the history once or not at all."""
+    async def combined(nodes, room):
+        async def kill():
+            await asyncio.sleep(1)
+            nodes[victim].stop(signal.SIGKILL)
+        await asyncio.gather(fault(nodes, room), kill())
+    return combined
+
+
+@pytest.mark.parametrize("scenario", ["leader paused", "writer paused"])
+async def test_a_fault_combined_with_kill_9_of_another_node(make_daemon, engine, scenario):
+    fault = leader_paused(engine) if scenario == "leader paused" else writer_paused(engine)
+    reports = [await round_with(with_kill(fault, victim=2), make_daemon, engine, extra=("--cluster-forwarding", "off"))
+               for _ in range(ROUNDS)]
+    judge(f"{scenario} with kill -9 of another node, forwarding off", reports)
+
+
+RANDOM_ROUNDS = int(os.environ.get("TABD_FAULT_RANDOM_ROUNDS", "0"))
+
+
+@pytest.mark.skipif(RANDOM_ROUNDS == 0, reason="make test-long runs the random rounds (TABD_FAULT_RANDOM_ROUNDS)")
+async def test_random_rounds_of_the_faults_that_hold(make_daemon, engine):
+    rng = random.Random(int(os.environ.get("TABD_FAULT_SEED", "37")))
+    reports = []
+    for n in range(RANDOM_ROUNDS):
+        fault = rng.choice([leader_paused(engine), writer_paused(engine)])
+        if rng.random() < 0.5:
+            fault = with_kill(fault, victim=rng.choice([1, 2]))
+        reports.append(await round_with(fault, make_daemon, engine, extra=("--cluster-forwarding", "off")))
+    judge("random round", reports)
