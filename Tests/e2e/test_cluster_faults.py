@@ -179,6 +179,22 @@ def known(why):
     return pytest.mark.skipif(os.environ.get("TABD_FAULTS_KNOWN") != "1", reason=f"found by the checker, not fixed yet: {why}")
 
 
+def leader_paused(engine):
+    async def fault(nodes, room):
+        leader = engine.leader_of(f"TABD_ROOM_{room}")
+        assert leader is not None, "the room's stream has a leader"
+        with paused(engine.pids[leader]):
+            await asyncio.sleep(PAUSE)
+    return fault
+
+
+def writer_paused(engine):
+    async def fault(nodes, room):
+        with paused(nodes[0].proc.pid):
+            await asyncio.sleep(PAUSE)
+    return fault
+
+
 # Forwarding on, a command of another node's client can be decided twice (by the room's
 # writer and, once it seems gone or silent, by the forwarder); when one of the decisions
 # changes nothing, the command's answer and its effect come from different decisions: a
@@ -189,14 +205,8 @@ UNFENCED = known("with forwarding, a command's answer and its effect can come fr
 @pytest.mark.parametrize("forwarding", [pytest.param("off", id="forwarding-off"),
                                         pytest.param("on", id="forwarding-on", marks=UNFENCED)])
 async def test_the_engine_stream_leader_paused_longer_than_every_bound(make_daemon, engine, forwarding):
-    reports = []
-    for _ in range(ROUNDS):
-        async def fault(nodes, room):
-            leader = engine.leader_of(f"TABD_ROOM_{room}")
-            assert leader is not None, "the room's stream has a leader"
-            with paused(engine.pids[leader]):
-                await asyncio.sleep(PAUSE)
-        reports.append(await round_with(fault, make_daemon, engine, extra=("--cluster-forwarding", forwarding)))
+    reports = [await round_with(leader_paused(engine), make_daemon, engine, extra=("--cluster-forwarding", forwarding))
+               for _ in range(ROUNDS)]
     judge(f"engine leader paused, forwarding {forwarding}", reports)
 
 
@@ -209,12 +219,8 @@ async def test_the_engine_stream_leader_paused_longer_than_every_bound(make_daem
                                         pytest.param("on", id="forwarding-on", marks=UNFENCED)])
 async def test_the_rooms_writer_paused_longer_than_every_bound(make_daemon, engine, forwarding):
     # Forwarding on, the other nodes' commands are in flight to it when it stops.
-    reports = []
-    for _ in range(ROUNDS):
-        async def fault(nodes, room):
-            with paused(nodes[0].proc.pid):
-                await asyncio.sleep(PAUSE)
-        reports.append(await round_with(fault, make_daemon, engine, extra=("--cluster-forwarding", forwarding)))
+    reports = [await round_with(writer_paused(engine), make_daemon, engine, extra=("--cluster-forwarding", forwarding))
+               for _ in range(ROUNDS)]
     judge(f"writer paused, forwarding {forwarding}", reports)
 
 
@@ -244,22 +250,6 @@ async def test_a_node_cut_from_the_engine_then_healed(make_daemon, engine):
 
 
 # --- each fault combined with kill -9 of another node, and random rounds -------------------
-
-def leader_paused(engine):
-    async def fault(nodes, room):
-        leader = engine.leader_of(f"TABD_ROOM_{room}")
-        assert leader is not None, "the room's stream has a leader"
-        with paused(engine.pids[leader]):
-            await asyncio.sleep(PAUSE)
-    return fault
-
-
-def writer_paused(engine):
-    async def fault(nodes, room):
-        with paused(nodes[0].proc.pid):
-            await asyncio.sleep(PAUSE)
-    return fault
-
 
 def with_kill(fault, victim):
     """`fault`, with node `victim` killed (SIGKILL) a second into it: its client resumes on
