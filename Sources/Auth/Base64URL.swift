@@ -2,8 +2,8 @@ import Foundation
 
 /// The base64url encoding of JWTs (RFC 7515 §2: the URL-safe alphabet, no padding),
 /// by way of Foundation's base64.
-enum Base64URL {
-    static func encode(_ bytes: [UInt8]) -> String {
+package enum Base64URL {
+    package static func encode(_ bytes: [UInt8]) -> String {
         var s = Data(bytes).base64EncodedString()
         while s.last == "=" { s.removeLast() }
         return String(s.map { $0 == "+" ? "-" : $0 == "/" ? "_" : $0 })
@@ -11,7 +11,7 @@ enum Base64URL {
 
     /// The bytes of `text`, or nil when it is not strict base64url: only `A-Z a-z 0-9 - _`,
     /// no padding, no whitespace, a length that base64 can have.
-    static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
+    package static func decode(_ text: some Collection<UInt8>) -> [UInt8]? {
         let utf8 = Array(text)
         guard utf8.count % 4 != 1 else { return nil }
         var standard = [UInt8]()

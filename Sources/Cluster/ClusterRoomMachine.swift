@@ -1,4 +1,5 @@
 import Coordinator
+import Auth
 
 /// Every decision of a cluster room, as a value: which batches go into which engine
 /// message and where in the stream it must land, what an answer of the engine means
@@ -49,11 +50,14 @@ import Coordinator
 package struct ClusterRoomMachine: Sendable {
     package typealias Waiter = UInt64
 
-    /// One engine message on its way into the stream: one or more consecutive batches.
+    /// One engine message on its way into the stream: one or more consecutive batches,
+    /// and fences between them (or only fences).
     package struct Publication: Equatable, Sendable {
-        /// One per batch, in order.
+        /// One per batch or fence, in order.
         package let waiters: [Waiter]
         package let batches: [EventBatch]
+        /// The room seq the message ends at: its last batch's, or the seq its fences follow.
+        package let lastSeq: Int
         /// The stream sequence the stream must end at for the message to land.
         package let expectedLastSeq: UInt64
         /// The id of the message the stream must end with: the chain's previous link,
@@ -67,10 +71,16 @@ package struct ClusterRoomMachine: Sendable {
         /// stead), by last seq: the id each was forwarded with. Every node learns from the
         /// message's header which forwarded commands are stored, so none is applied twice.
         package var forwards: [Int: String] = [:]
+        /// The fences it carries: forwarded commands decided here that changed nothing.
+        package var fences: [Fence] = []
 
-        /// The ``ClusterRoomMachine/forwardsHeader`` value, if any batch was forwarded.
+        /// The `Tabd-Forwards` header, if the message holds a forwarded command's decision:
+        /// `SEQ=ID` for a batch ending at SEQ, and for a fence after SEQ `SEQ/u=ID`
+        /// (unchanged) or `SEQ/CODE/MESSAGE=ID` (refused; the message base64url-encoded).
         package var forwardsHeader: String? {
-            forwards.isEmpty ? nil : forwards.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+            guard !forwards.isEmpty || !fences.isEmpty else { return nil }
+            let entries = forwards.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" } + fences.map(\.headerEntry)
+            return entries.joined(separator: ",")
         }
 
         /// The message's body: each batch's `events` frame, one per line (frames are
@@ -162,11 +172,35 @@ package struct ClusterRoomMachine: Sendable {
     /// seconds: a resend, or a node that gave up waiting and decides it itself).
     package static let forwardMemory = 100_000
 
+    /// A forwarded command decided here that changed nothing, recorded in the stream after
+    /// room seq `after` so that no other node decides it again (the coordinator's fence).
+    package struct Fence: Equatable, Sendable {
+        package let after: Int
+        package let id: String
+        package let record: ForwardRecord
+
+        package init(after: Int, id: String, record: ForwardRecord) { self.after = after; self.id = id; self.record = record }
+
+        var headerEntry: String {
+            switch record {
+            case .applied, .unchanged: "\(after)/u=\(id)"
+            case let .refused(error): "\(after)/\(error.code.rawValue)/\(Base64URL.encode(Array(error.message.utf8)))=\(id)"
+            }
+        }
+    }
+
     private struct Queued: Sendable {
-        let batch: EventBatch
+        /// Nil for a fence.
+        let batch: EventBatch?
+        let fence: Fence?
         let generation: Int
         let waiter: Waiter
         let forwardID: String?
+
+        /// The room seqs it covers: a fence covers none (it follows `after`).
+        var firstSeq: Int { batch?.firstSeq ?? fence!.after + 1 }
+        var lastSeq: Int { batch?.lastSeq ?? fence!.after }
+        var bytes: Int { batch.map { $0.frameBytes.count + 1 } ?? (fence!.headerEntry.utf8.count + 1) }
     }
 
     /// A message of the chain, sent and not settled yet.
@@ -251,7 +285,7 @@ package struct ClusterRoomMachine: Sendable {
     /// The last seq the coordinator has published: the history keeps every batch after it.
     private var publishedThrough: Int
     /// The forwarded commands the stream holds, by id: the room seq their batch ends at.
-    private var storedForwards: [String: Int] = [:]
+    private var storedForwards: [String: ForwardRecord] = [:]
     /// The same ids, oldest first (from `forwardHead` on), for forgetting the oldest.
     private var forwardOrder: [String] = []
     private var forwardHead = 0
@@ -320,7 +354,18 @@ package struct ClusterRoomMachine: Sendable {
         if closed { return [.report(waiter, closedError)] }
         if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
         if let failure { return fail(waiter, failure) }
-        queue.append(Queued(batch: batch, generation: generation, waiter: waiter, forwardID: forwardID))
+        queue.append(Queued(batch: batch, fence: nil, generation: generation, waiter: waiter, forwardID: forwardID))
+        return chain.count + awaiting.count < pipelineDepth ? advance() : []
+    }
+
+    /// A fence to record, decided in `generation`: its message expects the stream to end
+    /// where room seq `fence.after` does, like a batch decided on that state. Committed
+    /// (reported) once delivered at that place; another message there makes it a conflict.
+    package mutating func fence(_ fence: Fence, generation: Int, waiter: Waiter) -> [Action] {
+        if closed { return [.report(waiter, closedError)] }
+        if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
+        if let failure { return fail(waiter, failure) }
+        queue.append(Queued(batch: nil, fence: fence, generation: generation, waiter: waiter, forwardID: fence.id))
         return chain.count + awaiting.count < pipelineDepth ? advance() : []
     }
 
@@ -344,9 +389,9 @@ package struct ClusterRoomMachine: Sendable {
                     actions.append(.report(next.waiter, .unavailable("rolled back")))
                     continue
                 }
-                let size = next.batch.frameBytes.count + 1
+                let size = next.bytes
                 if let last = group.last {
-                    guard next.batch.firstSeq == last.batch.lastSeq + 1, next.generation == last.generation,
+                    guard next.firstSeq == last.lastSeq + 1, next.generation == last.generation,
                           bytes + size <= Self.maxGroupBytes else { break }
                 }
                 queue.removeFirst()
@@ -354,19 +399,22 @@ package struct ClusterRoomMachine: Sendable {
                 bytes += size
             }
             guard let first = group.first else { break }
-            guard let expected = place(after: first.batch.firstSeq - 1) else {
+            guard let expected = place(after: first.firstSeq - 1) else {
                 // Decided on a state this node cannot place in the stream (every base is a
                 // delivered, stored or chained batch, so this is a fault).
                 queue.insert(contentsOf: group.dropFirst(), at: 0)
                 actions += failAll(first: [first.waiter], .unavailable("the batch's place in the stream is unknown"), after: nil)
                 continue
             }
-            let previous = chain.last.flatMap { $0.publication.batches.last?.lastSeq == first.batch.firstSeq - 1 ? $0 : nil }
+            let previous = chain.last.flatMap { $0.publication.lastSeq == first.firstSeq - 1 ? $0 : nil }
             published += 1
-            var publication = Publication(waiters: group.map(\.waiter), batches: group.map(\.batch), expectedLastSeq: expected,
-                                          expectedLastMessageID: previous?.publication.messageID,
+            var publication = Publication(waiters: group.map(\.waiter), batches: group.compactMap(\.batch), lastSeq: group.last!.lastSeq,
+                                          expectedLastSeq: expected, expectedLastMessageID: previous?.publication.messageID,
                                           messageID: "\(messageIDPrefix)-\(published)")
-            for queued in group { if let id = queued.forwardID { publication.forwards[queued.batch.lastSeq] = id } }
+            for queued in group {
+                if let fence = queued.fence { publication.fences.append(fence) }
+                else if let id = queued.forwardID, let batch = queued.batch { publication.forwards[batch.lastSeq] = id }
+            }
             chain.append(Link(publication: publication, sentAsHead: chain.isEmpty))
             sentGeneration[publication.messageID] = first.generation
             messagesSent += 1
@@ -442,7 +490,7 @@ package struct ClusterRoomMachine: Sendable {
         var actions: [Action] = []
         while let head = chain.first, let seq = head.stored {
             chain.removeFirst()
-            if let last = head.publication.batches.last { streamSeqOf[last.lastSeq] = seq }
+            streamSeqOf[head.publication.lastSeq] = seq
             if head.confirmed {
                 actions += head.publication.waiters.map { .report($0, nil) }
             } else if delivered >= seq {
@@ -477,7 +525,7 @@ package struct ClusterRoomMachine: Sendable {
     /// The stream sequence of the message that ends at room seq `seq`: a link of the
     /// chain (where it will land), else a delivered or stored message.
     private func place(after seq: Int) -> UInt64? {
-        if let link = chain.last(where: { $0.publication.batches.last?.lastSeq == seq }) {
+        if let link = chain.last(where: { $0.publication.lastSeq == seq }) {
             return link.stored ?? link.publication.expectedLastSeq + 1
         }
         return streamSeqOf[seq]
@@ -537,7 +585,9 @@ package struct ClusterRoomMachine: Sendable {
         var snapshot: SnapshotRecord?
         var settled: [Action] = []
         do {
-            guard let batches = Self.batches(in: message.data) else {
+            // A message of fences only has no body (``Publication/fences``).
+            let fencesOnly = message.data.isEmpty && (message.forwards?.contains("/") ?? false)
+            guard let batches = fencesOnly ? [] : Self.batches(in: message.data) else {
                 return breakRoom("room '\(room)': stream message \(message.streamSeq) is not a batch")
             }
             for batch in batches {
@@ -556,8 +606,9 @@ package struct ClusterRoomMachine: Sendable {
                 }
             }
             delivered = message.streamSeq
-            let lastSeq = batches[batches.count - 1].lastSeq
-            if let forwards = message.forwards { remember(forwards, within: batches[0].firstSeq...lastSeq) }
+            let lastSeq = batches.last?.lastSeq ?? stored.snapshot.seq
+            let firstSeq = batches.first?.firstSeq ?? lastSeq + 1
+            if let forwards = message.forwards { remember(forwards, first: firstSeq, last: lastSeq) }
             streamSeqOf[lastSeq] = message.streamSeq
             if streamSeqOf.count > 4096 { streamSeqOf = streamSeqOf.filter { $0.key >= lastSeq - 1024 } }
             trimHistory()
@@ -665,17 +716,20 @@ package struct ClusterRoomMachine: Sendable {
         return lastWriter
     }
 
-    /// The room seq the batch of the forwarded command `id` ends at, if the stream holds it
-    /// (as far as it was delivered here).
-    package func storedForward(_ id: String) -> Int? { storedForwards[id] }
+    /// What the stream holds of the forwarded command `id` (as far as it was delivered
+    /// here): its batch, or the fence of a decision that changed nothing.
+    package func storedForward(_ id: String) -> ForwardRecord? { storedForwards[id] }
 
-    /// Takes note of a message's forwarded commands (`seq=id,…`; seqs outside the
-    /// message's own are ignored), forgetting the oldest past ``forwardMemory``.
-    private mutating func remember(_ header: String, within seqs: ClosedRange<Int>) {
+    /// Takes note of a message's forwarded commands (``Publication/forwardsHeader``: a
+    /// batch's entry must name one of the message's own seqs, `first` to `last`, a fence's
+    /// one from `first - 1` to `last`; others are ignored), forgetting the oldest past ``forwardMemory``. The
+    /// first record of an id is the one that stands.
+    private mutating func remember(_ header: String, first: Int, last: Int) {
         for pair in header.split(separator: ",") {
-            guard let eq = pair.firstIndex(of: "="), let seq = Int(pair[..<eq]), seqs.contains(seq) else { continue }
+            guard let eq = pair.lastIndex(of: "=") else { continue }
             let id = String(pair[pair.index(after: eq)...])
-            guard !id.isEmpty, storedForwards.updateValue(seq, forKey: id) == nil else { continue }
+            guard !id.isEmpty, storedForwards[id] == nil, let record = Self.record(pair[..<eq], first: first, last: last) else { continue }
+            storedForwards[id] = record
             forwardOrder.append(id)
         }
         while forwardOrder.count - forwardHead > Self.forwardMemory {
@@ -686,6 +740,18 @@ package struct ClusterRoomMachine: Sendable {
             forwardOrder.removeFirst(forwardHead)
             forwardHead = 0
         }
+    }
+
+    /// The record one `Tabd-Forwards` key names: `SEQ`, `SEQ/u` or `SEQ/CODE/MESSAGE`.
+    private static func record(_ key: Substring, first: Int, last: Int) -> ForwardRecord? {
+        let parts = key.split(separator: "/", omittingEmptySubsequences: false)
+        guard let seq = Int(parts[0]) else { return nil }
+        if parts.count == 1 { return seq >= first && seq <= last ? .applied(seq: seq) : nil }
+        guard seq >= first - 1, seq <= last else { return nil }
+        if parts.count == 2, parts[1] == "u" { return .unchanged(seq: seq) }
+        guard parts.count == 3, let code = ErrorCode(rawValue: String(parts[1])),
+              let message = Base64URL.decode(parts[2].utf8) else { return nil }
+        return .refused(CommandError(code, String(decoding: message, as: UTF8.self)))
     }
 
     /// Whether the coordinator holds `message`'s batches already: this machine sent it

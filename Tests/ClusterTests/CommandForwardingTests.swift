@@ -166,15 +166,83 @@ import Testing
         #expect(m.storedForward("n2:i:r:f1") == nil, "known once delivered, not when stored")
         let back = m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "n1", messageID: p1.messageID, forwards: p1.forwardsHeader,
                                                 data: p1.data), now: 1)
-        #expect(m.storedForward("n2:i:r:f1") == 1 && m.lastWriter == "n1")
+        #expect(m.storedForward("n2:i:r:f1") == .applied(seq: 1) && m.lastWriter == "n1")
         let p2 = try #require(ClusterRoomMachineTests.publication(back))
         #expect(p2.batches.count == 2 && p2.forwardsHeader == "3=n3:i:r:f9")
         // Another node's message: its header is learned too (a seq outside it is not).
         let other = ClusterRoomMachineTests.batch(2, offset: 5)
         _ = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n3", forwards: "2=n1:i:r:f4,9=n1:i:r:f5,junk",
                                          data: other.frameBytes), now: 2)
-        #expect(m.storedForward("n1:i:r:f4") == 2 && m.storedForward("n1:i:r:f5") == nil)
+        #expect(m.storedForward("n1:i:r:f4") == .applied(seq: 2) && m.storedForward("n1:i:r:f5") == nil)
         #expect(m.lastWriter == "n3")
+    }
+
+    // MARK: Fences
+
+    /// A forwarded command decided here that changed nothing is fenced: its record rides in
+    /// the message of the batches around it, at its place, and every node learns it.
+    @Test func aFenceGoesInTheMessageOfTheBatchesAroundItAndIsLearnedFromTheStream() throws {
+        var m = try ClusterRoomMachineTests.machine(depth: 1)
+        let p1 = try #require(ClusterRoomMachineTests.publication(m.append(ClusterRoomMachineTests.batch(1), generation: 0, waiter: 1)))
+        // Queued while p1 is in flight: a fence after seq 1, then a batch, then a refused fence.
+        #expect(m.fence(.init(after: 1, id: "n2:i:r:f1", record: .unchanged(seq: 1)), generation: 0, waiter: 2).isEmpty)
+        _ = m.append(ClusterRoomMachineTests.batch(2), generation: 0, waiter: 3)
+        let refused = CommandError(.unknownTab, "no tab 'a,b=c/d'")
+        _ = m.fence(.init(after: 2, id: "n2:i:r:f2", record: .refused(refused)), generation: 0, waiter: 4)
+        _ = m.published(p1, .stored(seq: 2), now: 0)
+        let back = m.delivered(ClusterRoomMachineTests.delivery(2, ClusterRoomMachineTests.batch(1), id: p1.messageID), now: 1)
+        #expect(back.contains(.report(1, nil)))
+        let p2 = try #require(ClusterRoomMachineTests.publication(back))
+        #expect(p2.batches.map(\.lastSeq) == [2] && p2.lastSeq == 2 && p2.waiters == [2, 3, 4] && p2.expectedLastSeq == 2)
+        #expect(p2.forwardsHeader?.hasPrefix("1/u=n2:i:r:f1,2/unknown_tab/") == true)
+        #expect(m.storedForward("n2:i:r:f1") == nil, "known once delivered")
+        _ = m.published(p2, .stored(seq: 3), now: 1)
+        let done = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", messageID: p2.messageID, forwards: p2.forwardsHeader,
+                                                data: p2.data), now: 2)
+        #expect([2, 3, 4].allSatisfy { done.contains(.report($0, nil)) }, "fences are committed with the message")
+        #expect(m.storedForward("n2:i:r:f1") == .unchanged(seq: 1))
+        #expect(m.storedForward("n2:i:r:f2") == .refused(refused), "the error, as decided, comes back from the header")
+
+        // Another node reads the same message alike.
+        var other = try ClusterRoomMachineTests.machine()
+        _ = other.delivered(ClusterRoomMachineTests.delivery(2, ClusterRoomMachineTests.batch(1), writer: "n1"), now: 0)
+        _ = other.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", forwards: p2.forwardsHeader, data: p2.data), now: 1)
+        #expect(other.storedForward("n2:i:r:f1") == .unchanged(seq: 1) && other.storedForward("n2:i:r:f2") == .refused(refused))
+    }
+
+    /// A fence with no batch around it is a message of its own, without a body: it lands
+    /// where the stream ends (the next message follows it), and is committed once delivered there.
+    @Test func aFenceAloneIsAMessageWithoutBodyAtTheStreamsEnd() throws {
+        var m = try ClusterRoomMachineTests.machine(depth: 1)
+        _ = m.delivered(ClusterRoomMachineTests.delivery(2, ClusterRoomMachineTests.batch(1), writer: "n3"), now: 0)
+        let p = try #require(ClusterRoomMachineTests.publication(m.fence(.init(after: 1, id: "n2:i:r:f7", record: .unchanged(seq: 1)),
+                                                                         generation: 0, waiter: 5)))
+        #expect(p.data.isEmpty && p.batches.isEmpty && p.lastSeq == 1 && p.expectedLastSeq == 2 && p.forwardsHeader == "1/u=n2:i:r:f7")
+        _ = m.published(p, .stored(seq: 3), now: 0)
+        let done = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", messageID: p.messageID, forwards: p.forwardsHeader,
+                                                data: []), now: 1)
+        #expect(done.contains(.report(5, nil)) && m.broken == nil && m.delivered == 3)
+        #expect(m.storedForward("n2:i:r:f7") == .unchanged(seq: 1))
+        let next = try #require(ClusterRoomMachineTests.publication(m.append(ClusterRoomMachineTests.batch(2), generation: 0, waiter: 6)))
+        #expect(next.expectedLastSeq == 3, "the next batch follows the fence")
+        // An empty message that is no fence does not fold.
+        _ = m.published(next, .stored(seq: 4), now: 1)
+        _ = m.delivered(Machine.Delivery(streamSeq: 4, kind: nil, writer: "n3", data: []), now: 2)
+        #expect(m.broken != nil)
+    }
+
+    /// The first record of a forwarded command stands: a later batch or fence naming the
+    /// same id (a node that decided it on state that had it already cannot store one, but
+    /// a stream is read as it is) does not replace it.
+    @Test func theFirstRecordOfAForwardedCommandStands() throws {
+        var m = try ClusterRoomMachineTests.machine()
+        _ = m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "n2", forwards: "0/u=f1", data: []), now: 0)
+        _ = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", forwards: "1=f1", data: ClusterRoomMachineTests.batch(1).frameBytes), now: 1)
+        #expect(m.storedForward("f1") == .unchanged(seq: 0))
+        // Fences outside the message's place, and malformed ones, are not records.
+        _ = m.delivered(Machine.Delivery(streamSeq: 4, kind: nil, writer: "n2", forwards: "7/u=f2,1/bogus/eA=f3,1/invalid/!!=f4,1/x=f5",
+                                         data: ClusterRoomMachineTests.batch(2).frameBytes), now: 2)
+        #expect(["f2", "f3", "f4", "f5"].allSatisfy { m.storedForward($0) == nil } && m.broken == nil)
     }
 
     @Test func theWriterIsTheNodeThatWroteMostOfTheLatestMessages() throws {

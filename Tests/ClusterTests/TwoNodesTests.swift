@@ -128,6 +128,58 @@ struct TwoNodesTests {
         #expect(rooms[0].conflicts + rooms[1].conflicts > 0, "the nodes never raced: the conflict path was not exercised")
     }
 
+    /// The fence: a forwarded command that one node decided and that changed nothing (or
+    /// was refused) is never applied by another node that decides it afterwards on a state
+    /// where it would change something. It answers what the first decision answered.
+    /// Without the fence (``ClusterRoom/fencesOff``) the second node selects `home` here.
+    @Test func aForwardedCommandThatChangedNothingIsNotAppliedByAnotherNodeAfterwards() async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let nodes = try (1...2).map { try ClusterNode(urls: [server.url], name: "n\($0)", trust: testTrust, log: { _ in }) }
+        defer { for node in nodes { node.close() } }
+        #expect(try nodes[0].createRoom("r", tabs: TabInfo.defaults))
+        var coordinators: [Coordinator] = []
+        var logs: [NodeLog] = []
+        for node in nodes {
+            let room = try node.openRoom("r", resumeWindow: 10_000)
+            let coordinator = Coordinator(restoring: room.committedState(), durability: room)
+            let log = NodeLog()
+            await coordinator.addPublisher { batches, answers in
+                log.batches.withLock { $0 += batches }
+                log.answers.withLock { for a in answers { $0[a.to, default: []].append(a.frame) } }
+            }
+            room.onForeignBatches { Task { await coordinator.absorb() } }
+            coordinators.append(coordinator)
+            logs.append(log)
+        }
+        let (first, second) = (coordinators[0], coordinators[1])
+        try await first.start(forgetting: [])
+        let selected = await first.snapshot().selected
+        let other = try #require(TabInfo.defaults.map(\.id).first { $0 != selected })
+        // n1 decides forward f1 (select the selected tab: nothing) and f2 (a tab that is not there).
+        await first.enqueue(.select(tab: selected), by: "c1", ref: "a", replyTo: 1, forwardID: "n2:i:r:f1")
+        await first.enqueue(.select(tab: "later"), by: "c1", ref: "b", replyTo: 1, forwardID: "n2:i:r:f2")
+        try await eventually("n1's answers") { logs[0].count(1) == 2 }
+        let answers = logs[0].answers.withLock { $0[1]! }
+        guard case let .ack("a", at) = answers[0], case .error("b", let refused) = answers[1] else {
+            Issue.record("unexpected answers \(answers)"); return
+        }
+        #expect(refused.code == .unknownTab)
+        // Then the state moves on: f1 would now change the selection, and `later` exists.
+        _ = try await first.execute(.select(tab: other))
+        _ = try await first.execute(.addTab(TabInfo(id: "later", title: "Later", icon: "star", color: "#123456"), index: nil))
+        let end = await first.currentSeq
+        try await eventually("n2 has the room") { await second.currentSeq == end }
+        // n2 decides the same forwards (its forwarder gave up on n1): the stream's record answers.
+        await second.enqueue(.select(tab: selected), by: "c1", ref: "a", replyTo: 2, forwardID: "n2:i:r:f1")
+        await second.enqueue(.select(tab: "later"), by: "c1", ref: "b", replyTo: 2, forwardID: "n2:i:r:f2")
+        try await eventually("n2's answers") { logs[1].count(2) == 2 }
+        let again = logs[1].answers.withLock { $0[2]! }
+        #expect(again == [.ack(ref: "a", seq: at), .error(ref: "b", refused)], "the first decisions' answers")
+        let (now, seqNow) = (await second.snapshot().selected, await second.currentSeq)
+        #expect(now == other && seqNow == end, "neither applied")
+    }
+
     @Test func aNodeThatHasNeverSeenTheRoomServesItFromTheEngine() async throws {
         let server = try EngineServer()
         defer { server.stop() }

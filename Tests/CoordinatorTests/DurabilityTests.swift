@@ -19,7 +19,7 @@ final class ScriptedStore: Durability {
         var holdingCommits = false
         var heldCommits: [@Sendable () -> Void] = []
         /// Forwarded commands committed, by id: their batch's last seq.
-        var forwards: [String: Int] = [:]
+        var forwards: [String: ForwardRecord] = [:]
     }
     // `Locked` (a pthread mutex), not `Mutex`: the TSan run must see this synchronisation.
     private let state: Locked<State>
@@ -64,12 +64,12 @@ final class ScriptedStore: Durability {
 
     func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
         append(batch, generation: generation) { [state] error in
-            if error == nil { state.withLock { $0.forwards[forwardID] = batch.lastSeq } }
+            if error == nil { state.withLock { $0.forwards[forwardID] = .applied(seq: batch.lastSeq) } }
             done(error)
         }
     }
 
-    func storedForward(_ forwardID: String) -> Int? { state.withLock { $0.forwards[forwardID] } }
+    func storedForward(_ forwardID: String) -> ForwardRecord? { state.withLock { $0.forwards[forwardID] } }
 
     func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         // Whether the disk is full is decided when the batch arrives, so tests are deterministic.

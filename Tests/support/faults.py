@@ -4,6 +4,10 @@
   paused process keeps its sockets open: its peers see silence, not a close.
 - `Proxy`: a TCP relay between a tabd node and one engine server that a test cuts (every
   connection through it is dropped and new ones are refused) and heals.
+- `NatsProxy`: a `Proxy` that reads the NATS protocol a node sends and, while `silence()`d,
+  drops the node's core-NATS messages on tabd's node-to-node subjects (heartbeats,
+  forwards, answers, deletion notices) and passes everything else, its JetStream traffic
+  included: the other nodes stop hearing a node that still reaches the engine.
 """
 import contextlib
 import os
@@ -56,22 +60,30 @@ class Proxy:
                     continue
                 upstream.settimeout(None)
                 self.pairs.append((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            outbound = self._outbound_filter()
+            for a, b, f in ((client, upstream, outbound), (upstream, client, None)):
+                threading.Thread(target=self._pump, args=(a, b, f), daemon=True).start()
 
     @staticmethod
-    def _pump(src, dst):
+    def _pump(src, dst, filter=None):
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                dst.sendall(data)
+                if filter:
+                    data = filter(data)
+                if data:
+                    dst.sendall(data)
         except OSError:
             pass
         for s in (src, dst):
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
+
+    def _outbound_filter(self):
+        """A new connection's filter of what the client sends (bytes in, bytes to relay), or None."""
+        return None
 
     def cut(self):
         """Drops every connection through the proxy and refuses new ones."""
@@ -92,3 +104,54 @@ class Proxy:
         self.closed = True
         self.cut()
         self.listener.close()
+
+
+# The subjects on which tabd nodes speak to each other over core NATS (not JetStream).
+NODE_SUBJECTS = (b"tabd.node.", b"tabd.fwd.", b"tabd.fwdr.", b"tabd.deleted.")
+
+
+class NatsProxy(Proxy):
+    """A Proxy that parses the client's NATS protocol (`PUB`/`HPUB` with their payloads,
+    every other operation a line) and, while silenced, drops `PUB`/`HPUB` on
+    NODE_SUBJECTS. Dropped messages are gone, as on a network that lost them."""
+
+    def __init__(self, target):
+        self.silenced = False
+        self.dropped = 0
+        super().__init__(target)
+
+    def silence(self):
+        self.silenced = True
+
+    def unsilence(self):
+        self.silenced = False
+
+    def _outbound_filter(self):
+        buffer = bytearray()
+
+        def relay(data):
+            buffer.extend(data)
+            out = bytearray()
+            while True:
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    break
+                line = bytes(buffer[:end])
+                op = line.split(b" ", 1)[0].upper()
+                if op in (b"PUB", b"HPUB"):
+                    parts = line.split()
+                    size = int(parts[-1])
+                    total = end + 2 + size + 2
+                    if len(buffer) < total:
+                        break   # the payload is still on its way
+                    subject = parts[1]
+                    if self.silenced and subject.startswith(NODE_SUBJECTS):
+                        self.dropped += 1
+                    else:
+                        out += buffer[:total]
+                    del buffer[:total]
+                else:
+                    out += buffer[:end + 2]
+                    del buffer[:end + 2]
+            return bytes(out)
+        return relay

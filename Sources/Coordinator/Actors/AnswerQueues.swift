@@ -20,6 +20,10 @@ struct AnswerQueues {
         case unchanged(after: Int)
         /// To be decided again after a conflict: it, and everything after it, waits.
         case held
+        /// A forwarded command that changed nothing: its answer waits for its fence's
+        /// commit (``Coordinator/recordFence(_:forwardID:address:order:ref:)``), which
+        /// settles it; a failed fence decides it again.
+        case fenced
         /// Forwarded to another node, whose answer it waits for (``settleRemote(_:order:frame:)``).
         case remote
         /// Acked by the node it was forwarded to, at `seq`: sent once `seq` is published
@@ -122,6 +126,7 @@ struct AnswerQueues {
                 switch queue[i].pending {
                 case let .applied(seq) where seq > committed: break
                 case let .unchanged(after) where after > committed: break
+                case .fenced: break
                 default: continue
                 }
                 queue[i].pending = .held
@@ -173,7 +178,7 @@ struct AnswerQueues {
         case let .ready(frame): return frame
         case let .applied(seq), let .acked(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
         case let .unchanged(after): return after <= published ? .ack(ref: entry.ref, seq: after) : nil
-        case .held, .remote, .syncLater, .syncDue: return nil
+        case .held, .fenced, .remote, .syncLater, .syncDue: return nil
         }
     }
 
@@ -188,7 +193,7 @@ struct AnswerQueues {
                 switch entry.pending {
                 case let .applied(seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
                 case let .unchanged(after) where after > committed: entry.pending = .ready(.error(ref: entry.ref, error))
-                case .held: entry.pending = .ready(.error(ref: entry.ref, error))
+                case .held, .fenced: entry.pending = .ready(.error(ref: entry.ref, error))
                 default: break
                 }
                 return entry

@@ -47,7 +47,9 @@ extension Coordinator {
         case .unchanged: return Receipt(state: .unchanged(after: lastUnpublished))
         case let .recorded(batch, nil): return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
         case let .recorded(batch, wait?): return Receipt(state: .pending(batch, wait))
-        case let .forwardedBefore(seq): return Receipt(state: .done(.applied(seq: seq, batch: nil))) // no forward id here
+        case let .forwardedBefore(record): // no forward id on this road
+            if case let .refused(error) = record { return Receipt(state: .failed(error)) }
+            return Receipt(state: .done(.applied(seq: currentSeq, batch: nil)))
         }
     }
 
@@ -76,6 +78,11 @@ extension Coordinator {
             answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address, command: command, forwardID: forwardID)
         }
         guard let pending = pendingAnswer(step, ref: ref) else { return } // its ack goes with the batch
+        if let forwardID, let record = fenceRecord(step) {
+            let order = answers.add(.fenced, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
+            recordFence(record, forwardID: forwardID, address: address, order: order, ref: ref)
+            return
+        }
         answers.add(pending, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
         publishAnswers(to: address)
     }
@@ -99,10 +106,9 @@ extension Coordinator {
     public func decideInstead(_ address: UInt64, order: Int) async {
         await enter(); defer { leave() }
         guard let redo = answers.remote(address, order: order) else { return }
-        let step = await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
+        settle(redo, await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
             answers.settle(redo, .applied(seq: lastSeq))
-        }
-        if let pending = pendingAnswer(step, ref: redo.ref) { answers.settle(redo, pending) }
+        })
         publishAnswers(to: address)
     }
 
@@ -136,7 +142,9 @@ extension Coordinator {
         case let .answered(.applied(seq, _)): .ready(.ack(ref: ref, seq: seq))
         case let .refused(error): .ready(.error(ref: ref, error))
         case .unchanged: .unchanged(after: seq)
-        case let .forwardedBefore(stored): .applied(seq: stored)
+        case .forwardedBefore(.applied(let stored)): .applied(seq: stored)
+        case .forwardedBefore(.unchanged(let at)): .unchanged(after: at)
+        case .forwardedBefore(.refused(let error)): .ready(.error(ref: ref, error))
         case .recorded: nil
         }
     }
@@ -147,10 +155,36 @@ extension Coordinator {
     /// (it may be `unknown_tab` or `invalid` now, or change nothing).
     func redecide(_ held: [AnswerQueues.Redo]) async {
         for redo in held {
-            let step = await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
+            settle(redo, await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
                 answers.settle(redo, .applied(seq: lastSeq))
-            }
-            if let pending = pendingAnswer(step, ref: redo.ref) { answers.settle(redo, pending) }
+            })
+        }
+    }
+
+    /// Gives a command decided again (or instead of another node) the answer its step
+    /// leaves to wait for; a forwarded one that changed nothing waits for its fence.
+    private func settle(_ redo: AnswerQueues.Redo, _ step: Step) {
+        guard let pending = pendingAnswer(step, ref: redo.ref) else { return }
+        if let forwardID = redo.forwardID, let record = fenceRecord(step) {
+            answers.settle(redo, .fenced)
+            recordFence(record, forwardID: forwardID, address: redo.address, order: redo.order, ref: redo.ref)
+        } else {
+            answers.settle(redo, pending)
+        }
+    }
+
+    /// What the fence of a forwarded command's step records, when it must have one: the
+    /// step decided it (not the stream's record of it) and it changed nothing. In a
+    /// cluster, another node may decide the same command (its forwarder, when this node
+    /// seemed dead; this node, when its forwarder gave up on it): the fence, ordered in
+    /// the room's stream like a batch, makes the first decision the only one, so that a
+    /// command's answer and its effect can never come from two decisions.
+    private func fenceRecord(_ step: Step) -> ForwardRecord? {
+        guard fencesForwards else { return nil }
+        switch step {
+        case .unchanged: return .unchanged(seq: seq)
+        case let .refused(error): return .refused(error)
+        case .answered, .recorded, .forwardedBefore: return nil
         }
     }
 
@@ -163,8 +197,8 @@ extension Coordinator {
         case unchanged
         /// Applied and recorded; with a store, `wait` tells when it is committed.
         case recorded(EventBatch, wait: CommitWait?)
-        /// A forwarded command the store holds already, its batch ending at this seq.
-        case forwardedBefore(seq: Int)
+        /// A forwarded command the store holds a decision of already.
+        case forwardedBefore(ForwardRecord)
     }
 
     /// What both roads share, inside the gate: `sync` and `ping` answered, any other
@@ -188,7 +222,7 @@ extension Coordinator {
         default:
             break
         }
-        if let forwardID, let stored = storedForward(forwardID) { return .forwardedBefore(seq: stored) }
+        if let forwardID, let stored = storedForward(forwardID) { return .forwardedBefore(stored) }
         let events: [Event]
         do { events = try await decide(command) } catch { return .refused(error) }
         guard !events.isEmpty else { return .unchanged }

@@ -104,8 +104,8 @@ public actor Coordinator {
     private let durability: (any Durability)?
     /// Bumped on every rollback; the store drops batches of older generations.
     private var generation = 0
-    /// Applied batches waiting for their commit, in seq order.
-    private var unpublished: [(batch: EventBatch, wait: CommitWait)] = []
+    /// Applied batches and fences waiting for their commit, in the order they were recorded.
+    private var unpublished: [Unpublished] = []
     /// Other writers stored batches while this coordinator's own were pending: taken in
     /// once those have settled.
     private var absorbPending = false
@@ -289,18 +289,35 @@ public actor Coordinator {
             publish([batch])
             return (batch, nil)
         }
-        let wait = CommitWait()
-        unpublished.append((batch, wait))
-        let done: @Sendable (CommandError?) -> Void = { [commitSignals, commitSignalled] error in
-            wait.fulfil(error)
-            if commitSignalled.raise() { commitSignals.yield() }
-        }
+        let (wait, done) = commitWait()
+        unpublished.append(Unpublished(lastSeq: batch.lastSeq, batch: batch, wait: wait))
         if let forwardID {
             durability.append(batch, generation: generation, forwardID: forwardID, done: done)
         } else {
             durability.append(batch, generation: generation, done: done)
         }
         return (batch, wait)
+    }
+
+    /// A new commit wait, and the store's report that fulfils it and wakes the commit task.
+    private func commitWait() -> (CommitWait, @Sendable (CommandError?) -> Void) {
+        let wait = CommitWait()
+        return (wait, { [commitSignals, commitSignalled] error in
+            wait.fulfil(error)
+            if commitSignalled.raise() { commitSignals.yield() }
+        })
+    }
+
+    /// Records a fence (``Durability/fence(after:record:generation:forwardID:done:)``) for a
+    /// forwarded command that changed nothing (`record`) on the state at the current seq:
+    /// its answer, waiting as ``AnswerQueues/Pending/fenced`` at `address` and `order`,
+    /// is released once the fence is committed, and decided again if the fence fails.
+    func recordFence(_ record: ForwardRecord, forwardID: String, address: UInt64, order: Int, ref: String?) {
+        guard let durability else { return }
+        let (wait, done) = commitWait()
+        unpublished.append(Unpublished(lastSeq: seq, batch: nil, wait: wait,
+                                       fence: .init(address: address, order: order, record: record, ref: ref)))
+        durability.fence(after: seq, record: record, generation: generation, forwardID: forwardID, done: done)
     }
 
     /// Records events and, with a store, waits (holding the gate) until they are
@@ -324,17 +341,25 @@ public actor Coordinator {
                 if error.isConflict { continue }
                 return error
             }
-            publishCommitted(through: last.batch.lastSeq)
+            publishCommitted(through: last.lastSeq)
             return nil
         }
         return nil
     }
 
-    /// Publishes, in order, the waiting batches up to `seq` (they are committed).
+    /// Publishes, in order, the waiting batches up to `seq` (they are committed), and
+    /// answers the committed fences among them. A fence not committed yet stops it there: it
+    /// comes after every batch up to its seq, so nothing of `seq` is held back.
     func publishCommitted(through seq: Int) {
         var n = 0
-        while n < unpublished.count, unpublished[n].batch.lastSeq <= seq { n += 1 }
-        let ready = unpublished.prefix(n).map(\.batch)
+        while n < unpublished.count, unpublished[n].lastSeq <= seq {
+            if let fence = unpublished[n].fence {
+                guard case .some(nil) = unpublished[n].wait.value else { break }
+                answers.settle(fence.address, order: fence.order, fence.answer)
+            }
+            n += 1
+        }
+        let ready = unpublished.prefix(n).compactMap(\.batch)
         unpublished.removeFirst(n)
         publish(ready)
     }
@@ -352,7 +377,7 @@ public actor Coordinator {
         }
         // Publishing takes the committed prefix out of `unpublished`: the failed batch's
         // wait was taken above, not looked up by its old index.
-        if n > 0 { publishCommitted(through: unpublished[n - 1].batch.lastSeq) }
+        if n > 0 { publishCommitted(through: unpublished[n - 1].lastSeq) }
         if let failure { await rollback(failure.error, failed: failure.wait) }
         else if absorbPending, unpublished.isEmpty { await absorb() }
     }
@@ -376,7 +401,10 @@ public actor Coordinator {
             ownCommitted = publishedSeq
             for entry in unpublished {
                 guard case .some(nil) = entry.wait.value else { break }
-                ownCommitted = entry.batch.lastSeq
+                ownCommitted = entry.lastSeq
+                // A committed fence: its answer stands (another node that decides the
+                // command finds it), whatever is rolled back after it.
+                if let fence = entry.fence { answers.settle(fence.address, order: fence.order, fence.answer) }
             }
             if error.isConflict {
                 held = answers.takeRedo(after: ownCommitted)
@@ -441,10 +469,13 @@ public actor Coordinator {
     }
 
     /// Where the store holds the batch of the forwarded command `id`, if it does.
-    func storedForward(_ id: String) -> Int? { durability?.storedForward(id) }
+    func storedForward(_ id: String) -> ForwardRecord? { durability?.storedForward(id) }
+
+    /// Whether a forwarded command's decisions must be fenced: another node may decide it too.
+    var fencesForwards: Bool { durability?.hasOtherWriters ?? false }
 
     /// The commit wait and last seq of the last applied batch, if it is not published yet.
-    var lastUnpublished: (wait: CommitWait, seq: Int)? { unpublished.last.map { ($0.wait, $0.batch.lastSeq) } }
+    var lastUnpublished: (wait: CommitWait, seq: Int)? { unpublished.last.map { ($0.wait, $0.lastSeq) } }
 
     /// Records and delivers committed batches, in order, with the answers that can go
     /// now: publishers get both in one call, so an `ack` travels with its events.
@@ -634,6 +665,32 @@ public actor Coordinator {
     /// One client leaves: `clientLeft`, unless it was not connected.
     public func disconnect(_ id: ClientID) async throws(CommandError) {
         _ = try await presence(joining: [], leaving: [id])
+    }
+}
+
+/// A batch or a fence recorded and waiting for its commit.
+struct Unpublished {
+    /// The batch's last seq; a fence's place (the seq it follows).
+    let lastSeq: Int
+    /// Nil for a fence.
+    let batch: EventBatch?
+    let wait: CommitWait
+    var fence: Fence? = nil
+
+    /// A forwarded command's decision that changed nothing, and where its answer waits.
+    struct Fence {
+        let address: UInt64
+        let order: Int
+        let record: ForwardRecord
+        let ref: String?
+
+        /// The answer the command gets once the fence is committed.
+        var answer: AnswerQueues.Pending {
+            switch record {
+            case let .applied(seq), let .unchanged(seq): .unchanged(after: seq)
+            case let .refused(error): .ready(.error(ref: ref, error))
+            }
+        }
     }
 }
 

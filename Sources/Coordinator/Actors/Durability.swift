@@ -55,9 +55,17 @@ public protocol Durability: Sendable {
     /// forwarded (or one forwarded to another node and decided here in its stead): the
     /// store records `forwardID` with it, and ``storedForward(_:)`` finds it from then on.
     func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void)
-    /// The last seq of the stored batch of the forwarded command `forwardID`, if the log
-    /// holds one: that command is never applied again.
-    func storedForward(_ forwardID: String) -> Int?
+    /// What the log holds of the forwarded command `forwardID` (its batch, or the fence
+    /// of a decision that changed nothing), if anything: that command is never decided
+    /// again, and its answer is the one recorded.
+    func storedForward(_ forwardID: String) -> ForwardRecord?
+    /// Records, in the log's order after `seq`, that the forwarded command `forwardID` was
+    /// decided here and changed nothing (`record` says how: unchanged at `seq`, or
+    /// refused): a **fence**. Another writer that decides the same command afterwards
+    /// finds it (``storedForward(_:)``); one that recorded it first makes this fence fail
+    /// as a conflict (the command is then decided again, and finds that record). `done`
+    /// as for ``append(_:generation:done:)``, in order with the batches.
+    func fence(after seq: Int, record: ForwardRecord, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void)
     /// The coordinator has published every batch up to `seq`: with other writers, the
     /// history of ``committedState()`` may drop batches up to it, and must keep every one
     /// after it, however far the coordinator lags (a node paused while the others wrote).
@@ -71,9 +79,25 @@ extension Durability {
     public func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
         append(batch, generation: generation, done: done)
     }
-    public func storedForward(_ forwardID: String) -> Int? { nil }
+    public func storedForward(_ forwardID: String) -> ForwardRecord? { nil }
+    /// Without other writers nobody else can decide the command: nothing to fence.
+    public func fence(after seq: Int, record: ForwardRecord, generation: Int, forwardID: String,
+                      done: @escaping @Sendable (CommandError?) -> Void) {
+        done(nil)
+    }
     /// A store of its own keeps no history for the coordinator.
     public func published(through seq: Int) {}
+}
+
+/// What a log holds of a forwarded command's decision: its batch, or a fence of a decision
+/// that changed nothing (``Durability/fence(after:record:generation:forwardID:done:)``).
+public enum ForwardRecord: Sendable, Equatable {
+    /// Applied: its batch ends at `seq`.
+    case applied(seq: Int)
+    /// Changed nothing, decided on the state at `seq`: its answer is `ack` at `seq`.
+    case unchanged(seq: Int)
+    /// Refused: its answer is this error.
+    case refused(CommandError)
 }
 
 /// A batch's commit, reported once from the store's thread: nil when durable, else why
