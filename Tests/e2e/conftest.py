@@ -233,9 +233,11 @@ def strip_seq(frame):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
-    """Runs `async def` tests on a fresh event loop (no plugin needed)."""
+    """Runs `async def` tests on a fresh event loop (no plugin needed), each within 120 s or
+    the seconds of its `time_limit` mark."""
     if asyncio.iscoroutinefunction(pyfuncitem.obj):
         args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-        asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), 120))
+        limit = pyfuncitem.get_closest_marker("time_limit")
+        asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), limit.args[0] if limit else 120))
         return True
     return None

@@ -134,7 +134,8 @@ class NatsCluster:
     client port); the monitoring port stays plain HTTP, so readiness is checked the same.
     """
 
-    def __init__(self, size=3, base_dir=None, name="tabd", base_port=None, binary=None, extra="", advertise=True):
+    def __init__(self, size=3, base_dir=None, name="tabd", base_port=None, binary=None, extra="", advertise=True,
+                 route_proxies=False):
         if size != 1 and size < 3:
             raise ValueError("size is 1 (a single server) or at least 3 (a cluster with a quorum)")
         self.size = size
@@ -143,6 +144,11 @@ class NatsCluster:
         # advertise=False: the servers do not tell clients of each other (`no_advertise`),
         # so a client given proxies' URLs reaches the servers only through them.
         self.advertise = advertise
+        # route_proxies=True: each server reaches each other one through a TCP relay of its
+        # own (Tests/support/faults.py's Proxy), so that `cut_off(i)` can split server i from
+        # the others, and `rejoin(i)` heal it, while its clients still reach it. The servers
+        # advertise no reachable route address: none learns a way around the relays.
+        self.route_proxies = {} if route_proxies and size > 1 else None
         self.binary = binary or nats_server_binary()
         self.version = server_version(self.binary)
         # 2.10+: every write synced before its ack; 2.9 refuses the setting (syncs every 2 min).
@@ -174,6 +180,17 @@ class NatsCluster:
 
     def _layout(self, client, route, http):
         self.client_ports, self.route_ports, self.http_ports = client, route, http
+        if self.route_proxies is not None:
+            from faults import Proxy   # standard library only, like this file
+            for i in range(self.size):
+                for j in range(self.size):
+                    if i != j:
+                        # A relay's own port must not be one picked for a server.
+                        while (i, j) not in self.route_proxies or self.route_proxies[(i, j)].port in (*client, *route, *http):
+                            if (i, j) in self.route_proxies:
+                                self.route_proxies[(i, j)].close()
+                            self.route_proxies[(i, j)] = Proxy(("127.0.0.1", route[j]))
+                        self.route_proxies[(i, j)].target = ("127.0.0.1", route[j])
         for i in range(self.size):
             with open(self.conf_path(i), "w") as f:
                 f.write(self._config(i))
@@ -195,13 +212,19 @@ class NatsCluster:
             "}",
         ]
         if self.size > 1:
-            routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.route_ports)
+            if self.route_proxies is not None:
+                routes = ", ".join(f"nats-route://127.0.0.1:{self.route_proxies[(i, j)].port}"
+                                   for j in range(self.size) if j != i)
+            else:
+                routes = ", ".join(f"nats-route://127.0.0.1:{p}" for p in self.route_ports)
             lines += [
                 "cluster {",
                 f"  name: {self.name}",
                 f"  listen: 127.0.0.1:{self.route_ports[i]}",
                 f"  routes: [{routes}]",
                 *([] if self.advertise else ["  no_advertise: true"]),
+                # Port 1 refuses: a route address gossiped around the relays leads nowhere.
+                *(["  advertise: 127.0.0.1:1"] if self.route_proxies is not None else []),
                 "}",
             ]
         if self.extra:
@@ -342,10 +365,25 @@ class NatsCluster:
                 p.kill()
                 p.wait()
 
+    def cut_off(self, i):
+        """Splits server i from the others (its routes dropped, new ones refused); its clients
+        still reach it. Needs route_proxies=True."""
+        for (a, b), proxy in self.route_proxies.items():
+            if i in (a, b):
+                proxy.cut()
+
+    def rejoin(self, i):
+        """Lets server i's routes through again: it joins the others once it reconnects."""
+        for (a, b), proxy in self.route_proxies.items():
+            if i in (a, b):
+                proxy.heal()
+
     def stop(self):
         """SIGTERM to every server, SIGKILL to any still there after STOP_TIMEOUT; removes the
         directory if this object made it. Safe to call more than once."""
         self._terminate_all()
+        for proxy in (self.route_proxies or {}).values():
+            proxy.close()
         for i, f in enumerate(self._logs):
             if f is not None:
                 f.close()

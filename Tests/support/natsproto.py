@@ -215,6 +215,12 @@ class Nats:
         except TimeoutError:
             return None
 
+    def drain(self, timeout=None):
+        """Every message of the subscriptions the server has sent so far (a flush's worth)."""
+        self.flush(timeout)
+        out, self.pending = self.pending, []
+        return out
+
     def until(self, pred, timeout=None):
         """The first message (of the subscriptions) for which `pred` holds, within `timeout`."""
         deadline = time.monotonic() + (timeout or self.timeout)
