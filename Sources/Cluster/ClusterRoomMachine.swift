@@ -418,7 +418,7 @@ package struct ClusterRoomMachine: Sendable {
             chain.append(Link(publication: publication, sentAsHead: chain.isEmpty))
             sentGeneration[publication.messageID] = first.generation
             messagesSent += 1
-            batchesSent += group.count
+            batchesSent += publication.batches.count
             actions.append(.publish(publication))
         }
         return actions

@@ -77,6 +77,7 @@ class Report:
         self.errored_with_effect = []
         self.gaps = []
         self.forks = []
+        self.examples = []
         self.history_seqs = 0
         # Reconnects answered with a snapshot instead of the missed batches (the protocol
         # allows it; the batches in between are then seen by other clients only).
@@ -98,6 +99,8 @@ class Report:
             items = getattr(self, name)
             if items:
                 out.append(f"{name}: {items[:5]}{' …' if len(items) > 5 else ''}")
+        if self.examples:
+            out.append(f"doubled batches, as clients saw them: {self.examples}")
         return "; ".join(out)
 
 
@@ -146,6 +149,8 @@ def check(recorders):
             batches = by_ref.get(ref, [])
             if len(batches) > 1:
                 report.doubled.append((r.name, ref, batches))
+                if len(report.examples) < 3:   # what the batches hold, for the finding's cause
+                    report.examples.append([batch_at[b][:240] for b in batches[:3]])
             answer = r.answers.get(ref)
             if answer is None:
                 report.unanswered += 1
