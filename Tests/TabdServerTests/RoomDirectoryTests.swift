@@ -141,12 +141,17 @@ import WebSockets
         #expect(d.existing.contains("b"), "a deletion that failed leaves the room")
         // Another node's deletion: forgotten here, unless this node is deleting it.
         let b = try #require(room(take(&d, "b")))
-        let forgotten = d.deletedElsewhere("b")
-        #expect(forgotten.map { $0 === b } == true)
+        guard case let .forgotten(forgotten) = d.deletedElsewhere("b", found: b) else { Issue.record("b is not forgotten"); return }
+        #expect(forgotten === b)
         #expect(!d.existing.contains("b"))
         _ = take(&d, "c")
         _ = d.beginDeletion("c")
-        let kept = d.deletedElsewhere("c")
-        #expect(kept == nil, "this node is deleting it itself")
+        guard case .deletingHere = d.deletedElsewhere("c", found: nil) else { Issue.record("this node is deleting c itself"); return }
+        // The engine said 'd' is gone while it was not loaded here; it was created again and
+        // loaded before the answer was acted on: that incarnation stays.
+        d = Directory(settings: .init(), existing: [])
+        let again = try #require(room(take(&d, "d")))
+        guard case let .loadedSince(kept) = d.deletedElsewhere("d", found: nil) else { Issue.record("a room loaded since is closed"); return }
+        #expect(kept === again && d.loadedRoom("d") === again)
     }
 }

@@ -234,7 +234,7 @@ actor Room: DirectoryRoom {
                 case .verifyStream:
                     if let clusterRoom, (try? await offPool { () throws(ClusterNode.Failure) in try clusterRoom.streamIsCurrent() }) == false {
                         // Not awaited: the deletion comes back to this loop as `.delete`.
-                        Task { [registry, id] in await registry.deletedElsewhere(id) }
+                        Task { [registry, id, self] in await registry.deletedElsewhere(id, found: self) }
                     }
                 case let .delete(done):
                     // What came after the deletion is refused like what comes later.

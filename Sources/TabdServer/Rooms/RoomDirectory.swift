@@ -175,12 +175,25 @@ package struct RoomDirectory<R: DirectoryRoom> {
         if !deleted { existing.insert(id) }
     }
 
-    /// Another node deleted `id`: it is forgotten here; returns its loaded incarnation
-    /// (`.some(nil)` when not loaded), or nil when this node is deleting it itself.
-    package mutating func deletedElsewhere(_ id: RoomID) -> R?? {
-        guard !deleting.contains(id) else { return nil }
+    /// What became of another node's deletion of a room here.
+    package enum ElsewhereDeletion {
+        /// Forgotten here; its incarnation that was loaded, to close (nil when none was).
+        case forgotten(R?)
+        /// This node is deleting it itself.
+        case deletingHere
+        /// Another incarnation than the one found gone is loaded now (it loaded after the
+        /// check): it is kept, and checks its own stream.
+        case loadedSince(R)
+    }
+
+    /// Another node deleted `id`, as the engine said when `found` (the incarnation loaded
+    /// then, nil when none was) was the one here: it is forgotten here, unless this node is
+    /// deleting it itself or another incarnation loaded since.
+    package mutating func deletedElsewhere(_ id: RoomID, found: R?) -> ElsewhereDeletion {
+        guard !deleting.contains(id) else { return .deletingHere }
+        if let now = loaded[id]?.room, now !== found { return .loadedSince(now) }
         existing.remove(id)
-        return .some(loaded.removeValue(forKey: id)?.room)
+        return .forgotten(loaded.removeValue(forKey: id)?.room)
     }
 }
 

@@ -222,7 +222,7 @@ final class RoomRegistry: Sendable {
             } else {
                 DispatchQueue.global().async { [weak self] in
                     guard (try? cluster.roomExists(id)) == false else { return }
-                    Task { await self?.deletedElsewhere(id) }
+                    Task { await self?.deletedElsewhere(id, found: nil) }
                 }
             }
         }
@@ -270,15 +270,20 @@ final class RoomRegistry: Sendable {
         return order.map { ($0, groups[$0]!) }
     }
 
-    /// Another node deleted room `id`: its clients here are closed with 4404 and it is
-    /// forgotten (the engine's state is gone already).
-    func deletedElsewhere(_ id: RoomID) async {
-        let taken = state.withLock { $0.directory.deletedElsewhere(id) }
-        guard let taken, let loaded = taken else { return }
-        let done = OneShot<Void>()
-        loaded.submit([.delete(done)])
-        await done.wait()
-        log.info("room '\(id)' was deleted by another node")
+    /// Another node deleted room `id`, as the engine said while `found` was its incarnation
+    /// here (nil: none was loaded): its clients here are closed with 4404 and it is
+    /// forgotten (the engine's state is gone already). An incarnation loaded after that
+    /// answer is not closed on its strength: it checks its own stream.
+    func deletedElsewhere(_ id: RoomID, found: Room?) async {
+        switch state.withLock({ $0.directory.deletedElsewhere(id, found: found) }) {
+        case .deletingHere, .forgotten(nil): return
+        case let .loadedSince(room): room.submit([.verifyStream])
+        case let .forgotten(loaded?):
+            let done = OneShot<Void>()
+            loaded.submit([.delete(done)])
+            await done.wait()
+            log.info("room '\(id)' was deleted by another node")
+        }
     }
 
     // MARK: Listing
