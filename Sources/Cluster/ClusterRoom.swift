@@ -198,7 +198,13 @@ public final class ClusterRoom: Durability, Sendable {
 
     /// Runs `input` on the machine and performs what it returns.
     private func step(_ input: (inout ClusterRoomMachine) -> [ClusterRoomMachine.Action]) {
-        perform(state.withLock { input(&$0.machine) })
+        let (actions, conflicts) = state.withLock { s in
+            let before = s.machine.conflicts
+            let actions = input(&s.machine)
+            return (actions, s.machine.conflicts - before)
+        }
+        for _ in 0..<conflicts { node.stats.conflict() }
+        perform(actions)
     }
 
     private func perform(_ actions: [ClusterRoomMachine.Action]) {
@@ -249,39 +255,14 @@ public final class ClusterRoom: Durability, Sendable {
             let now = DispatchTime.now().uptimeNanoseconds
             stats.published(seconds: Double(now - sent) / 1e9, batches: publication.batches.count)
             if publication.attempt > 0 { stats.retried() }
-            if case .wrongLastSequence = result, publication.attempt > 0 {
-                // An earlier attempt may be what stands at the expected place: asked off
-                // libnats' thread (whose answers the question needs), on the room's own
-                // queue, where nothing else of the room waits meanwhile.
-                self?.publishing.async { [weak self] in self?.settleRetry(publication) }
-                return
-            }
             let outcome: ClusterRoomMachine.PublishOutcome = switch result {
             case let .stored(seq, _): .stored(seq: seq)
             case .wrongLastSequence: .wrongLastSequence
             case let .unknown(why): .unknown(why)
             case let .failed(why): .failed(why)
             }
-            if outcome == .wrongLastSequence { stats.conflict() }
             self?.step { $0.published(publication, outcome, now: now) }
         }
-    }
-
-    /// The answer to a retry refused for its expected last sequence: stored, if the message
-    /// at the expected place is this publication's earlier attempt (the engine checked the
-    /// stale expectation before its duplicate window); a conflict if it is another; no
-    /// answer if the engine cannot say (the retry goes out again).
-    private func settleRetry(_ publication: ClusterRoomMachine.Publication) {
-        guard state.withLock({ $0.machine.isInFlight(publication) }) else { return } // closed or settled meanwhile
-        let place = publication.expectedLastSeq + 1
-        let outcome: ClusterRoomMachine.PublishOutcome
-        do {
-            outcome = try node.client.holds(msgID: publication.messageID, at: place, in: stream) ? .stored(seq: place) : .wrongLastSequence
-        } catch {
-            outcome = .unknown("cannot read what stands at stream seq \(place): \(error)")
-        }
-        if outcome == .wrongLastSequence { node.stats.conflict() }
-        step { $0.published(publication, outcome, now: DispatchTime.now().uptimeNanoseconds) }
     }
 
     /// Replaces the consumer by one from `from` on. Messages both deliver are taken once

@@ -22,17 +22,20 @@ import Auth
 ///   the stream to end where the one before it will end (its stream sequence plus one)
 ///   and names that message's id, so that the engine stores a chain only as a whole
 ///   prefix, in order, with nothing of another writer's in between.
-/// - Answers are taken in chain order. A link that was sent while every link before it
-///   was known stored and finds another message at its place (`wrongLastSequence`) is a
-///   conflict: it and every later link and queued batch of its generation fail, reported
-///   only once the consumer has delivered past what took its place and past every batch
-///   of this node already stored, so the state the coordinator rolls back to holds them
-///   all. A link refused or unanswered while an earlier one was still unsettled is sent
-///   again, unchanged, once the earlier one is stored.
+/// - Answers are taken in chain order. **What stands at a place is the consumer's word**:
+///   a link is committed when the consumer delivers it at its place, and fails as a
+///   conflict when the consumer delivers another message there (it and every later link
+///   and queued batch of its generation, reported once the consumer has also delivered
+///   every batch of this node already stored, so the state the coordinator rolls back to
+///   holds them all). The engine's "wrong last sequence" does not decide it: around a
+///   partition a server that still takes itself for the stream's leader gives it while
+///   the leader stores the message, and to a retry it may mean that an earlier attempt
+///   stands there. A link so answered is sent again (the same id) until the consumer
+///   shows its place, and the consumer is watched meanwhile. A link refused or unanswered
+///   while an earlier one was still unsettled is sent again, unchanged, once the earlier
+///   one is stored.
 /// - The chain's head without an answer is sent again with the same message id (the
-///   engine deduplicates: a retry of a stored message is answered with its place; where
-///   the engine checks the stale expectation first, the shell reads what stands at the
-///   expected place and answers with it) until
+///   engine deduplicates: a retry of a stored message is answered with its place) until
 ///   the engine says what became of it; a refused head is tried again for a while (an
 ///   election), then fails `unavailable` with everything after it.
 /// - **Only what a node sealed is believed** (``EngineTrust``). A message whose seal does
@@ -215,6 +218,8 @@ package struct ClusterRoomMachine: Sendable {
         var stored: UInt64?
         /// The consumer delivered it at `stored`, sealed: committed.
         var confirmed = false
+        /// The engine said another message is at its place: the consumer will show which.
+        var contested = false
     }
 
     package let room: RoomID
@@ -271,6 +276,9 @@ package struct ClusterRoomMachine: Sendable {
     package private(set) var rejected = 0
     /// Publications another node's batch got ahead of.
     package private(set) var conflicts = 0
+    /// Publications the engine said another message stood in place of, which the consumer
+    /// then delivered at their place (a conflict believed would have decided them again).
+    package private(set) var contestedStored = 0
     /// The node that wrote the last message delivered.
     package private(set) var lastWriter: String?
     /// The writers of the last ``writerWindow`` messages delivered, oldest first from
@@ -446,13 +454,26 @@ package struct ClusterRoomMachine: Sendable {
         case let .stored(seq):
             if chain[i].stored == nil { chain[i].stored = seq }
         case .wrongLastSequence:
-            if chain[i].sentAsHead {
+            guard chain[i].sentAsHead else { chain[i].resend = true; break }
+            if delivered > publication.expectedLastSeq {
+                // The consumer passed its place with another message there (its own would
+                // have been confirmed): a conflict.
                 conflicts += 1
                 let failed = chain.flatMap(\.publication.waiters)
                 forgetChain()
                 return failAll(first: failed, .conflict(), after: publication.expectedLastSeq) + advance()
             }
-            chain[i].resend = true
+            // Not the last word on its place: around a partition a server that still takes
+            // itself for the stream's leader answers this while the leader stores the
+            // message, and a retry's earlier attempt may be what stands there. What the
+            // consumer delivers at the place decides (``delivered(_:now:)``); until then it
+            // goes again, and the consumer is watched.
+            chain[i].contested = true
+            guard i == 0 else { chain[i].resend = true; break }
+            let again = retry(0)
+            let log: [Action] = again.attempt == 1 || again.attempt % 20 == 0
+                ? [.log("room '\(room)': the engine says another message is at a batch's place; waiting for the consumer to show it")] : []
+            return log + watch(now: now) + [.publishLater(again, after: .milliseconds(min(50 * again.attempt, 250)))]
         case let .unknown(why):
             guard i == 0 else { chain[i].resend = true; break }
             let again = retry(0)
@@ -505,15 +526,31 @@ package struct ClusterRoomMachine: Sendable {
                 return actions
             } else {
                 awaiting[seq] = (head.publication.messageID, head.publication.waiters)
-                if !watching {
-                    watching = true
-                    lastDelivery = max(lastDelivery, now)
-                    actions.append(.watch(after: .nanoseconds(Int(Self.stallNanoseconds))))
-                }
+                actions += watch(now: now)
             }
         }
         if let head = chain.first, head.resend { actions.append(.publish(retry(0))) }
         return actions
+    }
+
+    /// Watches the consumer (``checkDelivery(now:)``) unless it is watched already.
+    private mutating func watch(now: UInt64) -> [Action] {
+        guard !watching else { return [] }
+        watching = true
+        lastDelivery = max(lastDelivery, now)
+        return [.watch(after: .nanoseconds(Int(Self.stallNanoseconds)))]
+    }
+
+    /// Another message is at stream seq `seq`: a link of the chain that was to land there,
+    /// and every link after it, never will. A conflict, reported at once (past what took
+    /// the place) unless a stored batch of this node is still to come.
+    private mutating func placeTaken(_ seq: UInt64) -> [Action] {
+        guard let i = chain.firstIndex(where: { $0.publication.expectedLastSeq + 1 == seq }) else { return [] }
+        conflicts += 1
+        let failed = chain[i...].flatMap(\.publication.waiters)
+        for link in chain[i...] { sentGeneration[link.publication.messageID] = nil }
+        chain.removeSubrange(i...)
+        return failAll(first: failed, .conflict(), after: seq - 1)
     }
 
     /// Drops the chain: it failed from its head on, and none of it will be delivered.
@@ -619,10 +656,16 @@ package struct ClusterRoomMachine: Sendable {
             var committedHere = false
             if message.verdict == .sealed, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
                chain[i].publication.expectedLastSeq + 1 == message.streamSeq {
+                if chain[i].contested {
+                    contestedStored += 1
+                    settled.append(.log("room '\(room)': a batch the engine said another message stood in place of is at its place (stream seq \(message.streamSeq)): committed, not decided again"))
+                }
                 chain[i].stored = message.streamSeq
                 chain[i].confirmed = true
-                settled = settleChain(now: now)
+                settled += settleChain(now: now)
                 committedHere = true
+            } else {
+                settled = placeTaken(message.streamSeq)
             }
             if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
                 if message.verdict == .sealed, message.messageID == awaited.messageID {
@@ -678,6 +721,7 @@ package struct ClusterRoomMachine: Sendable {
         }
         delivered = message.streamSeq
         streamSeqOf[stored.snapshot.seq] = message.streamSeq
+        actions += placeTaken(message.streamSeq)
         if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
             actions.append(.rejected(kind: "ack", why: "room '\(room)': a publish answer for stream seq \(message.streamSeq), where the stream holds another message"))
             actions += conflictAt(message.streamSeq, waiters: awaited.waiters)
@@ -792,7 +836,7 @@ package struct ClusterRoomMachine: Sendable {
     /// delivered for ``stallNanoseconds``, the consumer is replaced (it may live on a
     /// server that died, which libnats learns only seconds later).
     package mutating func checkDelivery(now: UInt64) -> [Action] {
-        guard !closed, broken == nil, !awaiting.isEmpty else {
+        guard !closed, broken == nil, !awaiting.isEmpty || chain.contains(where: \.contested) else {
             watching = false
             return []
         }

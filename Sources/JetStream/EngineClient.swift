@@ -369,10 +369,10 @@ public final class EngineClient: @unchecked Sendable {
     }
 
     /// Whether the message at `seq` in `stream` is the one published with `msgID`: how a
-    /// retry learns that an earlier attempt was stored where the server checks the retry's
-    /// (now stale) expected last sequence before its duplicate window. NATS 2.9 and
-    /// replicated streams answer such a retry "duplicate"; NATS 2.15.1 on a stream of one
-    /// replica answers "wrong last sequence".
+    /// retry of a room's first message learns that an earlier attempt stands at seq 1
+    /// where the server checks the retry's (now stale) expected last sequence before its
+    /// duplicate window. NATS 2.9 and replicated streams answer such a retry "duplicate";
+    /// NATS 2.15.1 on a stream of one replica answers "wrong last sequence".
     public func holds(msgID: String, at seq: UInt64, in stream: String) throws(EngineError) -> Bool {
         try message(stream: stream, seq: seq, headerKeys: ["Nats-Msg-Id"])?.headers["Nats-Msg-Id"] == msgID
     }
