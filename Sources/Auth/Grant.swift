@@ -9,12 +9,10 @@ public enum Role: String, Sendable, CaseIterable, Comparable {
     /// Every command of its room(s), the HTTP API for them, `/metrics`.
     case admin
 
-    /// Whether this role may send a command of this type over the WebSocket.
+    /// Whether this role may send a command of this type over the WebSocket: `view` only
+    /// queries (``Command/isQuery``), every other role everything.
     public func maySend(_ command: Command) -> Bool {
-        switch command {
-        case .sync, .ping, .clients: true
-        default: self != .view
-        }
+        command.isQuery || self != .view
     }
 
     public static func < (a: Role, b: Role) -> Bool {

@@ -26,14 +26,6 @@ static inline int tabd_lws_write_raw(struct lws *wsi, const void *buf, size_t le
 	return lws_write(wsi, (unsigned char *)buf, len, LWS_WRITE_RAW);
 }
 
-/// Sets the close code and reason (at most 123 bytes) that the next close of `wsi` sends.
-static inline void tabd_lws_close_reason(struct lws *wsi, unsigned short code,
-					 const void *reason, size_t len) {
-	if (len > 123)
-		len = 123;
-	lws_close_reason(wsi, (enum lws_close_status)code, (unsigned char *)reason, len);
-}
-
 /// Closes `wsi` (without a close frame) once `secs` pass, unless it closes first.
 static inline void tabd_lws_kill_after(struct lws *wsi, int secs) {
 	lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, secs);

@@ -194,7 +194,6 @@ package struct ForwardingPlan: Sendable {
     }
 
     package var isIdle: Bool { inFlight.isEmpty }
-    package var inFlightCount: Int { inFlight.count }
 
     /// Where a command goes at `now`, given the room's writer and whether it is alive.
     package mutating func route(writer: String?, isAlive: (String) -> Bool, now: UInt64) -> Route {

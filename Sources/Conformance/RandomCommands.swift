@@ -34,6 +34,7 @@ public func randomCommand(_ rng: inout SeededRandom) -> Command {
     case 84..<90: return .moveTab(tab: tab, index: Int.random(in: 0..<4, using: &rng))
     case 90..<97: return .removeTab(tab: tab)
     case 97: return .sync
+    case 98: return .clients(after: nil, limit: nil)
     default: return .ping
     }
 }

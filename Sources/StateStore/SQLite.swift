@@ -18,12 +18,6 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// macros are expressions Swift does not import).
     static let ioerrFsync = SQLITE_IOERR | (4 << 8)
     static let ioerrDirFsync = SQLITE_IOERR | (5 << 8)
-
-    /// The disk is full or failed: the store cannot write now, but may later.
-    var isWriteFailure: Bool {
-        let primary = code & 0xFF
-        return primary == SQLITE_FULL || primary == SQLITE_IOERR || primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN
-    }
 }
 
 /// One SQLite connection, used from one thread at a time (the store's writer queue, or

@@ -8,7 +8,7 @@ import Glibc
 /// path for counting and matching; correctness checks parse frames with `ServerFrame(bytes:)`.
 public enum FrameScan {
     public enum Kind: Sendable, Equatable {
-        case welcome, events, ack, error, snapshot, pong, other
+        case welcome, events, ack, error, snapshot, pong, clients, other
     }
 
     private static let typePrefix = Array(#"{"type":""#.utf8)
@@ -25,6 +25,7 @@ public enum FrameScan {
         case (UInt8(ascii: "w"), UInt8(ascii: "e")): return .welcome
         case (UInt8(ascii: "s"), UInt8(ascii: "n")): return .snapshot
         case (UInt8(ascii: "p"), UInt8(ascii: "o")): return .pong
+        case (UInt8(ascii: "c"), UInt8(ascii: "l")): return .clients
         default: return .other
         }
     }

@@ -78,18 +78,6 @@ package enum LWS {
         }
     }
 
-    /// Sets the close frame lws sends when the callback returns -1. The reason is cut to
-    /// the 123 bytes a close frame holds, at a character boundary (it must stay UTF-8).
-    package static func setCloseReason(_ wsi: OpaquePointer, _ code: CloseCode, _ reason: String) {
-        var bytes = Array(reason.utf8)
-        if bytes.count > 123 {
-            var end = 123
-            while end > 0 && bytes[end] & 0xC0 == 0x80 { end -= 1 }
-            bytes.removeSubrange(end...)
-        }
-        bytes.withUnsafeBytes { tabd_lws_close_reason(wsi, code.rawValue, $0.baseAddress, $0.count) }
-    }
-
     /// A peer's close payload: its code (nil when it had none) and its reason text.
     package static func parseClose(_ payload: UnsafeRawBufferPointer) -> (code: UInt16?, reason: String) {
         guard payload.count >= 2 else { return (nil, "") }

@@ -212,7 +212,7 @@ final class BenchClient: WebSocketClientHandler {
                     if s.sync[i] == nil { s.syncs += 1 }
                     s.sync[i] = snap
                 }
-            case .pong, .other:
+            case .pong, .clients, .other:
                 s.unknownFrames += 1
             }
         }

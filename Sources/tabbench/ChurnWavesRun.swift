@@ -162,7 +162,7 @@ enum ChurnWavesRun {
 
     /// `tabd_clients` from `/metrics`: the connections tabd counts now.
     static func clients(_ url: WebSocketURL) throws -> Int? {
-        let r = try HTTPRequest(method: "GET", host: url.host, port: url.port, path: "/metrics").send()
+        let r = try HTTPCall(method: "GET", host: url.host, port: url.port, path: "/metrics").send()
         return r.body.split(separator: "\n").first { $0.hasPrefix("tabd_clients ") }
             .flatMap { Int($0.split(separator: " ").last ?? "") }
     }

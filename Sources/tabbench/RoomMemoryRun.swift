@@ -91,13 +91,13 @@ enum RoomMemoryRun {
                         guard i < range.upperBound, failures.withLock({ $0.isEmpty }) else { return }
                         let room = RoomLayout.name(i)
                         do {
-                            let put = try HTTPRequest(method: "PUT", host: url.host, port: url.port, path: "/api/rooms/\(room)").send()
-                            guard put.status == 201 else { throw HTTPRequest.Failure(description: "PUT \(room): \(put.status) \(put.body)") }
+                            let put = try HTTPCall(method: "PUT", host: url.host, port: url.port, path: "/api/rooms/\(room)").send()
+                            guard put.status == 201 else { throw HTTPCall.Failure(description: "PUT \(room): \(put.status) \(put.body)") }
                             for c in 0..<commands {
                                 let body = #"{"type":"set","ref":"b\#(c)","tab":"home","key":"k\#(c)","value":"value \#(c) of \#(room)"}"#
-                                let post = try HTTPRequest(method: "POST", host: url.host, port: url.port,
+                                let post = try HTTPCall(method: "POST", host: url.host, port: url.port,
                                                            path: "/api/rooms/\(room)/commands", body: Array(body.utf8)).send()
-                                guard post.status == 200 else { throw HTTPRequest.Failure(description: "POST \(room): \(post.status) \(post.body)") }
+                                guard post.status == 200 else { throw HTTPCall.Failure(description: "POST \(room): \(post.status) \(post.body)") }
                             }
                         } catch {
                             failures.withLock { if $0.count < 5 { $0.append("\(error)") } }
@@ -112,7 +112,7 @@ enum RoomMemoryRun {
 
     /// `tabd_rooms_loaded` and `tabd_rooms_stored` from `/metrics`.
     static func metrics(_ url: WebSocketURL) throws -> (loaded: Int?, stored: Int?) {
-        let r = try HTTPRequest(method: "GET", host: url.host, port: url.port, path: "/metrics").send()
+        let r = try HTTPCall(method: "GET", host: url.host, port: url.port, path: "/metrics").send()
         func value(_ name: String) -> Int? {
             r.body.split(separator: "\n").first { $0.hasPrefix(name + " ") }.flatMap { Int($0.split(separator: " ").last ?? "") }
         }

@@ -2,7 +2,7 @@ import Foundation
 import TabdServer
 import WebSockets
 
-/// `Forwarding.resolve` on any `Forwarded` and `X-Forwarded-*` values from a trusted peer:
+/// `ProxyForwarding.resolve` on any `Forwarded` and `X-Forwarded-*` values from a trusted peer:
 /// never a trap; the client is the peer or an address the headers name; the scheme is http
 /// or https; a `Forwarded` that parsed leaves no problem.
 /// Input: the Forwarded value, 0x00, X-Forwarded-For, 0x00, X-Forwarded-Host, 0x00, -Proto.
@@ -17,7 +17,7 @@ enum ForwardedTarget {
         let parts = pieces(bytes, separator: 0, limit: 4).map { String(decoding: $0, as: UTF8.self) }
         func part(_ i: Int) -> String? { i < parts.count ? parts[i] : nil }
         let headers = ForwardingHeaders(forwarded: part(0), xForwardedFor: part(1), xForwardedHost: part(2), xForwardedProto: part(3))
-        let f = Forwarding.resolve(peer: "127.0.0.1", host: "tabd:8080", scheme: "http", headers: headers, trusted: trusted)
+        let f = ProxyForwarding.resolve(peer: "127.0.0.1", host: "tabd:8080", scheme: "http", headers: headers, trusted: trusted)
         require(f.client == "127.0.0.1" || bytes.count >= f.client.utf8.count, "a client address longer than the input")
         if f.client != "127.0.0.1" {
             // A quoted value may escape any character (`\d` is `d`): compared without the
@@ -26,8 +26,8 @@ enum ForwardedTarget {
             require(named.contains(f.client), "client '\(f.client)' is not in the headers")
         }
         require(f.scheme == "http" || f.scheme == "https", "scheme '\(f.scheme)'")
-        let untrusted = Forwarding.resolve(peer: "192.0.2.1", host: "tabd:8080", scheme: "http", headers: headers, trusted: trusted)
-        require(untrusted == Forwarding(client: "192.0.2.1", host: "tabd:8080", scheme: "http", problem: nil), "an untrusted peer's headers counted")
-        if let host = f.host { _ = Forwarding.originMatches("https://" + host, host: host) }
+        let untrusted = ProxyForwarding.resolve(peer: "192.0.2.1", host: "tabd:8080", scheme: "http", headers: headers, trusted: trusted)
+        require(untrusted == ProxyForwarding(client: "192.0.2.1", host: "tabd:8080", scheme: "http", problem: nil), "an untrusted peer's headers counted")
+        if let host = f.host { _ = ProxyForwarding.originMatches("https://" + host, host: host) }
     }
 }

@@ -28,6 +28,20 @@ struct TwoNodesTests {
         }
     }
 
+    /// Room `id` opened on `node` with a coordinator of its own, which takes in the other
+    /// nodes' batches; what it publishes and answers goes to the log.
+    static func open(_ id: RoomID, on node: ClusterNode) async throws -> (ClusterRoom, Coordinator, NodeLog) {
+        let room = try node.openRoom(id, resumeWindow: 10_000)
+        let coordinator = Coordinator(restoring: room.committedState(), durability: room)
+        let log = NodeLog()
+        await coordinator.addPublisher { batches, answers in
+            log.batches.withLock { $0 += batches }
+            log.answers.withLock { for a in answers { $0[a.to, default: []].append(a.frame) } }
+        }
+        room.onForeignBatches { Task { await coordinator.absorb() } }
+        return (room, coordinator, log)
+    }
+
     @Test(arguments: [1, 2] as [UInt64])
     func nodesApplyingCommandsToOneRoomAtOnceEndWithOneOrder(seed: UInt64) async throws {
         let server = try EngineServer()
@@ -41,14 +55,7 @@ struct TwoNodesTests {
         var rooms: [ClusterRoom] = []
         var logs: [NodeLog] = []
         for node in nodes {
-            let room = try node.openRoom("r", resumeWindow: 10_000)
-            let coordinator = Coordinator(restoring: room.committedState(), durability: room)
-            let log = NodeLog()
-            await coordinator.addPublisher { batches, answers in
-                log.batches.withLock { $0 += batches }
-                log.answers.withLock { for a in answers { $0[a.to, default: []].append(a.frame) } }
-            }
-            room.onForeignBatches { Task { await coordinator.absorb() } }
+            let (room, coordinator, log) = try await Self.open("r", on: node)
             coordinators.append(coordinator)
             rooms.append(room)
             logs.append(log)
@@ -119,7 +126,7 @@ struct TwoNodesTests {
                 case let .error(ref, error):
                     #expect(ref == "\(address)-\(i)")
                     #expect(error.code != .unavailable, "\(error)")
-                case .snapshot, .pong: break
+                case .snapshot, .pong, .clients: break
                 default: Issue.record("unexpected answer \(frame)")
                 }
             }
@@ -141,14 +148,7 @@ struct TwoNodesTests {
         var coordinators: [Coordinator] = []
         var logs: [NodeLog] = []
         for node in nodes {
-            let room = try node.openRoom("r", resumeWindow: 10_000)
-            let coordinator = Coordinator(restoring: room.committedState(), durability: room)
-            let log = NodeLog()
-            await coordinator.addPublisher { batches, answers in
-                log.batches.withLock { $0 += batches }
-                log.answers.withLock { for a in answers { $0[a.to, default: []].append(a.frame) } }
-            }
-            room.onForeignBatches { Task { await coordinator.absorb() } }
+            let (_, coordinator, log) = try await Self.open("r", on: node)
             coordinators.append(coordinator)
             logs.append(log)
         }

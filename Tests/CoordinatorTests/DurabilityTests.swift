@@ -226,7 +226,7 @@ final class ScriptedStore: Durability {
         let b = await c.submit(.scroll(tab: nil, offset: 3))
         try await until { store.heldCommitCount == 1 }
         // The same failure reported again, late (as the commit task would): nothing to undo.
-        await c.rollback(.unavailable("disk full"), failed: failedWait)
+        await c.rollBack(.unavailable("disk full"), failed: failedWait)
         store.releaseCommits()
         #expect(try await c.outcome(of: b) == .applied(seq: 3, batch: EventBatch(by: Coordinator.daemonID, ref: nil,
                 events: [SequencedEvent(seq: 3, event: .scrolled(tab: "home", offset: 3))])))

@@ -167,6 +167,14 @@ async def test_an_idle_room_unloads_and_reloads_with_resume_and_no_second_first_
         await wait_for(lambda: metric(d, "tabd_rooms_loaded") == 0, "the room to unload again")
 
 
+async def test_a_put_of_a_room_that_exists_leaves_it_free_to_unload(make_daemon, tmp_path):
+    # The 409 once kept the call's hold on the room: it never unloaded on that node.
+    d = make_daemon("--state", str(tmp_path / "s.sqlite"), "--room-idle", "1")
+    assert call(d, "PUT", "/api/rooms/twice")[0] == 201
+    assert call(d, "PUT", "/api/rooms/twice")[0] == 409
+    await wait_for(lambda: metric(d, "tabd_rooms_loaded") == 0, "the room to unload after a PUT answered 409")
+
+
 async def test_rooms_churn_through_unloads_without_losing_an_event(make_daemon, tmp_path):
     d = make_daemon("--state", str(tmp_path / "s.sqlite"), "--room-idle", "1", "--rate-limit", "0")
     rng = random.Random(7)
@@ -416,6 +424,23 @@ async def test_api_commands_are_rate_limited_per_room(make_daemon):
     status, body, _ = call(d, "POST", "/api/rooms/busy/commands", {"type": "ping"})
     if status == 429:
         assert body["code"] == "rate_limited"
+
+
+async def test_an_api_command_over_the_rate_limit_is_refused_before_its_body_is_read(make_daemon):
+    # The precedence of a connection's frames: rate_limited before bad_json and bad_command,
+    # and a refusal that did not read the body names no ref.
+    d = make_daemon("--rate-limit", "2")
+    assert call(d, "POST", "/api/rooms/strict/commands", {"type": "ping"})[0] == 200
+    answers = [call(d, "POST", "/api/rooms/strict/commands", raw=b'{"type":"fly","ref":"r"}') for _ in range(12)]
+    assert 429 in [status for status, _, _ in answers], [body for _, body, _ in answers]
+    for status, body, _ in answers:
+        if status == 429:
+            assert body["code"] == "rate_limited" and body.get("ref") is None, body
+        else:
+            assert (status, body["code"], body["ref"]) == (400, "bad_command", "r"), body
+    # A room that does not exist is not created by a body that does not parse.
+    assert call(d, "POST", "/api/rooms/never/commands", raw=b'{"type":"fly"}')[0] == 400
+    assert call(d, "GET", "/api/rooms/never")[0] == 404
 
 
 async def test_api_limits_methods_and_bad_ids(daemon):

@@ -30,7 +30,8 @@ struct FrameScanTests {
             #expect(FrameScan.lastSeq(b) == 7)
         }
         for (frame, kind) in [(ServerFrame.ack(ref: "r1", seq: 3), FrameScan.Kind.ack), (.pong(ref: nil), .pong),
-                              (.error(ref: nil, CommandError(.invalid, "x")), .error)] {
+                              (.error(ref: nil, CommandError(.invalid, "x")), .error),
+                              (.clients(ref: "r2", node: nil, ClientPage(clients: [], next: nil)), .clients)] {
             scan(String(decoding: frame.bytes, as: UTF8.self)) { #expect(FrameScan.kind($0) == kind) }
         }
         scan("{\"other\":1}") { #expect(FrameScan.kind($0) == .other) }

@@ -170,7 +170,7 @@ final class StormHandler: WebSocketClientHandler {
                 case .watcher:
                     break
                 }
-            case .ack, .error, .snapshot, .pong:
+            case .ack, .error, .snapshot, .pong, .clients:
                 let frame: ServerFrame
                 do { frame = try ServerFrame(bytes: Array(message)) } catch {
                     s.clients[i].sessions[k].problems.append("bad reply: \(error)")

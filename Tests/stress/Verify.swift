@@ -131,7 +131,7 @@ func verify(_ s: StormHandler.State, plan: StormPlan, final: Snapshot) -> StormR
             switch reply.frame {
             case let .ack(ref, seq):
                 if ref != sent.ref { problem("sender \(i): ack for \(ref ?? "null") where \(sent.ref) was due"); continue }
-                if sent.type == "sync" || sent.type == "ping" { problem("sender \(i): \(sent.type) answered by an ack") }
+                if sent.type == "sync" || sent.type == "ping" || sent.type == "clients" { problem("sender \(i): \(sent.type) answered by an ack") }
                 if seq > seen { problem("sender \(i): ack of \(sent.ref) at seq \(seq) before its events (seen \(seen))") }
                 if let mine {
                     report.commandsApplied += 1
@@ -149,6 +149,8 @@ func verify(_ s: StormHandler.State, plan: StormPlan, final: Snapshot) -> StormR
                 if states[snap.seq]?.capped != snap { problem("sender \(i): sync snapshot at seq \(snap.seq) is not the replay at that seq") }
             case let .pong(ref):
                 if ref != sent.ref || sent.type != "ping" { problem("sender \(i): a pong for \(ref ?? "null") where \(sent.ref) (\(sent.type)) was due") }
+            case let .clients(ref, _, _):
+                if ref != sent.ref || sent.type != "clients" { problem("sender \(i): a client list for \(ref ?? "null") where \(sent.ref) (\(sent.type)) was due") }
             default:
                 problem("sender \(i): unexpected reply \(reply.frame)")
             }

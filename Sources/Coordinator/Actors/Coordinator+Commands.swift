@@ -249,7 +249,7 @@ extension Coordinator {
             throw error
         case let .pending(batch, wait):
             if let error = await wait.wait() {
-                await rollback(error, failed: wait)
+                await rollBack(error, failed: wait)
                 throw error
             }
             publishCommitted(through: batch.lastSeq)
@@ -259,7 +259,7 @@ extension Coordinator {
                 // Only what is known to be committed: later batches may still be on their way.
                 // Decided on state that a failed commit took away: it cannot say it took effect.
                 if let error = await after.wait.wait() {
-                    await rollback(error, failed: after.wait)
+                    await rollBack(error, failed: after.wait)
                     throw error
                 }
                 publishCommitted(through: after.seq)

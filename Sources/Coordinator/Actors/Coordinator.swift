@@ -337,7 +337,7 @@ public actor Coordinator {
     func settle() async -> CommandError? {
         while let last = unpublished.last {
             if let error = await last.wait.wait() {
-                await rollbackHoldingGate(error, failed: last.wait)
+                await rollBackHoldingGate(error, failed: last.wait)
                 if error.isConflict { continue }
                 return error
             }
@@ -378,7 +378,7 @@ public actor Coordinator {
         // Publishing takes the committed prefix out of `unpublished`: the failed batch's
         // wait was taken above, not looked up by its old index.
         if n > 0 { publishCommitted(through: unpublished[n - 1].lastSeq) }
-        if let failure { await rollback(failure.error, failed: failure.wait) }
+        if let failure { await rollBack(failure.error, failed: failure.wait) }
         else if absorbPending, unpublished.isEmpty { await absorb() }
     }
 
@@ -389,7 +389,7 @@ public actor Coordinator {
     /// `failed` is the wait of the batch whose failure is reported: when it is no longer
     /// waiting, another report of the same failure has rolled back already, and batches
     /// applied since (on the restored state) must not be thrown away.
-    func rollbackHoldingGate(_ error: CommandError, failed: CommitWait) async {
+    func rollBackHoldingGate(_ error: CommandError, failed: CommitWait) async {
         guard let durability, unpublished.contains(where: { $0.wait === failed }) else { return }
         let stored = durability.committedState()
         // How far this coordinator's own batches really committed: answers past it must not
@@ -463,9 +463,9 @@ public actor Coordinator {
         }
     }
 
-    func rollback(_ error: CommandError, failed: CommitWait) async {
+    func rollBack(_ error: CommandError, failed: CommitWait) async {
         await enter(); defer { leave() }
-        await rollbackHoldingGate(error, failed: failed)
+        await rollBackHoldingGate(error, failed: failed)
     }
 
     /// Where the store holds the batch of the forwarded command `id`, if it does.

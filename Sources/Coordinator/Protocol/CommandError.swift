@@ -4,7 +4,7 @@ public enum ErrorCode: String, Sendable, CaseIterable, Comparable {
     case rateLimited = "rate_limited"
     case badJSON = "bad_json"
     case badCommand = "bad_command"
-    /// The connection's role may not send this command (a `view` token sends only `sync` and `ping`).
+    /// The connection's role may not send this command (a `view` token sends only `sync`, `ping` and `clients`).
     case forbidden
     case unavailable
     case unknownTab = "unknown_tab"

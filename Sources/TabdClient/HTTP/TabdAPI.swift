@@ -108,11 +108,11 @@ public struct TabdAPI: Sendable {
     private func call(_ method: String, _ path: String, body: [UInt8] = [], expect: Int) async throws(TabdClientError) -> JSONValue {
         var headers: [(String, String)] = []
         if let token { headers.append(("Authorization", "Bearer \(token)")) }
-        let request = HTTPRequest(method: method, host: host, port: port, path: path, body: body, headers: headers, tls: tls)
-        let result = await withCheckedContinuation { (done: CheckedContinuation<Result<HTTPRequest.Response, HTTPRequest.Failure>, Never>) in
-            DispatchQueue.global().async { done.resume(returning: Result { () throws(HTTPRequest.Failure) in try request.send() }) }
+        let request = HTTPCall(method: method, host: host, port: port, path: path, body: body, headers: headers, tls: tls)
+        let result = await withCheckedContinuation { (done: CheckedContinuation<Result<HTTPCall.Response, HTTPCall.Failure>, Never>) in
+            DispatchQueue.global().async { done.resume(returning: Result { () throws(HTTPCall.Failure) in try request.send() }) }
         }
-        let response: HTTPRequest.Response
+        let response: HTTPCall.Response
         switch result {
         case let .success(r): response = r
         case let .failure(failure): throw .connectFailed(status: nil, reason: failure.description)

@@ -78,12 +78,12 @@ package enum Admission {
     }
 
     /// A browser is accepted from the address it asked for (`host`: the request's `Host`,
-    /// or the public host a trusted proxy forwarded; ``Forwarding/originMatches(_:host:)``),
+    /// or the public host a trusted proxy forwarded; ``ProxyForwarding/originMatches(_:host:)``),
     /// or from an `--allow-origin`.
     package static func originAllowed(_ origin: String, host: String?, allowOrigins: [String]) -> Bool {
         if allowOrigins.contains(origin) { return true }
         guard let host, !host.isEmpty else { return false }
-        return Forwarding.originMatches(origin, host: host)
+        return ProxyForwarding.originMatches(origin, host: host)
     }
 
     /// The role of an accepted connection in `room`, checked again when it opens (its token

@@ -35,7 +35,7 @@ package enum FrameReader {
         }
         let type = envelope.command.type
         guard role.maySend(envelope.command) else {
-            return .refused(.error(ref: envelope.ref, .forbidden("role \(role.rawValue) may send only sync and ping")), parsed: type)
+            return .refused(.error(ref: envelope.ref, .forbidden("role \(role.rawValue) may send only sync, ping and clients")), parsed: type)
         }
         if stopping { return .refused(.error(ref: envelope.ref, .unavailable("tabd is shutting down")), parsed: type) }
         return .command(envelope)

@@ -66,12 +66,12 @@ extension Gateway {
     /// The fence's decision on a request (``SiteFence``): nil lets it go on to its own checks.
     func screen(_ request: RequestSummary) -> HTTPResponse? {
         if request.path == "/healthz" { return nil }
-        let f = Forwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https",
+        let f = ProxyForwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https",
                                    headers: request.forwarding, trusted: options.trustedProxies)
         if !fence.allows(host: f.host) {
             let host = Log.printable(f.host ?? "", limit: 100)
             if let unsaid = fence.shouldLog("host \(host)") {
-                let name = f.host.flatMap { Forwarding.Authority(host: $0)?.host } ?? ""
+                let name = f.host.flatMap { ProxyForwarding.Authority(host: $0)?.host } ?? ""
                 let hint = HostPolicy.problem(allowHost: name) == nil ? "--allow-host \(Log.printable(name, limit: 100))" : "--allow-host NAME"
                 log.warn("refused a request for host '\(host)' from \(f.client) with 421: while no credentials are configured, "
                     + "tabd answers only the hosts it knows (a defence against DNS rebinding); if it is reached by this name, "

@@ -43,7 +43,7 @@ final class Gateway: WebSocketServerHandler {
     private struct Connection {
         /// Nil when its room could not be taken (it is being closed).
         var room: Room?
-        /// `view` may send only `sync` and `ping`.
+        /// `view` may send only `sync`, `ping` and `clients`.
         let role: Role
         /// Closes it when its signed token runs out; cancelled when it goes.
         var expiry: (any DispatchSourceTimer)?
@@ -118,9 +118,9 @@ final class Gateway: WebSocketServerHandler {
     }
 
     /// The client behind the request: from a `--trusted-proxy`, as its forwarding headers
-    /// say (``Forwarding``); from anyone else, the peer and its `Host`.
-    private func forwarding(of request: UpgradeRequest, logging: Bool) -> Forwarding {
-        let f = Forwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https", headers: request.forwarding,
+    /// say (``ProxyForwarding``); from anyone else, the peer and its `Host`.
+    private func forwarding(of request: UpgradeRequest, logging: Bool) -> ProxyForwarding {
+        let f = ProxyForwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https", headers: request.forwarding,
                                    trusted: options.trustedProxies)
         if logging, let problem = f.problem { log.warn("upgrade from \(request.peer): \(problem)") }
         return f
@@ -197,8 +197,10 @@ final class Gateway: WebSocketServerHandler {
     }
 
     func received(_ id: ConnectionID, message: [UInt8]) {
-        enum Admission { case gone, kept, read(Room, ClientID, Role, allowed: Bool) }
-        let admission = state.withLock { s -> Admission in
+        /// What becomes of the frame: dropped (the connection is gone), held (it came early),
+        /// or read now.
+        enum Arrival { case gone, kept, read(Room, ClientID, Role, allowed: Bool) }
+        let arrival = state.withLock { s -> Arrival in
             guard var c = s.connections[id], let room = c.room, !c.expired else { return .gone }
             guard let client = c.client, c.early.isEmpty else {
                 // Not welcomed yet, or its early frames are still to be read: after them.
@@ -210,7 +212,7 @@ final class Gateway: WebSocketServerHandler {
             s.connections[id] = c
             return .read(room, client, c.role, allowed: allowed)
         }
-        guard case let .read(room, client, role, allowed) = admission else { return }
+        guard case let .read(room, client, role, allowed) = arrival else { return }
         let input = read(message, from: id, in: room, client: client, role: role, allowed: allowed)
         state.withLock { $0.add(input, for: room) }
     }

@@ -35,7 +35,7 @@ package struct HostPolicy: Sendable, Equatable {
             if name.hasPrefix("*.") { oneLabelUnder.insert(String(name.dropFirst())) } else { add(name: name) }
         }
         for origin in allowOrigins {
-            if let host = Forwarding.Authority(url: origin)?.host { add(name: host) }
+            if let host = ProxyForwarding.Authority(url: origin)?.host { add(name: host) }
         }
         for name in allowHosts {
             let name = Self.normalized(name)
@@ -59,7 +59,7 @@ package struct HostPolicy: Sendable, Equatable {
     /// None, or one that is not a host, is not (when enforced).
     package func allows(_ host: String?) -> Bool {
         guard enforced else { return true }
-        guard let host, let authority = Forwarding.Authority(host: host) else { return false }
+        guard let host, let authority = ProxyForwarding.Authority(host: host) else { return false }
         let name = Self.normalized(authority.host)
         if name.hasPrefix("[") { return IPAddress.bytes(name) != nil }
         if IPAddress.ipv4(Substring(name)) != nil { return true }

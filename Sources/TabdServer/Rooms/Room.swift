@@ -48,8 +48,9 @@ actor Room: DirectoryRoom {
     }
 
     enum APICall: Sendable {
-        /// `POST /api/rooms/ID/commands`: answered with the frame a connection would get.
-        case command(CommandEnvelope, HTTPResponder)
+        /// `POST /api/rooms/ID/commands`, its body: answered with the frame a connection
+        /// would get, in the same precedence (the rate limit before the body is read).
+        case command(body: [UInt8], HTTPResponder)
         /// `GET /api/rooms/ID`.
         case read(HTTPResponder)
         /// `PUT /api/rooms/ID`: the room was created for this call.
@@ -455,15 +456,23 @@ actor Room: DirectoryRoom {
 
     private func handle(_ call: APICall, coordinator: Coordinator) async {
         switch call {
-        case let .command(envelope, responder):
-            registry.metrics.command(envelope.command.type)
+        case let .command(body, responder):
             guard apiLimiter.allow() else {
+                // Checked before the body is parsed, as a connection's frames are: no ref.
                 let error = CommandError(.rateLimited, "more than \(registry.settings.rateLimit) API commands per second in room '\(id)'")
                 registry.metrics.error(error.code)
-                responder.respond(RoomsAPI.response(for: .error(ref: envelope.ref, error)))
+                responder.respond(RoomsAPI.response(for: .error(ref: nil, error)))
                 released(1)
                 return
             }
+            let envelope: CommandEnvelope
+            do { envelope = try CommandEnvelope.parse(body) } catch {
+                registry.metrics.error(error.error.code)
+                responder.respond(RoomsAPI.response(for: .error(ref: error.ref, error.error)))
+                released(1)
+                return
+            }
+            registry.metrics.command(envelope.command.type)
             nextAPIAddress += 1
             let address = Self.apiAddressBit | nextAPIAddress
             responders.withLock { $0[address] = responder }
@@ -489,11 +498,11 @@ actor Room: DirectoryRoom {
         case let .created(responder):
             if loaded?.created == false {
                 responder.respond(RoomsAPI.error(409, "room_exists", "room '\(id)' exists"))
-                break
+            } else {
+                responder.respond(RoomsAPI.json(201, .object([
+                    ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("seq", .int(await coordinator.currentSeq)),
+                ])))
             }
-            responder.respond(RoomsAPI.json(201, .object([
-                ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("seq", .int(await coordinator.currentSeq)),
-            ])))
             released(1)
         }
     }

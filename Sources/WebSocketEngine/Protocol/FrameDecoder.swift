@@ -67,12 +67,6 @@ package struct FrameDecoder: Sendable {
         header.reserveCapacity(14)
     }
 
-    /// Whether the stream has ended (a close or a failure was reported).
-    package var isStopped: Bool { stage == .stopped }
-
-    /// Bytes of the message being read so far (for memory accounting and tests).
-    package var pendingMessageBytes: Int { message.count }
-
     /// Reads `input` and appends what it completes to `events`; after a `close` or a
     /// `failure`, reads nothing more.
     package mutating func decode(_ input: UnsafeRawBufferPointer, into events: inout [FrameEvent]) {

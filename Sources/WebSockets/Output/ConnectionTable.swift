@@ -456,9 +456,6 @@ struct ConnectionTable: Sendable {
         work.writable.append(connections.keys[index])
     }
 
-    /// Asks for a pass of the service thread (for its timed sweeps); false once stopped.
-    mutating func wakeForTimers() -> Bool { requestWake() }
-
     private mutating func requestWake() -> Bool {
         guard !wakePending, phase != .stopped else { return false }
         wakePending = true

@@ -117,7 +117,7 @@ enum IPAddress {
 /// Who a request is really from and where it was sent, behind reverse proxies: from a
 /// trusted peer, the forwarding headers (`Forwarded`, RFC 7239, over `X-Forwarded-For`,
 /// `-Host` and `-Proto`); from anyone else, the connection itself.
-package struct Forwarding: Sendable, Equatable {
+package struct ProxyForwarding: Sendable, Equatable {
     /// The client's address: for the logs, where the peer's would be.
     package var client: String
     /// The host the client asked for (`Host`, or the forwarded one), with its port if any.
@@ -133,8 +133,8 @@ package struct Forwarding: Sendable, Equatable {
 
     /// What the headers of a request from `peer` say, believed only when `peer` is trusted.
     package static func resolve(peer: String, host: String?, scheme: String, headers: ForwardingHeaders,
-                                trusted: TrustedProxies) -> Forwarding {
-        var result = Forwarding(client: peer, host: host, scheme: scheme, problem: nil)
+                                trusted: TrustedProxies) -> ProxyForwarding {
+        var result = ProxyForwarding(client: peer, host: host, scheme: scheme, problem: nil)
         guard trusted.contains(peer), headers.any else { return result }
         var hops: [Hop]?
         if let forwarded = headers.forwarded {

@@ -6,7 +6,7 @@ import WebSocketsClient
 /// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
 /// for tabd's HTTP API and `/metrics` (``TabdAPI`` runs it off the caller's thread; the
 /// benchmark calls it directly).
-public struct HTTPRequest: Sendable {
+public struct HTTPCall: Sendable {
     public struct Response: Sendable {
         public var status: Int
         public var body: String

@@ -4,7 +4,7 @@ import WebSockets
 
 /// Behind reverse proxies: which peers are trusted, what their forwarding headers say, and
 /// the origin check against the public host.
-@Suite struct ForwardingTests {
+@Suite struct ProxyForwardingTests {
     static func trusted(_ list: String...) -> TrustedProxies {
         var t = TrustedProxies()
         for r in list { t.add(TrustedProxies.range(r)!) }
@@ -12,8 +12,8 @@ import WebSockets
     }
 
     func resolve(_ peer: String, host: String? = "tabd:8080", _ headers: ForwardingHeaders,
-                 trusted: TrustedProxies = trusted("127.0.0.1", "10.0.0.0/8")) -> Forwarding {
-        Forwarding.resolve(peer: peer, host: host, scheme: "http", headers: headers, trusted: trusted)
+                 trusted: TrustedProxies = trusted("127.0.0.1", "10.0.0.0/8")) -> ProxyForwarding {
+        ProxyForwarding.resolve(peer: peer, host: host, scheme: "http", headers: headers, trusted: trusted)
     }
 
     @Test func addressesAndRanges() {
@@ -34,7 +34,7 @@ import WebSockets
     @Test func anUntrustedPeersHeadersAreIgnored() {
         let forged = ForwardingHeaders(forwarded: "for=203.0.113.9;host=evil;proto=https", xForwardedFor: "203.0.113.9")
         let f = resolve("127.0.0.2", forged)
-        #expect(f == Forwarding(client: "127.0.0.2", host: "tabd:8080", scheme: "http", problem: nil))
+        #expect(f == ProxyForwarding(client: "127.0.0.2", host: "tabd:8080", scheme: "http", problem: nil))
     }
 
     @Test func xForwardedHeadersFromATrustedProxy() {
@@ -77,23 +77,23 @@ import WebSockets
     }
 
     @Test func theOriginIsComparedWithThePublicHostAndPort() {
-        #expect(Forwarding.originMatches("https://tabd.example", host: "tabd.example"))
-        #expect(Forwarding.originMatches("http://tabd.example", host: "tabd.example"))
-        #expect(Forwarding.originMatches("https://tabd.example", host: "tabd.example:443"), "443 implied by https")
-        #expect(Forwarding.originMatches("http://TABD.example:80", host: "tabd.example:80"))
-        #expect(!Forwarding.originMatches("http://tabd.example", host: "tabd.example:443"))
-        #expect(!Forwarding.originMatches("https://tabd.example:8443", host: "tabd.example"))
-        #expect(Forwarding.originMatches("http://127.0.0.1:8080", host: "127.0.0.1:8080"))
-        #expect(Forwarding.originMatches("http://[::1]:8080", host: "[::1]:8080"))
-        #expect(!Forwarding.originMatches("http://evil.example", host: "tabd.example"))
-        #expect(!Forwarding.originMatches("http://tabd.example.evil", host: "tabd.example"))
-        #expect(!Forwarding.originMatches("null", host: "tabd.example"))
-        #expect(!Forwarding.originMatches("ftp://tabd.example", host: "tabd.example"))
-        #expect(!Forwarding.originMatches("http://user@tabd.example", host: "tabd.example"))
+        #expect(ProxyForwarding.originMatches("https://tabd.example", host: "tabd.example"))
+        #expect(ProxyForwarding.originMatches("http://tabd.example", host: "tabd.example"))
+        #expect(ProxyForwarding.originMatches("https://tabd.example", host: "tabd.example:443"), "443 implied by https")
+        #expect(ProxyForwarding.originMatches("http://TABD.example:80", host: "tabd.example:80"))
+        #expect(!ProxyForwarding.originMatches("http://tabd.example", host: "tabd.example:443"))
+        #expect(!ProxyForwarding.originMatches("https://tabd.example:8443", host: "tabd.example"))
+        #expect(ProxyForwarding.originMatches("http://127.0.0.1:8080", host: "127.0.0.1:8080"))
+        #expect(ProxyForwarding.originMatches("http://[::1]:8080", host: "[::1]:8080"))
+        #expect(!ProxyForwarding.originMatches("http://evil.example", host: "tabd.example"))
+        #expect(!ProxyForwarding.originMatches("http://tabd.example.evil", host: "tabd.example"))
+        #expect(!ProxyForwarding.originMatches("null", host: "tabd.example"))
+        #expect(!ProxyForwarding.originMatches("ftp://tabd.example", host: "tabd.example"))
+        #expect(!ProxyForwarding.originMatches("http://user@tabd.example", host: "tabd.example"))
         // Through admission: the forwarded host is the one compared.
-        let behindProxy = Forwarding.resolve(peer: "127.0.0.1", host: "127.0.0.1:8080", scheme: "http",
+        let behindProxy = ProxyForwarding.resolve(peer: "127.0.0.1", host: "127.0.0.1:8080", scheme: "http",
                                              headers: ForwardingHeaders(xForwardedHost: "tabd.example", xForwardedProto: "https"),
-                                             trusted: ForwardingTests.trusted("127.0.0.1"))
+                                             trusted: ProxyForwardingTests.trusted("127.0.0.1"))
         #expect(Admission.decide(grant: .success(nil), origin: "https://tabd.example", host: behindProxy.host, room: "main",
                                  context: .init(), roomRefusal: { nil }) == nil)
         #expect(Admission.decide(grant: .success(nil), origin: "https://tabd.example", host: "127.0.0.1:8080", room: "main",
