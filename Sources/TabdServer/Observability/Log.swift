@@ -4,14 +4,14 @@ import Foundation
 
 /// One line per event to stderr, with a level and a UTC timestamp.
 public final class Log: Sendable {
-    public enum Level: String, Comparable, Sendable {
+    public enum Level: String, Comparable, Sendable, CaseIterable {
         case error, warn, info, debug
         private var rank: Int { [Level.error, .warn, .info, .debug].firstIndex(of: self)! }
         public static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
     }
 
     /// `text`: `TIME LEVEL message`; `json`: `{"time":…,"level":…,"message":…}` per line.
-    public enum Format: String, Sendable { case text, json }
+    public enum Format: String, Sendable, CaseIterable { case text, json }
 
     public let level: Level
     public let format: Format

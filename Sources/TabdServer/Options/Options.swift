@@ -87,127 +87,30 @@ public struct Options: Sendable {
     }
 
     /// The bytes per second a connection may send (0: no limit).
-    public var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : 1 << 20) }
+    public var byteRateLimit: Int { rateLimitBytes ?? (rateLimit == 0 ? 0 : Self.defaultByteRate) }
+
+    /// `--rate-limit-bytes` when it is not given (and `--rate-limit` is not 0).
+    static let defaultByteRate = 1 << 20
 
     public static let version = "0.1.0"
 
-    public static let help = """
+    /// What `--help` prints: every option of ``table`` with its help and default.
+    public static var help: String {
+        let defaults = Options()
+        let options = table.filter { !$0.hidden }.flatMap { $0.helpLines(defaults: defaults) }.joined(separator: "\n")
+        return helpHead + options + "\n" + helpTail
+    }
+
+    private static let helpHead = """
     tabd \(version): a tab coordinator that streams tab selection and lifecycle events over WebSocket.
 
     USAGE: tabd [options]
 
     OPTIONS:
-      --host HOST            address to listen on (default 127.0.0.1)
-      --port PORT            port to listen on; 0 picks a free one (default 8080)
-      --web-root PATH        the web client's files (default: PREFIX/share/tabd/web of
-                             an installed tabd, else the checkout's web/)
-      --tabs FILE            the tabs of a new room, a JSON array of
-                             {id,title,icon,color,badge?} (default: home, favorites, profile)
-      --state PATH           where state is stored (SQLite); ':memory:' keeps nothing
-                             (default: .tabd/state.sqlite in the checkout, else in
-                             the current directory, as for an installed tabd; only
-                             .tabd/ is created)
-      --state-sync on|off    on: every commit is synced to disk before its commands
-                             are acknowledged, so an ack survives a power cut or a
-                             kernel crash (default on); off: commits are written but
-                             not synced, faster, and a power cut or kernel crash may
-                             lose the last acknowledged commands (tabd's own crash
-                             loses none); logged as a warning at start
-      --rooms auto|api       auto: joining (or an API command to) an unknown room
-                             creates it; api: only PUT /api/rooms/ID does (default auto)
-      --max-rooms N          rooms that may exist, stored or loaded; creating more is
-                             refused (503) (default 100000)
-      --room-idle SECS       unload a room from memory after SECS without clients; it
-                             stays in the state file; 0 = never (default 300)
-      --cluster URLS         be a node of a cluster whose rooms live in NATS JetStream
-                             at these comma-separated nats:// URLs (excludes --state);
-                             see docs/CLUSTER.md
-      --node-name NAME       this node's name in the cluster (default: host name and port)
-      --cluster-forwarding on|off
-                             forward clients' commands to the node that wrote the
-                             room last, which appends them with its own (default on);
-                             off: every node appends its clients' commands itself
-      --cluster-secret-file FILE
-                             the keys this node shares with the cluster's other
-                             nodes (one per line, at least 32 bytes each; the first
-                             seals, every one opens): every message a node writes
-                             to the engine is sealed with them, and nothing else is
-                             believed. Required with --cluster; never the
-                             --auth-secret-file key (docs/CLUSTER.md)
-      --cluster-unsigned accept|refuse
-                             accept: also take unsealed messages, from nodes of a
-                             tabd that does not seal (phase one of a move to sealed
-                             messages, docs/CLUSTER.md) (default refuse)
-      --cluster-tls-ca FILE  speak to the engine over TLS (as tls:// URLs do), its
-                             servers' certificates checked against the CAs in FILE
-                             (PEM; default: the system's CAs)
-      --cluster-tls-cert FILE
-      --cluster-tls-key FILE this node's certificate and key (PEM) for an engine
-                             that verifies its clients (mutual TLS); both or neither
-      --cluster-creds FILE   log in to the engine with a NATS credentials file
-                             (excludes --cluster-user)
-      --cluster-user NAME    log in to the engine as NAME, with the password in
-      --cluster-password-file FILE
-                             FILE, read at start (a trailing newline is dropped);
-                             never on the command line or in a variable
-      --resume-window N      events kept per room for clients that resume (default 10000)
-      --presence-limit N     a room of more than N clients counts them instead of
-                             listing each join and leave (1-100, default 100)
-      --presence-interval MS a counted room reports its changed count at most every
-                             MS milliseconds (default 1000)
-      --queue-limit N        frames queued for one connection before it is closed
-                             as too slow, code 1008 (default 10000)
-      --queue-bytes N        bytes queued for one connection (events, answers,
-                             snapshots) before it is closed as too slow, code 1008;
-                             at least 2 x --max-room-bytes (default 8388608)
-      --queue-bytes-total N  bytes queued for all connections together; past it the
-                             connections that are not reading and hold the most
-                             are closed as too slow (default 268435456)
-      --max-room-bytes N     what a room's tabs, page stacks and values may weigh
-                             together, as its snapshot does; a command that would
-                             pass it is refused invalid (default 2097152)
-      --rate-limit N         commands per second per connection, bursts of 2N;
-                             0 = no limit (default 100)
-      --rate-limit-bytes N   bytes per second per connection, bursts of 2N;
-                             0 = no limit (default 1048576, or no limit
-                             when --rate-limit is 0)
-      --max-clients N        connections beyond it are refused with 503 (default 10000)
-      --tls-cert FILE        serve HTTPS and WSS only, with the certificate in FILE
-                             (PEM, the chain after it, as Let's Encrypt's fullchain.pem);
-                             with --tls-key; SIGHUP reads both again
-      --tls-key FILE         the certificate's private key (PEM, not encrypted)
-      --allow-origin ORIGIN  also accept browsers from this origin (repeatable): its
-                             pages may open /ws and import tabd.js and tabd-tab-bar.js;
-                             the HTTP API refuses (403) a browser of any other origin
-                             than tabd's own, and answers no CORS preflight
-      --allow-host NAME      while no token or key is set, also answer requests for
-                             the host NAME (repeatable; .NAME: it and every name under
-                             it); tabd answers IP addresses, localhost, *.localhost,
-                             --host, its certificate's names and the hosts of
-                             --allow-origin, and refuses other Host headers with 421
-                             (a defence against DNS rebinding)
-      --trusted-proxy ADDR   a reverse proxy (an address or CIDR, repeatable) whose
-                             Forwarded or X-Forwarded-For/-Host/-Proto headers give
-                             the client's address, host and scheme; from any other
-                             peer they are ignored
-      --auth-secret-file FILE
-                             accept signed tokens (HS256 JWTs with room and role)
-                             signed with the key in FILE (at least 32 bytes);
-                             see 'tabd token --help'
-      --token TOKEN          an admin token for every room, required (as ?token= or
-                             'Authorization: Bearer') unless a signed token is given;
-                             visible in ps: prefer --token-file or TABD_TOKEN
-      --token-file FILE      the same, read from FILE
-      --ping-interval SECS   ping a silent peer after SECS, drop it after 2×SECS (default 30)
-      --request-timeout SECS an HTTP request's head must arrive within SECS of the
-                             connection's start (or of the previous answer), its body
-                             within SECS more, else 408; an idle connection is closed
-                             after SECS (default 5)
-      --event-loop LOOP      libuv, or poll (libwebsockets' own loop, whose every pass
-                             costs every open socket: for comparison) (default libuv)
-      --log-level LEVEL      error, warn, info or debug (default info)
-      --log-format FORMAT    text, or json: one object per line with time, level and
-                             message, for log collectors (default text)
+
+    """
+
+    private static let helpTail = """
       -h, --help             show this help
       --version              show the version
 
@@ -265,7 +168,7 @@ public struct Options: Sendable {
             for (variable, text) in environment.sorted(by: { $0.key < $1.key }) {
                 guard let option = Self.option(ofVariable: variable),
                       !([option] + Self.excluded(by: option)).contains(where: { onCommandLine[$0] != nil }) else { continue }
-                let values = Self.repeatable.contains(option)
+                let values = Self.spec(option)?.repeatable == true
                     ? text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
                     : [text]
                 for value in values {
@@ -302,141 +205,26 @@ public struct Options: Sendable {
     private static let engineOptions = ["--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key",
                                         "--cluster-creds", "--cluster-user", "--cluster-password-file", "--cluster-forwarding"]
 
-    /// Options that may be given more than once; their variables hold comma-separated lists.
-    private static let repeatable: Set<String> = ["--allow-origin", "--allow-host", "--trusted-proxy"]
-
-    /// The options one of which excludes the other, both ways.
+    /// The options that exclude `option`, or that it excludes (``OptionSpec/excludes``).
     private static func excluded(by option: String) -> [String] {
-        switch option {
-        case "--token": ["--token-file"]
-        case "--token-file": ["--token"]
-        case "--state": ["--cluster"]
-        case "--cluster": ["--state", "--state-sync"]
-        case "--state-sync": ["--cluster"]
-        case "--cluster-creds": ["--cluster-user", "--cluster-password-file", "--state"]
-        case "--cluster-user", "--cluster-password-file": ["--cluster-creds", "--state"]
-        case "--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key", "--cluster-forwarding": ["--state"]
-        default: []
-        }
+        (spec(option)?.excludes ?? []) + table.filter { $0.excludes.contains(option) }.map(\.name)
     }
 
-    /// `--web-root` for `TABD_WEB_ROOT`; nil for a name outside the rule (not `TABD_`, not
-    /// upper case, or `TABD_TOKEN` and `TABD_AUTH_SECRET`, which hold credentials).
+    /// `--web-root` for `TABD_WEB_ROOT` (``OptionSpec/variable``); nil for a name that is
+    /// no option's, and for `TABD_TOKEN` and `TABD_AUTH_SECRET`, which hold credentials.
     static func option(ofVariable name: String) -> String? {
-        guard name.hasPrefix("TABD_"), name.count > 5, name != "TABD_TOKEN", name != "TABD_AUTH_SECRET",
-              name.allSatisfy({ $0.isASCII && ($0.isUppercase || $0.isNumber || $0 == "_") }) else { return nil }
-        return "--" + name.dropFirst(5).lowercased().replacingOccurrences(of: "_", with: "-")
+        guard name != "TABD_TOKEN", name != "TABD_AUTH_SECRET" else { return nil }
+        return variables[name]
     }
 
-    /// Sets `option` (`--port`) from `value()` if it is an option that takes a value, and
-    /// says whether it was; `name` is how it was given (`--port`, `TABD_PORT`), for errors.
-    /// `value()` is called only for an option that takes a value.
+    private static let variables: [String: String] = Dictionary(uniqueKeysWithValues: table.map { ($0.variable, $0.name) })
+
+    /// Sets `option` (`--port`) from `value()` if it is an option that takes a value
+    /// (``table``), and says whether it was; `name` is how it was given (`--port`,
+    /// `TABD_PORT`), for errors. `value()` is called only for an option that takes a value.
     private mutating func set(_ option: String, as name: String, value: () throws(UsageError) -> String) throws(UsageError) -> Bool {
-        func int(min: Int, max: Int = .max) throws(UsageError) -> Int {
-            try Arguments.int(try value(), as: name, min: min, max: max)
-        }
-        func onOff() throws(UsageError) -> Bool {
-            let v = try value()
-            guard v == "on" || v == "off" else { throw UsageError("\(name) takes on or off, got '\(v.prefix(40))'") }
-            return v == "on"
-        }
-        func nonEmpty() throws(UsageError) -> String {
-            let v = try value()
-            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
-            return v
-        }
-        switch option {
-        case "--host": host = try value()
-        case "--port": port = try int(min: 0, max: 65535)
-        case "--web-root": webRoot = try value()
-        case "--tabs": tabsFile = try value()
-        case "--state":
-            let v = try value()
-            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
-            state = v
-        case "--max-clients": maxClients = try int(min: 1)
-        case "--rooms":
-            let v = try value()
-            guard let mode = RoomCreation(rawValue: v) else { throw UsageError("\(name) must be auto or api, got '\(v)'") }
-            rooms = mode
-        case "--max-rooms": maxRooms = try int(min: 1)
-        case "--cluster":
-            let v = try value()
-            let urls = v.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
-                throw UsageError("\(name) takes nats://HOST:PORT URLs separated by commas, got '\(v.prefix(200))'")
-            }
-            cluster = urls
-        case "--node-name":
-            let v = try value()
-            guard Limits.isRoomID(v) else { throw UsageError("\(name) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(v.prefix(80))'") }
-            nodeName = v
-        case "--state-sync": stateSync = try onOff()
-        case "--cluster-forwarding": clusterForwarding = try onOff()
-        case "--cluster-secret-file": clusterSecretFile = try nonEmpty()
-        case "--cluster-unsigned":
-            let v = try value()
-            guard v == "accept" || v == "refuse" else { throw UsageError("\(name) takes accept or refuse, got '\(v.prefix(40))'") }
-            clusterAcceptUnsigned = v == "accept"
-        case "--cluster-tls-ca": clusterTLSCA = try nonEmpty()
-        case "--cluster-tls-cert": clusterTLSCert = try nonEmpty()
-        case "--cluster-tls-key": clusterTLSKey = try nonEmpty()
-        case "--cluster-creds": clusterCreds = try nonEmpty()
-        case "--cluster-user": clusterUser = try nonEmpty()
-        case "--cluster-password-file": clusterPasswordFile = try nonEmpty()
-        case "--cluster-password":
-            throw UsageError("\(name) is not taken: the engine's password is read from a file (--cluster-password-file)")
-        case "--room-idle": roomIdle = try int(min: 0, max: 86_400 * 365)
-        case "--resume-window": resumeWindow = try int(min: 0)
-        case "--presence-limit": presenceLimit = try int(min: 1, max: Limits.maxClientsInSnapshot)
-        case "--presence-interval": presenceInterval = try int(min: 1, max: 3_600_000)
-        case "--queue-limit": queueLimit = try int(min: 1)
-        case "--queue-bytes": queueBytes = try int(min: 65_536)
-        case "--queue-bytes-total": queueBytesTotal = try int(min: 65_536)
-        case "--max-room-bytes": maxRoomBytes = try int(min: 16_384)
-        case "--rate-limit": rateLimit = try int(min: 0)
-        case "--rate-limit-bytes": rateLimitBytes = try int(min: 0)
-        case "--allow-origin": allowOrigins.append(try value())
-        case "--allow-host":
-            let v = try value()
-            if let problem = HostPolicy.problem(allowHost: v) { throw UsageError("\(name) \(problem)") }
-            allowHosts.append(v)
-        case "--trusted-proxy":
-            let v = try value()
-            guard let range = TrustedProxies.range(v) else {
-                throw UsageError("\(name) takes an IPv4 or IPv6 address or CIDR range (10.0.0.0/8, ::1), got '\(v.prefix(80))'")
-            }
-            trustedProxies.add(range)
-        case "--token":
-            let t = try value()
-            guard !t.isEmpty else { throw UsageError("\(name) must not be empty") }
-            token = t
-        case "--token-file": tokenFile = try value()
-        case "--tls-cert":
-            let v = try value()
-            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
-            tlsCertificate = v
-        case "--tls-key":
-            let v = try value()
-            guard !v.isEmpty else { throw UsageError("\(name) must not be empty") }
-            tlsKey = v
-        case "--auth-secret-file": authSecretFile = try value()
-        case "--ping-interval": pingInterval = try int(min: 1, max: 3600)
-        case "--request-timeout": requestTimeout = try int(min: 1, max: 3600)
-        case "--event-loop":
-            let v = try value()
-            guard let loop = WebSocketEventLoop(rawValue: v) else { throw UsageError("\(name) must be libuv or poll, got '\(v)'") }
-            eventLoop = loop
-        case "--log-level":
-            let v = try value()
-            guard let level = Log.Level(rawValue: v) else { throw UsageError("\(name) must be error, warn, info or debug, got '\(v)'") }
-            logLevel = level
-        case "--log-format":
-            let v = try value()
-            guard let format = Log.Format(rawValue: v) else { throw UsageError("\(name) must be text or json, got '\(v)'") }
-            logFormat = format
-        default: return false
-        }
+        guard let spec = Self.spec(option) else { return false }
+        try spec.set(&self, try value(), name)
         return true
     }
 

@@ -6,7 +6,7 @@ import StateStore
 import WebSockets
 
 /// How rooms come to exist (`--rooms`).
-public enum RoomCreation: String, Sendable {
+public enum RoomCreation: String, Sendable, CaseIterable {
     /// The first join or API command of an unknown room creates it.
     case auto
     /// Only `PUT /api/rooms/ID` creates rooms.

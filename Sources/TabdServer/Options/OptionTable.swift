@@ -1,0 +1,228 @@
+import ArgumentParsing
+import Coordinator
+import WebSockets
+
+/// One of tabd's options, declared once: its name, the value it takes, what it sets (with
+/// the value's type and range), its default as `--help` shows it (read from ``Options``'
+/// own default), which options it excludes, and its help. Parsing, `--help` and the
+/// `TABD_` variables all follow from ``Options/table``.
+struct OptionSpec: Sendable {
+    /// A field of ``Options`` an option sets (a key path literal: it captures nothing, so
+    /// sharing it across threads is safe, which its type does not say).
+    typealias Field<T> = WritableKeyPath<Options, T>
+
+    /// `--rate-limit`.
+    let name: String
+    /// What the value is called in `--help` (`N`, `FILE`).
+    let value: String
+    /// What it does, without its default (added from `defaultText`).
+    let help: String
+    /// Its default as `--help` shows it (read from `Options()`), or nil to show none.
+    let defaultText: (@Sendable (Options) -> String)?
+    /// It may be given more than once; its variable holds a comma-separated list.
+    var repeatable = false
+    /// Options it excludes, either way round.
+    var excludes: [String] = []
+    /// Not shown in `--help` (an option that is refused with a reason).
+    var hidden = false
+    /// Sets the option from one value; `given` is how it was given (`--port`, `TABD_PORT`).
+    let set: @Sendable (inout Options, _ value: String, _ given: String) throws(UsageError) -> Void
+
+    /// The option's environment variable: `TABD_` and its name in upper case, dashes as
+    /// underscores (`--web-root`: `TABD_WEB_ROOT`).
+    var variable: String { "TABD_" + name.dropFirst(2).uppercased().replacingOccurrences(of: "-", with: "_") }
+
+    /// A whole number in `min...max`.
+    static func int(_ name: String, _ path: Field<Int>, value: String = "N", min: Int, max: Int = .max,
+                    excludes: [String] = [], help: String) -> OptionSpec {
+        nonisolated(unsafe) let path = path
+        let shown: @Sendable (Options) -> String = { (o: Options) -> String in String(o[keyPath: path]) }
+        return OptionSpec(name: name, value: value, help: help, defaultText: shown, excludes: excludes) {
+            (o, text, given) throws(UsageError) in o[keyPath: path] = try Arguments.int(text, as: given, min: min, max: max)
+        }
+    }
+
+    /// `on` or `off`.
+    static func onOff(_ name: String, _ path: Field<Bool>, excludes: [String] = [], help: String) -> OptionSpec {
+        nonisolated(unsafe) let path = path
+        return OptionSpec(name: name, value: "on|off", help: help, defaultText: { $0[keyPath: path] ? "on" : "off" }, excludes: excludes) {
+            (o, text, given) throws(UsageError) in
+            guard text == "on" || text == "off" else { throw UsageError("\(given) takes on or off, got '\(text.prefix(40))'") }
+            o[keyPath: path] = text == "on"
+        }
+    }
+
+    /// One of a type's cases, by name.
+    static func choice<T: RawRepresentable & CaseIterable & Sendable>(_ name: String, _ value: String, _ path: Field<T>,
+                                                                      help: String) -> OptionSpec where T.RawValue == String {
+        nonisolated(unsafe) let path = path
+        return OptionSpec(name: name, value: value, help: help, defaultText: { $0[keyPath: path].rawValue }) { (o, text, given) throws(UsageError) in
+            guard let choice = T(rawValue: text) else {
+                throw UsageError("\(given) must be \(Self.either(T.allCases.map(\.rawValue))), got '\(text.prefix(40))'")
+            }
+            o[keyPath: path] = choice
+        }
+    }
+
+    /// A text that has a default.
+    static func string(_ name: String, _ value: String, _ path: Field<String>, help: String) -> OptionSpec {
+        nonisolated(unsafe) let path = path
+        return OptionSpec(name: name, value: value, help: help, defaultText: { $0[keyPath: path] }) { (o, text, _) throws(UsageError) in
+            o[keyPath: path] = text
+        }
+    }
+
+    /// A text (a path, a name); `nonEmpty` refuses an empty one.
+    static func text(_ name: String, _ value: String, _ path: Field<String?>, nonEmpty: Bool = true,
+                     excludes: [String] = [], help: String) -> OptionSpec {
+        nonisolated(unsafe) let path = path
+        return OptionSpec(name: name, value: value, help: help, defaultText: nil, excludes: excludes) { (o, text, given) throws(UsageError) in
+            if nonEmpty, text.isEmpty { throw UsageError("\(given) must not be empty") }
+            o[keyPath: path] = text
+        }
+    }
+
+    /// `a`, `a or b`, `a, b or c`.
+    static func either(_ words: [String]) -> String {
+        words.count < 2 ? words.joined() : words.dropLast().joined(separator: ", ") + " or " + words.last!
+    }
+
+    /// Its lines in `--help`: the name and value, then the help (with the default) wrapped
+    /// at 80 columns, beside it when the name is short enough, else below it.
+    func helpLines(defaults: Options) -> [String] {
+        let head = "  " + name + (value.isEmpty ? "" : " " + value)
+        var text = help
+        if let defaultText { text += " (default \(defaultText(defaults)))" }
+        let indent = 25
+        var lines: [String] = []
+        var line = head.count < indent - 1 ? head + String(repeating: " ", count: indent - head.count) : ""
+        if line.isEmpty { lines.append(head); line = String(repeating: " ", count: indent) }
+        var fresh = true
+        for word in text.split(separator: " ", omittingEmptySubsequences: true) {
+            if !fresh, line.count + 1 + word.count > 80 {
+                lines.append(line)
+                line = String(repeating: " ", count: indent)
+                fresh = true
+            }
+            line += (fresh ? "" : " ") + word
+            fresh = false
+        }
+        lines.append(line)
+        return lines
+    }
+}
+
+extension Options {
+    /// Every option that takes a value, in the order `--help` lists them.
+    static let table: [OptionSpec] = [
+        .string("--host", "HOST", \.host, help: "address to listen on"),
+        .int("--port", \.port, value: "PORT", min: 0, max: 65535, help: "port to listen on; 0 picks a free one"),
+        .text("--web-root", "PATH", \.webRoot, nonEmpty: false,
+              help: "the web client's files (default: PREFIX/share/tabd/web of an installed tabd, else the checkout's web/)"),
+        .text("--tabs", "FILE", \.tabsFile, nonEmpty: false,
+              help: "the tabs of a new room, a JSON array of {id,title,icon,color,badge?} (default: home, favorites, profile)"),
+        .text("--state", "PATH", \.state, excludes: ["--cluster"],
+              help: "where state is stored (SQLite); ':memory:' keeps nothing (default: .tabd/state.sqlite in the checkout, else in the current directory, as for an installed tabd; only .tabd/ is created)"),
+        .onOff("--state-sync", \.stateSync, excludes: ["--cluster"],
+               help: "on: every commit is synced to disk before its commands are acknowledged, so an ack survives a power cut or a kernel crash; off: commits are written but not synced, faster, and a power cut or kernel crash may lose the last acknowledged commands (tabd's own crash loses none); logged as a warning at start"),
+        .choice("--rooms", "auto|api", \.rooms,
+                help: "auto: joining (or an API command to) an unknown room creates it; api: only PUT /api/rooms/ID does"),
+        .int("--max-rooms", \.maxRooms, min: 1, help: "rooms that may exist, stored or loaded; creating more is refused (503)"),
+        .int("--room-idle", \.roomIdle, value: "SECS", min: 0, max: 86_400 * 365,
+             help: "unload a room from memory after SECS without clients; it stays in the state file; 0 = never"),
+        OptionSpec(name: "--cluster", value: "URLS", help: "be a node of a cluster whose rooms live in NATS JetStream at these comma-separated nats:// URLs (excludes --state); see docs/CLUSTER.md",
+                   defaultText: nil, excludes: ["--state", "--state-sync"]) { (o, text, given) throws(UsageError) in
+            let urls = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
+                throw UsageError("\(given) takes nats://HOST:PORT URLs separated by commas, got '\(text.prefix(200))'")
+            }
+            o.cluster = urls
+        },
+        OptionSpec(name: "--node-name", value: "NAME", help: "this node's name in the cluster (default: host name and port)",
+                   defaultText: nil) { (o, text, given) throws(UsageError) in
+            guard Limits.isRoomID(text) else { throw UsageError("\(given) must be 1 to 64 of A-Z a-z 0-9 _ -, got '\(text.prefix(80))'") }
+            o.nodeName = text
+        },
+        .onOff("--cluster-forwarding", \.clusterForwarding, excludes: ["--state"],
+               help: "on: forward clients' commands to the node that wrote the room last, which appends them with its own; off: every node appends its clients' commands itself"),
+        .text("--cluster-secret-file", "FILE", \.clusterSecretFile,
+              help: "the keys this node shares with the cluster's other nodes (one per line, at least 32 bytes each; the first seals, every one opens): every message a node writes to the engine is sealed with them, and nothing else is believed. Required with --cluster; never the --auth-secret-file key (docs/CLUSTER.md)"),
+        OptionSpec(name: "--cluster-unsigned", value: "accept|refuse",
+                   help: "accept: also take unsealed messages, from nodes of a tabd that does not seal (phase one of a move to sealed messages, docs/CLUSTER.md); refuse: believe only sealed ones",
+                   defaultText: { $0.clusterAcceptUnsigned ? "accept" : "refuse" }) { (o, text, given) throws(UsageError) in
+            guard text == "accept" || text == "refuse" else { throw UsageError("\(given) takes accept or refuse, got '\(text.prefix(40))'") }
+            o.clusterAcceptUnsigned = text == "accept"
+        },
+        .text("--cluster-tls-ca", "FILE", \.clusterTLSCA, excludes: ["--state"],
+              help: "speak to the engine over TLS (as tls:// URLs do), its servers' certificates checked against the CAs in FILE (PEM; default: the system's CAs)"),
+        .text("--cluster-tls-cert", "FILE", \.clusterTLSCert, excludes: ["--state"],
+              help: "this node's certificate (PEM) for an engine that verifies its clients (mutual TLS); with --cluster-tls-key"),
+        .text("--cluster-tls-key", "FILE", \.clusterTLSKey, excludes: ["--state"],
+              help: "the key of --cluster-tls-cert (PEM)"),
+        .text("--cluster-creds", "FILE", \.clusterCreds, excludes: ["--cluster-user", "--cluster-password-file", "--state"],
+              help: "log in to the engine with a NATS credentials file (excludes --cluster-user)"),
+        .text("--cluster-user", "NAME", \.clusterUser, excludes: ["--cluster-creds", "--state"],
+              help: "log in to the engine as NAME, with the password in --cluster-password-file"),
+        .text("--cluster-password-file", "FILE", \.clusterPasswordFile, excludes: ["--cluster-creds", "--state"],
+              help: "the engine's password, read at start (a trailing newline is dropped); never on the command line or in a variable"),
+        OptionSpec(name: "--cluster-password", value: "", help: "", defaultText: nil, hidden: true) { (_, _, given) throws(UsageError) in
+            throw UsageError("\(given) is not taken: the engine's password is read from a file (--cluster-password-file)")
+        },
+        .int("--resume-window", \.resumeWindow, min: 0, help: "events kept per room for clients that resume"),
+        .int("--presence-limit", \.presenceLimit, min: 1, max: Limits.maxClientsInSnapshot,
+             help: "a room of more than N clients counts them instead of listing each join and leave (1-\(Limits.maxClientsInSnapshot))"),
+        .int("--presence-interval", \.presenceInterval, value: "MS", min: 1, max: 3_600_000,
+             help: "a counted room reports its changed count at most every MS milliseconds"),
+        .int("--queue-limit", \.queueLimit, min: 1, help: "frames queued for one connection before it is closed as too slow, code 1008"),
+        .int("--queue-bytes", \.queueBytes, min: 65_536,
+             help: "bytes queued for one connection (events, answers, snapshots) before it is closed as too slow, code 1008; at least 2 x --max-room-bytes"),
+        .int("--queue-bytes-total", \.queueBytesTotal, min: 65_536,
+             help: "bytes queued for all connections together; past it the connections that are not reading and hold the most are closed as too slow"),
+        .int("--max-room-bytes", \.maxRoomBytes, min: 16_384,
+             help: "what a room's tabs, page stacks and values may weigh together, as its snapshot does; a command that would pass it is refused invalid"),
+        .int("--rate-limit", \.rateLimit, min: 0, help: "commands per second per connection, bursts of 2N; 0 = no limit"),
+        OptionSpec(name: "--rate-limit-bytes", value: "N", help: "bytes per second per connection, bursts of 2N; 0 = no limit",
+                   defaultText: { _ in "\(Options.defaultByteRate), or no limit when --rate-limit is 0" }) { (o, text, given) throws(UsageError) in
+            o.rateLimitBytes = try Arguments.int(text, as: given, min: 0)
+        },
+        .int("--max-clients", \.maxClients, min: 1, help: "connections beyond it are refused with 503"),
+        .text("--tls-cert", "FILE", \.tlsCertificate,
+              help: "serve HTTPS and WSS only, with the certificate in FILE (PEM, the chain after it, as Let's Encrypt's fullchain.pem); with --tls-key; SIGHUP reads both again"),
+        .text("--tls-key", "FILE", \.tlsKey, help: "the certificate's private key (PEM, not encrypted)"),
+        OptionSpec(name: "--allow-origin", value: "ORIGIN",
+                   help: "also accept browsers from this origin (repeatable): its pages may open /ws and import tabd.js and tabd-tab-bar.js; the HTTP API refuses (403) a browser of any other origin than tabd's own, and answers no CORS preflight",
+                   defaultText: nil, repeatable: true) { (o, text, _) throws(UsageError) in o.allowOrigins.append(text) },
+        OptionSpec(name: "--allow-host", value: "NAME",
+                   help: "while no token or key is set, also answer requests for the host NAME (repeatable; .NAME: it and every name under it); tabd answers IP addresses, localhost, *.localhost, --host, its certificate's names and the hosts of --allow-origin, and refuses other Host headers with 421 (a defence against DNS rebinding)",
+                   defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
+            if let problem = HostPolicy.problem(allowHost: text) { throw UsageError("\(given) \(problem)") }
+            o.allowHosts.append(text)
+        },
+        OptionSpec(name: "--trusted-proxy", value: "ADDR",
+                   help: "a reverse proxy (an address or CIDR, repeatable) whose Forwarded or X-Forwarded-For/-Host/-Proto headers give the client's address, host and scheme; from any other peer they are ignored",
+                   defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
+            guard let range = TrustedProxies.range(text) else {
+                throw UsageError("\(given) takes an IPv4 or IPv6 address or CIDR range (10.0.0.0/8, ::1), got '\(text.prefix(80))'")
+            }
+            o.trustedProxies.add(range)
+        },
+        .text("--auth-secret-file", "FILE", \.authSecretFile, nonEmpty: false,
+              help: "accept signed tokens (HS256 JWTs with room and role) signed with the key in FILE (at least 32 bytes); see 'tabd token --help'"),
+        .text("--token", "TOKEN", \.token, excludes: ["--token-file"],
+              help: "an admin token for every room, required (as ?token= or 'Authorization: Bearer') unless a signed token is given; visible in ps: prefer --token-file or TABD_TOKEN"),
+        .text("--token-file", "FILE", \.tokenFile, nonEmpty: false, excludes: ["--token"], help: "the same, read from FILE"),
+        .int("--ping-interval", \.pingInterval, value: "SECS", min: 1, max: 3600, help: "ping a silent peer after SECS, drop it after 2×SECS"),
+        .int("--request-timeout", \.requestTimeout, value: "SECS", min: 1, max: 3600,
+             help: "an HTTP request's head must arrive within SECS of the connection's start (or of the previous answer), its body within SECS more, else 408; an idle connection is closed after SECS"),
+        .choice("--event-loop", "LOOP", \.eventLoop,
+                help: "libuv, or poll (libwebsockets' own loop, whose every pass costs every open socket: for comparison)"),
+        .choice("--log-level", "LEVEL", \.logLevel, help: "error, warn, info or debug"),
+        .choice("--log-format", "FORMAT", \.logFormat,
+                help: "text, or json: one object per line with time, level and message, for log collectors"),
+    ]
+
+    /// The option named `name`, if it takes a value.
+    static func spec(_ name: String) -> OptionSpec? { specs[name] }
+
+    private static let specs: [String: OptionSpec] = Dictionary(uniqueKeysWithValues: table.map { ($0.name, $0) })
+}

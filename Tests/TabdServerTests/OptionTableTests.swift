@@ -1,0 +1,93 @@
+import Foundation
+import Testing
+@testable import TabdServer
+
+/// tabd's options are declared once (``Options/table``): `--help`, parsing, the `TABD_`
+/// variables and the documentation follow from that declaration, and cannot drift from it.
+@Suite struct OptionTableTests {
+    /// The repository's `docs/`, found from this file.
+    static let docs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("docs")
+
+    static func doc(_ name: String) throws -> String {
+        try String(contentsOf: docs.appendingPathComponent(name), encoding: .utf8)
+    }
+
+    @Test func helpShowsEveryOptionWithTheDefaultItParsesTo() {
+        let help = Options.help
+        let defaults = Options()
+        for spec in Options.table where !spec.hidden {
+            #expect(help.contains("  \(spec.name)\(spec.value.isEmpty ? "" : " " + spec.value)"), "\(spec.name) is not in --help")
+            if let text = spec.defaultText?(defaults) {
+                #expect(help.replacingOccurrences(of: "\n", with: " ").replacingOccurrences(of: #" +"#, with: " ", options: .regularExpression)
+                    .contains("(default \(text))"), "\(spec.name)'s default \(text) is not in --help")
+            }
+        }
+        for line in help.split(separator: "\n") { #expect(line.count <= 100, "a help line of \(line.count) columns: \(line)") }
+        #expect(!help.contains("--cluster-password "), "a refused option is not offered")
+    }
+
+    @Test func everyOptionHasItsVariableAndNoTwoShareOne() {
+        var seen: Set<String> = []
+        for spec in Options.table {
+            #expect(seen.insert(spec.variable).inserted, "\(spec.variable) twice")
+            let expected: String? = spec.variable == "TABD_TOKEN" ? nil : spec.name
+            #expect(Options.option(ofVariable: spec.variable) == expected, "\(spec.variable) does not name \(spec.name)")
+        }
+        #expect(Options.option(ofVariable: "TABD_AUTH_SECRET") == nil, "a credential, not --auth-secret")
+        #expect(Options.option(ofVariable: "TABD_NOT_AN_OPTION") == nil)
+    }
+
+    @Test func exclusionsNameOptionsAndKeepTheirVariablesUnread() {
+        for spec in Options.table {
+            for other in spec.excludes { #expect(Options.spec(other) != nil, "\(spec.name) excludes an unknown \(other)") }
+        }
+        // Declared on one side, it holds both ways: the command line's option keeps the
+        // other's variable unread.
+        let environment = ["TABD_STATE": "/tmp/x.sqlite", "TABD_CLUSTER_TLS_CA": "/tmp/ca.pem", "TABD_TOKEN_FILE": "/tmp/t"]
+        guard case let .run(o) = Options.parse(["--cluster", "nats://127.0.0.1:4222", "--token", "t"], environment: environment) else {
+            Issue.record("refused"); return
+        }
+        #expect(o.state == nil && o.tokenFile == nil, "a variable of an option that the command line's excludes is read")
+        #expect(o.clusterTLSCA == "/tmp/ca.pem", "a variable nothing excludes is read")
+    }
+
+    @Test func aValueIsCheckedAsDeclaredWhereverItComesFrom() {
+        for args in [["--port", "70000"], ["--presence-limit", "0"], ["--rooms", "maybe"], ["--state-sync", "yes"]] {
+            guard case let .exit(text, code) = Options.parse(args) else { Issue.record("\(args) accepted"); continue }
+            #expect(code == 2 && text.hasPrefix("tabd: \(args[0]) "), "\(text)")
+            let variable = Options.spec(args[0])!.variable
+            guard case let .exit(fromEnv, _) = Options.parse([], environment: [variable: args[1]]) else { Issue.record("\(variable) accepted"); continue }
+            #expect(fromEnv.hasPrefix("tabd: \(variable) "), "\(fromEnv)")
+        }
+        guard case let .run(o) = Options.parse(["--rate-limit", "7"], environment: ["TABD_RATE_LIMIT": "9", "TABD_ROOM_IDLE": "12"]) else {
+            Issue.record("refused"); return
+        }
+        #expect(o.rateLimit == 7 && o.roomIdle == 12, "the command line wins over its variable; other variables are read")
+    }
+
+    /// The docs give every option, and the synopsis in PROTOCOL.md shows the defaults the
+    /// table has: an option added to the table alone, or a default changed in one place,
+    /// fails here.
+    @Test func theDocsNameEveryOptionWithItsDefault() throws {
+        let protocolDoc = try Self.doc("PROTOCOL.md")
+        let all = try ["PROTOCOL.md", "CLUSTER.md", "DEPLOYING.md", "SEMANTICS.md"].map(Self.doc).joined()
+        let defaults = Options()
+        for spec in Options.table where !spec.hidden {
+            #expect(all.contains("`\(spec.name)") || all.contains("[\(spec.name)") || all.contains("\(spec.name) "),
+                    "\(spec.name) is in none of the docs")
+        }
+        let synopsis = try #require(protocolDoc.components(separatedBy: "```").dropFirst().first)
+        let shown = try Regex(#"\[(--[a-z-]+) ([^\]\s|]+)\]"#)
+        var checked = 0
+        for match in synopsis.matches(of: shown) {
+            let name = String(match.output[1].substring!), value = String(match.output[2].substring!)
+            guard let spec = Options.spec(name), let text = spec.defaultText?(defaults) else { continue }
+            let expected = String(text.split(separator: ",").first ?? "")
+            guard Int(value) != nil || value == value.lowercased() && !value.contains("/") else { continue } // a placeholder
+            #expect(value == expected, "PROTOCOL.md shows \(name) \(value), the default is \(expected)")
+            checked += 1
+        }
+        #expect(checked >= 15, "the synopsis shows \(checked) defaults")
+    }
+}
