@@ -21,6 +21,23 @@ export type ClientErrorCode =
   | "connection_lost" | "closed" | "timed_out" | "room_deleted" | "token_expired" | "wrong_room" | "bad_url"
   | "not_connected";
 
+/** WebSocket close codes by name: those tabd sends, and `clientDrop`, the code the client
+ * closes a connection with when it drops it to open another. */
+export declare const CloseCode: Readonly<{
+  normal: 1000;
+  goingAway: 1001;
+  protocolError: 1002;
+  unsupportedData: 1003;
+  invalidPayload: 1007;
+  policyViolation: 1008;
+  messageTooBig: 1009;
+  internalError: 1011;
+  tryAgainLater: 1013;
+  clientDrop: 4000;
+  tokenExpired: 4001;
+  roomGone: 4404;
+}>;
+
 /** A TabdError's code: those above, or one of a newer tabd. */
 export type ErrorCode = ProtocolErrorCode | ClientErrorCode | (string & {});
 

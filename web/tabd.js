@@ -44,6 +44,23 @@ export class TabdError extends Error {
   }
 }
 
+/** WebSocket close codes by name: those tabd sends (PROTOCOL.md), and `clientDrop`, the
+ * code this client closes a connection with when it drops it to open another. */
+export const CloseCode = Object.freeze({
+  normal: 1000,
+  goingAway: 1001,
+  protocolError: 1002,
+  unsupportedData: 1003,
+  invalidPayload: 1007,
+  policyViolation: 1008,
+  messageTooBig: 1009,
+  internalError: 1011,
+  tryAgainLater: 1013,
+  clientDrop: 4000,
+  tokenExpired: 4001,
+  roomGone: 4404,
+});
+
 const DEFAULTS = {
   backoff: { initial: 250, max: 8000 },
   heartbeat: 20000,
@@ -272,7 +289,7 @@ export class TabdClient {
    * after the backoff, or not before `holdMs` milliseconds. For trying out what users see. */
   disconnect(holdMs = 0) {
     this.#holdUntil = Date.now() + (Number(holdMs) || 0);
-    if (this.#sock) this.#drop(4000, "client disconnect");
+    if (this.#sock) this.#drop(CloseCode.clientDrop, "client disconnect");
   }
 
   /** While reconnecting, tries again now instead of waiting out the backoff. */
@@ -286,7 +303,7 @@ export class TabdClient {
 
   /** Closes the client for good: pending commands reject with `closed`. */
   close() {
-    this.#finish(new TabdError("closed", "closed by the client"), 1000, "bye");
+    this.#finish(new TabdError("closed", "closed by the client"), CloseCode.normal, "bye");
   }
 
   #welcomed() {
@@ -328,10 +345,10 @@ export class TabdClient {
     sock.addEventListener("close", (ev) => {
       if (sock !== this.#sock) return;
       this.#sock = null;
-      if (ev.code === 4404) {
-        this.#finish(new TabdError("room_deleted", `room '${this.room}' was deleted`, { closeCode: 4404 }));
-      } else if (ev.code === 4001) {
-        this.#finish(new TabdError("token_expired", "the access token has expired", { closeCode: 4001 }));
+      if (ev.code === CloseCode.roomGone) {
+        this.#finish(new TabdError("room_deleted", `room '${this.room}' was deleted`, { closeCode: ev.code }));
+      } else if (ev.code === CloseCode.tokenExpired) {
+        this.#finish(new TabdError("token_expired", "the access token has expired", { closeCode: ev.code }));
       } else {
         this.#lost();
       }
@@ -369,7 +386,7 @@ export class TabdClient {
     this.#lost();
   }
 
-  #finish(error, code = 1000, reason = "") {
+  #finish(error, code = CloseCode.normal, reason = "") {
     if (this.connection === "closed") return;
     const sock = this.#sock;
     this.#sock = null;
@@ -404,7 +421,7 @@ export class TabdClient {
     if (!(this.#options.heartbeat > 0)) return;
     this.#heartbeatTimer = setInterval(() => {
       if (!this.#welcomed()) return;
-      if (this.#awaitingPong) { this.#drop(4000, "no pong"); return; }
+      if (this.#awaitingPong) { this.#drop(CloseCode.clientDrop, "no pong"); return; }
       this.#awaitingPong = true;
       this.#transmit({ type: "ping", fields: {}, internal: true, resolve: () => {}, reject: () => {} });
     }, this.#options.heartbeat);
@@ -443,11 +460,11 @@ export class TabdClient {
     try { f = JSON.parse(text); } catch (e) { f = null; }
     if (!f || typeof f !== "object" || typeof f.type !== "string") {
       // Not tabd's protocol: this connection cannot be trusted; a new one starts clean.
-      this.#drop(1002, "not a tabd frame");
+      this.#drop(CloseCode.protocolError, "not a tabd frame");
       return;
     }
     if (f.type === "welcome") { this.#onWelcome(f); return; }
-    if (!this.#sock.welcomed) { this.#drop(1002, "a frame before the welcome"); return; }
+    if (!this.#sock.welcomed) { this.#drop(CloseCode.protocolError, "a frame before the welcome"); return; }
     switch (f.type) {
       case "events": this.#onEvents(f); break;
       case "ack": case "snapshot": case "pong": case "clients": case "error": this.#onAnswer(f); break;
@@ -494,7 +511,7 @@ export class TabdClient {
     try {
       state = fromWire(wire);
     } catch (e) {
-      this.#drop(1002, "a snapshot the client cannot read");
+      this.#drop(CloseCode.protocolError, "a snapshot the client cannot read");
       return false;
     }
     if (fresh) {
@@ -625,7 +642,7 @@ export class TabdClient {
     }
     if (snap === null || typeof snap !== "object") {
       c.reject(new TabdError("connection_lost", "tabd answered sync without a snapshot; reconnecting"));
-      this.#drop(1002, "a snapshot the client cannot read");
+      this.#drop(CloseCode.protocolError, "a snapshot the client cannot read");
       return;
     }
     c.resolve(this.state);

@@ -5,7 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { connect, endpoint, TabdClient, TabdError, tokenExpiry } from "../../web/tabd.js";
+import { CloseCode, connect, endpoint, TabdClient, TabdError, tokenExpiry } from "../../web/tabd.js";
 
 // ---------------------------------------------------------------- the scripted transport
 
@@ -340,13 +340,19 @@ test("a frame that is not JSON drops the connection (1002) and a new one starts"
 
 // ---------------------------------------------------------------- the end
 
+test("the named close codes are the protocol's", () => {
+  assert.deepEqual([CloseCode.normal, CloseCode.protocolError, CloseCode.policyViolation, CloseCode.tokenExpired, CloseCode.roomGone],
+                   [1000, 1002, 1008, 4001, 4404]);
+  assert.ok(Object.isFrozen(CloseCode));
+});
+
 test("4404 (room deleted) and 4001 (token expired) close the client for good", async () => {
   for (const [code, why] of [[4404, "room_deleted"], [4001, "token_expired"]]) {
     const { t, sock, client } = await connected();
     const pending = client.tap("profile");
     sock.drop(code);
     await assert.rejects(pending, (e) => e.code === why);
-    assert.deepEqual([client.connection, client.error.code], ["closed", why]);
+    assert.deepEqual([client.connection, client.error.code, client.error.closeCode], ["closed", why, code]);
     await assert.rejects(client.tap("home"), (e) => e.code === why, "a later command is refused at once");
     await new Promise((r) => setTimeout(r, 30));
     assert.equal(t.sockets.length, 1, "no reconnect");
