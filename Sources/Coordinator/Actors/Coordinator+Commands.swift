@@ -116,6 +116,8 @@ extension Coordinator {
     /// a snapshot taken now.
     func answerDueSyncs() async {
         await enter(); defer { leave() }
+        // Syncs due from here on need another task: this one may already be past them.
+        dueSyncsScheduled = false
         guard answers.hasDueSyncs else { return }
         _ = await settle()
         let snapshot = await buildSnapshot()

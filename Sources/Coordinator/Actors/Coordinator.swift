@@ -109,6 +109,9 @@ public actor Coordinator {
     /// Other writers stored batches while this coordinator's own were pending: taken in
     /// once those have settled.
     private var absorbPending = false
+    /// A task to answer the due `sync`s is on its way (``scheduleDueSyncs()``): at most one
+    /// waits for the gate, however many batches are published meanwhile.
+    var dueSyncsScheduled = false
 
     /// A new in-memory history: the tabs as given (validated), the first one selected,
     /// and its root page's `firstAppear` + `appear` as batch 1 (by `tabd`).
@@ -500,7 +503,7 @@ public actor Coordinator {
             }
         }
         let released = answers.isEmpty ? [] : answers.release(published: publishedSeq)
-        if answers.hasDueSyncs { Task { await answerDueSyncs() } }
+        scheduleDueSyncs()
         guard !batches.isEmpty || !released.isEmpty else { return }
         for publisher in publishers { publisher(batches, released) }
     }
@@ -509,9 +512,17 @@ public actor Coordinator {
     /// only that address's answers can have become ready).
     func publishAnswers(to address: UInt64) {
         let released = answers.release(address, published: publishedSeq)
-        if answers.hasDueSyncs { Task { await answerDueSyncs() } }
+        scheduleDueSyncs()
         guard !released.isEmpty else { return }
         for publisher in publishers { publisher([], released) }
+    }
+
+    /// Answers the due `sync`s in a task of their own (they wait for the commits before
+    /// them), unless one is on its way already.
+    func scheduleDueSyncs() {
+        guard answers.hasDueSyncs, !dueSyncsScheduled else { return }
+        dueSyncsScheduled = true
+        Task { await answerDueSyncs() }
     }
 
     /// What a publisher gets: committed batches in seq order (possibly none) and the
