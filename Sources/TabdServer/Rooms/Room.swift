@@ -103,11 +103,6 @@ actor Room: DirectoryRoom {
     /// When the armed presence report fires, if one is armed.
     private var presenceReportArmed: ContinuousClock.Instant?
 
-    /// Answer addresses of HTTP calls have the top bit set; connections' never do.
-    static let apiAddressBit: UInt64 = 1 << 63
-    /// Answer addresses of commands other nodes forwarded have the next bit set.
-    static let forwardAddressBit: UInt64 = 1 << 62
-
     /// Cluster: where this node's clients' commands go (``ForwardingPlan``).
     private var forwarding: ForwardingPlan?
     /// Cluster: commands (and everything after them) that wait while forwards that failed
@@ -314,13 +309,14 @@ actor Room: DirectoryRoom {
                     metrics.error(e.code)
                     log.info("room '\(id)' client \(answer.client): \(e.code.rawValue): \(e.message)")
                 }
-                if answer.to & Self.apiAddressBit != 0 {
-                    responders.withLock { $0.removeValue(forKey: answer.to) }?.respond(RoomsAPI.response(for: answer.frame))
+                switch AnswerAddress(rawValue: answer.to) {
+                case let .apiCall(n):
+                    responders.withLock { $0.removeValue(forKey: n) }?.respond(RoomsAPI.response(for: answer.frame))
                     answeredCalls += 1
-                } else if answer.to & Self.forwardAddressBit != 0 {
+                case let .forward(n):
                     let forwarded = ForwardAnswer(id: "", room: id, frame: answer.frame)
                     if let (reply, answer) = forwardReplies.withLock({ f -> (String, ForwardAnswer)? in
-                        guard let (forwardID, reply) = f.pending.removeValue(forKey: answer.to) else { return nil }
+                        guard let (forwardID, reply) = f.pending.removeValue(forKey: n) else { return nil }
                         var answer = forwarded
                         answer.id = forwardID
                         f.answered(answer)
@@ -328,8 +324,8 @@ actor Room: DirectoryRoom {
                     }) {
                         forwardAnswers[reply, default: []].append(answer)
                     }
-                } else {
-                    replies.append((ConnectionID(rawValue: answer.to), OutgoingFrame(answer.frame.bytes)))
+                case let .connection(connection):
+                    replies.append((connection, OutgoingFrame(answer.frame.bytes)))
                 }
             }
             for (reply, answers) in forwardAnswers { cluster?.answer(answers, to: reply) }
@@ -362,7 +358,7 @@ actor Room: DirectoryRoom {
             // None of this node's own batches may come after the first forward.
             if fresh, await coordinator.hasUnpublished { await coordinator.settled() }
             let id = forwarding!.nextID()
-            let order = await coordinator.expectRemote(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue,
+            let order = await coordinator.expectRemote(envelope.command, by: client, ref: envelope.ref, replyTo: AnswerAddress.connection(connection).rawValue,
                                                        forwardID: id)
             let request = forwarding!.forward(envelope, client: client, to: to, fresh: fresh, address: connection.rawValue, order: order,
                                               reply: cluster.forwardReply, now: Self.uptime())
@@ -385,7 +381,7 @@ actor Room: DirectoryRoom {
             // A snapshot for a connection being closed (too slow, say, after the snapshots of
             // its earlier `sync`s) could not go out: it is not built.
             if case .sync = envelope.command, !server.isOpen(connection) { return }
-            await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: connection.rawValue)
+            await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: AnswerAddress.connection(connection).rawValue)
         case let .refused(connection, client, frame):
             await coordinator.answer(frame, client: client, to: connection.rawValue)
         default:
@@ -434,9 +430,9 @@ actor Room: DirectoryRoom {
                            to: request.reply)
         case .decide:
             nextForwardAddress += 1
-            let address = Self.forwardAddressBit | nextForwardAddress
-            forwardReplies.withLock { $0.pending[address] = (request.id, request.reply) }
-            await coordinator.enqueue(request.envelope.command, by: request.client, ref: request.envelope.ref, replyTo: address,
+            forwardReplies.withLock { $0.pending[nextForwardAddress] = (request.id, request.reply) }
+            await coordinator.enqueue(request.envelope.command, by: request.client, ref: request.envelope.ref,
+                                      replyTo: AnswerAddress.forward(nextForwardAddress).rawValue,
                                       forwardID: request.id)
         }
     }
@@ -474,9 +470,8 @@ actor Room: DirectoryRoom {
             }
             registry.metrics.command(envelope.command.type)
             nextAPIAddress += 1
-            let address = Self.apiAddressBit | nextAPIAddress
-            responders.withLock { $0[address] = responder }
-            await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: address)
+            responders.withLock { $0[nextAPIAddress] = responder }
+            await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: AnswerAddress.apiCall(nextAPIAddress).rawValue)
         case let .read(responder):
             let snapshot = await coordinator.snapshot()
             responder.respond(RoomsAPI.json(200, .object([
