@@ -62,8 +62,7 @@ final class Gateway: WebSocketServerHandler {
     private struct RoomInputs {
         let room: Room
         var inputs: [Room.Input] = []
-        var joins: [Join] = []
-        var leaves: [Leave] = []
+        var presence = PresenceChanges()
     }
 
     /// What the service thread and the rooms share.
@@ -162,7 +161,7 @@ final class Gateway: WebSocketServerHandler {
                         peer: forwarding(of: request, logging: false).client, role: role ?? .control)
         state.withLock { s in
             s.connections[id] = Connection(room: room, role: role ?? .control, client: nil, limiter: limiter)
-            if let room { s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].joins.append(join) }
+            if let room { s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].presence.join(join) }
         }
         if room != nil, let expires = grant?.expires { closeWhenExpired(id, at: expires) }
     }
@@ -258,13 +257,7 @@ final class Gateway: WebSocketServerHandler {
             gone?.expiry?.cancel()
             guard let room = gone?.room else { return nil }
             // Gone before its join was handed over: it never joins, so it does not leave either.
-            let key = ObjectIdentifier(room)
-            if let i = s.pass[key]?.joins.firstIndex(where: { $0.connection == id }) {
-                s.pass[key]!.joins.remove(at: i)
-                return room
-            }
-            s.pass[key, default: RoomInputs(room: room)].leaves.append(Leave(connection: id, how: how))
-            return nil
+            return s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].presence.leave(Leave(connection: id, how: how)) ? nil : room
         }
         if let room = neverJoined {
             log.info("connection #\(id.rawValue) closed before its welcome, \(how)")
@@ -300,7 +293,7 @@ final class Gateway: WebSocketServerHandler {
             return Array(s.pass.values)
         }
         for var p in pass {
-            if !p.joins.isEmpty || !p.leaves.isEmpty { p.inputs.append(.presence(joins: p.joins, leaves: p.leaves)) }
+            if !p.presence.isEmpty { p.inputs.append(.presence(joins: p.presence.joins, leaves: p.presence.leaves)) }
             p.room.submit(p.inputs)
         }
     }

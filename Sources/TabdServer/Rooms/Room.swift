@@ -165,25 +165,18 @@ actor Room: DirectoryRoom {
         }
         self.coordinator = coordinator
         while let inputs = await inbox.takeAll() {
-            var joins: [Gateway.Join] = []
-            var leaves: [Gateway.Leave] = []
+            var presence = PresenceChanges()
             var retire = false
             for (n, input) in inputs.enumerated() {
                 // A long take (a flood) lets other rooms' work onto the cooperative threads
                 // now and then: a room must not hold a thread for its whole backlog.
                 if n % Self.inputsPerYield == Self.inputsPerYield - 1 { await Task.yield() }
                 switch input {
-                case let .presence(j, l):
-                    joins += j
-                    for leave in l {
-                        // Joined and left before the join was applied: it never joins.
-                        if let i = joins.firstIndex(where: { $0.connection == leave.connection }) {
-                            joins.remove(at: i)
-                            log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)")
-                            released(1)
-                        } else {
-                            leaves.append(leave)
-                        }
+                case let .presence(joins, leaves):
+                    for join in joins { presence.join(join) }
+                    for leave in leaves where !presence.leave(leave) {
+                        log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)")
+                        released(1)
                     }
                 case .command, .refused:
                     await route(input, coordinator: coordinator)
@@ -234,14 +227,14 @@ actor Room: DirectoryRoom {
                     }
                 case let .delete(done):
                     // What came after the deletion is refused like what comes later.
-                    await stop(coordinator, closing: joins.map(\.connection), code: .roomGone, reason: "room deleted",
+                    await stop(coordinator, closing: presence.joins.map(\.connection), code: .roomGone, reason: "room deleted",
                                leftovers: Array(inputs[(n + 1)...]))
                     done.signal()
                     return
                 }
             }
             sendForwards()
-            if !joins.isEmpty || !leaves.isEmpty { await presence(coordinator, joins: joins, leaves: leaves) }
+            if !presence.isEmpty { await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves) }
             if retire {
                 log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
                 await stop(coordinator, closing: [], code: .goingAway, reason: "room unloaded")
