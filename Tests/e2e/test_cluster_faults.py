@@ -398,7 +398,7 @@ async def test_random_rounds_mixing_the_faults(make_daemon, engine):
         forwarding = "off" if rng.random() < 0.2 else "on"
         print(f"random round {n + 1}: {name}{' with kill -9' if kill else ''}, forwarding {forwarding}")
         reports += await rounds(name, make_daemon, engine, 1, kill=kill, forwarding=forwarding)
-    judge("random round", reports)
+    judge("random", reports)
 
 
 # --- the fence, shown by a deliberate break -------------------------------------------------
