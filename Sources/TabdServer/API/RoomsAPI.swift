@@ -105,18 +105,17 @@ struct RoomsAPI: Sendable {
         }
     }
 
-    /// The room checks its rate limit, then parses the body. A room that does not exist is
-    /// created (`--rooms auto`) only for a body that parses: bad input makes no room.
+    /// A loaded room checks its rate limit, then parses the body (a connection's
+    /// precedence). For a room not loaded (no recent commands, so nothing to limit) the
+    /// body is parsed first: bad input loads, creates and looks up no room.
     private func command(_ request: HTTPRequest, room id: RoomID, responder: HTTPResponder) {
-        var acquired = registry.acquire(id, creating: false)
-        if case .failure(.unknown) = acquired, registry.settings.creation == .auto {
+        if !registry.isLoaded(id) {
             do { _ = try CommandEnvelope.parse(request.body) } catch {
                 registry.metrics.error(error.error.code)
                 return responder.respond(Self.response(for: .error(ref: error.ref, error.error)))
             }
-            acquired = registry.acquire(id, creating: true)
         }
-        switch acquired {
+        switch registry.acquire(id, creating: registry.settings.creation == .auto) {
         case let .success(room): room.submit([.api(.command(body: request.body, responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
         }

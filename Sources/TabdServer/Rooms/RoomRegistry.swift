@@ -122,6 +122,9 @@ final class RoomRegistry: Sendable {
         if (try? cluster.roomExists(id)) == true { state.withLock { $0.directory.learn(id) } }
     }
 
+    /// Whether room `id` is loaded on this node now.
+    func isLoaded(_ id: RoomID) -> Bool { state.withLock { $0.directory.loadedRoom(id) != nil } }
+
     /// Every loaded room (for the cluster's sweep).
     var loadedRooms: [Room] { state.withLock { $0.directory.loadedRooms } }
 
