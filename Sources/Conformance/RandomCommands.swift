@@ -13,29 +13,66 @@ public struct SeededRandom: RandomNumberGenerator {
     }
 }
 
-/// Random commands of every kind, over a pool of tab ids of which some exist only some of the time.
-public func randomCommand(_ rng: inout SeededRandom) -> Command {
-    let pool = ["home", "favorites", "profile", "t0", "t1", "t2", "t3"]
-    let tab = pool.randomElement(using: &rng)!
-    let maybeTab: TabID? = Bool.random(using: &rng) ? tab : nil
-    switch Int.random(in: 0..<100, using: &rng) {
-    case 0..<14: return .select(tab: tab)
-    case 14..<28: return .tap(tab: tab)
-    case 28..<44: return .push(tab: maybeTab, route: "r\(Int.random(in: 0..<9, using: &rng))")
-    case 44..<54: return .pop(tab: maybeTab)
-    case 54..<58: return .popToRoot(tab: maybeTab)
-    case 58..<64: return .scroll(tab: maybeTab, offset: Double(Int.random(in: 0..<2000, using: &rng)) / 4)
-    case 64..<72: return .set(tab: maybeTab, key: "k\(Int.random(in: 0..<4, using: &rng))",
-                              value: Bool.random(using: &rng) ? .int(Int.random(in: 0..<100, using: &rng)) : .null)
-    case 72..<80: return .addTab(TabInfo(id: tab, title: "T \(tab)", icon: "star", color: "#336699"),
-                                 index: Bool.random(using: &rng) ? nil : Int.random(in: 0..<5, using: &rng))
-    case 80..<84: return .updateTab(TabUpdate(id: tab, title: "U\(Int.random(in: 0..<3, using: &rng))",
-                                              badge: Bool.random(using: &rng) ? .some(nil) : .some("\(Int.random(in: 1..<9, using: &rng))")))
-    case 84..<90: return .moveTab(tab: tab, index: Int.random(in: 0..<4, using: &rng))
-    case 90..<97: return .removeTab(tab: tab)
-    case 97: return .sync
-    case 98: return .clients(after: nil, limit: nil)
-    default: return .ping
+/// The tab ids random commands name: some exist only some of the time.
+public let randomTabPool: [TabID] = ["home", "favorites", "profile", "t0", "t1", "t2", "t3"]
+
+/// A random command: any kind that changes the room with the same chance, a query now and
+/// then (3 in 100). Its fields follow the kind's declaration (``CommandKind/declaration``),
+/// so a new kind is generated as soon as it is declared.
+public func randomCommand(_ rng: inout SeededRandom, tabs: [TabID] = randomTabPool) -> Command {
+    let changing = CommandKind.allCases.filter(\.declaration.changesState)
+    let queries = CommandKind.allCases.filter { !$0.declaration.changesState }
+    let kind = Int.random(in: 0..<100, using: &rng) < 97 ? changing.randomElement(using: &rng)! : queries.randomElement(using: &rng)!
+    return randomCommand(kind, &rng, tabs: tabs)
+}
+
+/// A random command of `kind`: each optional field given half the time, values from small
+/// pools so that commands meet (the same tabs, routes, keys and places).
+public func randomCommand(_ kind: CommandKind, _ rng: inout SeededRandom, tabs: [TabID] = randomTabPool) -> Command {
+    let frame = JSONValue.object([("type", .string(kind.rawValue))] + randomMembers(kind.declaration.fields, &rng, tabs: tabs))
+    do {
+        return try CommandEnvelope.parse(frame).command
+    } catch {
+        preconditionFailure("a random \(kind.rawValue) does not parse: \(error.error.message)")
     }
 }
 
+private func randomMembers(_ fields: [CommandField], _ rng: inout SeededRandom, tabs: [TabID]) -> [(String, JSONValue)] {
+    var members: [(String, JSONValue)] = []
+    for field in fields {
+        switch field.presence {
+        case .required, .requiredOrNull: break
+        case .optional, .optionalOrNull: if Bool.random(using: &rng) { continue }
+        }
+        let orNull = field.presence == .requiredOrNull || field.presence == .optionalOrNull
+        if orNull, Int.random(in: 0..<3, using: &rng) == 0 {
+            members.append((field.name, .null))
+            continue
+        }
+        guard let value = randomValue(field, &rng, tabs: tabs) else { continue }
+        members.append((field.name, value))
+    }
+    return members
+}
+
+/// A value for the field, by what the field is (its name within its type); nil leaves an
+/// optional field out (a `clients` cursor: it would name no client).
+private func randomValue(_ field: CommandField, _ rng: inout SeededRandom, tabs: [TabID]) -> JSONValue? {
+    let n = Int.random(in: 0..<9, using: &rng)
+    switch (field.value, field.name) {
+    case (.string, "tab"), (.string, "id"): return .string(tabs.randomElement(using: &rng)!)
+    case (.string, "route"): return .string("r\(n)")
+    case (.string, "key"): return .string("k\(n % 4)")
+    case (.string, "title"): return .string("T\(n % 3)")
+    case (.string, "icon"): return .string("star")
+    case (.string, "color"): return .string("#336699")
+    case (.string, "badge"): return .string("\(n + 1)")
+    case (.string, "after"): return nil
+    case (.string, _): return .string("s\(n)")
+    case (.number, _): return .double(Double(Int.random(in: 0..<2000, using: &rng)) / 4)
+    case (.integer, "index"): return .int(n % 5)
+    case (.integer, _): return .int(n + 1)
+    case (.json, _): return .int(Int.random(in: 0..<100, using: &rng))
+    case let (.object(members), _): return .object(randomMembers(members, &rng, tabs: tabs))
+    }
+}

@@ -1,4 +1,5 @@
 import ArgumentParsing
+import TabdClient
 
 /// What `tabctl` was asked to do, read from its arguments and the environment.
 struct Invocation {
@@ -30,6 +31,8 @@ struct Subcommand {
     var options: [String] = []
     var flags: [String] = []
     var details = ""
+    /// The protocol's command this subcommand sends (nil for watch, state and rooms).
+    var kind: CommandKind?
 
     static let all: [Subcommand] = [
         .init(name: "watch", usage: "watch [--state] [--count N]", summary: "follow the room live: one line per event",
@@ -51,47 +54,7 @@ struct Subcommand {
               offset and values, the scroll-to-top counter and the clients. With --json:
               {"room","epoch","snapshot"}, the snapshot as the protocol sends it.
               """),
-        .init(name: "tap", usage: "tap TAB", summary: "tap a tab's item (select; pop to root; scroll to top)",
-              minArgs: 1, maxArgs: 1,
-              details: "Like a native tab bar: selects TAB; on the selected tab pops it to its first page; at\nthe first page scrolls it to the top."),
-        .init(name: "select", usage: "select TAB", summary: "select a tab", minArgs: 1, maxArgs: 1),
-        .init(name: "push", usage: "push ROUTE [--tab TAB]", summary: "push a page onto a tab's stack", minArgs: 1, maxArgs: 1,
-              options: ["--tab"], details: "  --tab TAB      the tab (default: the selected one)"),
-        .init(name: "pop", usage: "pop [--tab TAB]", summary: "pop a tab's top page", minArgs: 0, maxArgs: 0, options: ["--tab"],
-              details: "  --tab TAB      the tab (default: the selected one)"),
-        .init(name: "pop-to-root", usage: "pop-to-root [--tab TAB]", summary: "pop a tab to its first page", minArgs: 0, maxArgs: 0,
-              options: ["--tab"], details: "  --tab TAB      the tab (default: the selected one)"),
-        .init(name: "scroll", usage: "scroll OFFSET [--tab TAB]", summary: "record a tab's scroll offset", minArgs: 1, maxArgs: 1,
-              options: ["--tab"], details: "  --tab TAB      the tab (default: the selected one)"),
-        .init(name: "set", usage: "set KEY VALUE [--tab TAB]", summary: "store a value on a tab (null removes it)",
-              minArgs: 2, maxArgs: 2, options: ["--tab"],
-              details: """
-              VALUE is JSON (42, true, null, "text", [1,2], {"a":1}); anything that is not
-              JSON is taken as a string, so `set title Hello` stores "Hello".
-                --tab TAB      the tab (default: the selected one)
-              """),
-        .init(name: "add-tab", usage: "add-tab ID --title T --icon I --color C [--badge B] [--index N]",
-              summary: "add a tab", minArgs: 1, maxArgs: 1, options: ["--title", "--icon", "--color", "--badge", "--index"],
-              details: "  --icon is an SF Symbol name (house, heart, person, ...), --color a #RRGGBB colour;\n  --index places it (default: last)."),
-        .init(name: "update-tab", usage: "update-tab ID [--title T] [--icon I] [--color C] [--badge B | --no-badge]",
-              summary: "change a tab's title, icon, colour or badge", minArgs: 1, maxArgs: 1,
-              options: ["--title", "--icon", "--color", "--badge"], flags: ["--no-badge"]),
-        .init(name: "move-tab", usage: "move-tab ID INDEX", summary: "move a tab to a position", minArgs: 2, maxArgs: 2),
-        .init(name: "remove-tab", usage: "remove-tab ID", summary: "remove a tab", minArgs: 1, maxArgs: 1),
-        .init(name: "ping", usage: "ping", summary: "a round trip to tabd", minArgs: 0, maxArgs: 0),
-        .init(name: "clients", usage: "clients [--limit N] [--after ID | --all]",
-              summary: "who is connected, a page at a time", minArgs: 0, maxArgs: 0,
-              options: ["--limit", "--after"], flags: ["--all"],
-              details: """
-              Prints the room's connected clients in join order, one per line: id and name
-              (in a cluster, those connected to the node tabctl reached). tabctl itself is
-              one of them. A room of more clients than tabd's --presence-limit only counts
-              them in its state; this lists them. With --json each line is {"id","name"},
-              and a last line {"next"} when more follow.
-                --limit N      clients per page, 1 to 1000 (default 100)
-                --after ID     the page after client ID (as the last line of a page says)
-                --all          every client, page after page
-              """),
+    ] + CommandKind.allCases.filter { $0 != .sync }.map(Subcommand.init(kind:)) + [
         .init(name: "rooms", usage: "rooms [list | show ID | create ID | delete ID]",
               summary: "list, show, create or delete rooms (HTTP API)", minArgs: 0, maxArgs: 2,
               details: """
@@ -105,6 +68,56 @@ struct Subcommand {
     ]
 
     static func named(_ name: String) -> Subcommand? { all.first { $0.name == name } }
+
+    init(name: String, usage: String, summary: String, minArgs: Int, maxArgs: Int,
+         options: [String] = [], flags: [String] = [], details: String = "") {
+        self.name = name; self.usage = usage; self.summary = summary; self.minArgs = minArgs; self.maxArgs = maxArgs
+        self.options = options; self.flags = flags; self.details = details
+    }
+
+    /// A command of the protocol, as its declaration has it (``CommandDeclaration``): named
+    /// like its kind in kebab case, the required fields (and an object's first) are the positional
+    /// arguments, the other fields options, and a field whose null is a value also a
+    /// `--no-` flag.
+    init(kind: CommandKind) {
+        let fields = CommandLineField.all(of: kind)
+        let positional = fields.filter(\.isPositional)
+        let options = fields.filter { !$0.isPositional }
+        let usage = ([Self.kebab(kind.rawValue)] + positional.map(\.placeholder) + options.map(\.usage)
+            + (Self.extraFlags[kind] ?? []).map { "[\($0)]" }).joined(separator: " ")
+        var details = options.flatMap { option in
+            [(option.synopsis, option.field.help)] + (option.noFlag.map { [($0, "sends null for \(option.option)")] } ?? [])
+        }.map { "  " + $0.0.padding(toLength: 15, withPad: " ", startingAt: 0) + $0.1 }
+        if let extra = Self.extraDetails[kind] { details.insert(extra, at: 0) }
+        self.init(name: Self.kebab(kind.rawValue), usage: usage, summary: kind.declaration.summary,
+                  minArgs: positional.count, maxArgs: positional.count,
+                  options: options.map(\.option), flags: options.compactMap(\.noFlag) + (Self.extraFlags[kind] ?? []),
+                  details: details.joined(separator: "\n"))
+        self.kind = kind
+    }
+
+    /// A kind's camel-case name in kebab case, as commands on a command line are named.
+    static func kebab(_ name: String) -> String {
+        name.reduce(into: "") { out, c in out += c.isUppercase ? "-" + c.lowercased() : String(c) }
+    }
+
+    /// What tabctl adds to a command's help beyond its fields'.
+    static let extraDetails: [CommandKind: String] = [
+        .tap: "Like a native tab bar: selects TAB; on the selected tab pops it to its first page; at\nthe first page scrolls it to the top.",
+        .set: """
+        VALUE is JSON (42, true, null, "text", [1,2], {"a":1}); anything that is not
+        JSON is taken as a string, so `set title Hello` stores "Hello".
+        """,
+        .clients: """
+        Prints the room's connected clients in join order, one per line: id and name
+        (in a cluster, those connected to the node tabctl reached). tabctl itself is
+        one of them. A room of more clients than tabd's --presence-limit only counts
+        them in its state; this lists them. With --json each line is {"id","name"},
+        and a last line {"next"} when more follow.
+          --all          every client, page after page (excludes --after)
+        """,
+    ]
+    static let extraFlags: [CommandKind: [String]] = [.clients: ["--all"]]
 
     var help: String {
         var text = "USAGE: tabctl [global options] \(usage)\n\n\(summary.prefix(1).uppercased() + summary.dropFirst()).\n"
@@ -129,9 +142,11 @@ extension Invocation {
     """
 
     static var help: String {
-        let width = Subcommand.all.map(\.usage.count).max()! + 2
+        // A usage longer than the column has its summary on the next line.
+        let width = 36
         let list = Subcommand.all.map { c in
-            "  " + c.usage + String(repeating: " ", count: max(2, width - c.usage.count)) + c.summary
+            c.usage.count + 2 <= width ? "  " + c.usage.padding(toLength: width, withPad: " ", startingAt: 0) + c.summary
+                : "  " + c.usage + "\n" + String(repeating: " ", count: width + 2) + c.summary
         }.joined(separator: "\n")
         return """
         tabctl: watch and drive a tabd room from the command line.

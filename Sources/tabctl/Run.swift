@@ -75,52 +75,16 @@ struct Run {
         return Exit.ok
     }
 
-    /// The command of the invocation (nil for `state` and `ping`).
+    /// The command of the invocation (nil for `state`, which prints the welcome's snapshot).
     private func buildCommand() throws(UsageError) -> Command? {
-        let args = invocation.positional
-        let tab = invocation.options["--tab"]
-        func number(_ text: String, _ what: String) throws(UsageError) -> Double {
-            guard let d = Double(text), d.isFinite else { throw UsageError("\(what) must be a number, got '\(text)'") }
-            return d
-        }
-        func integer(_ text: String, _ what: String) throws(UsageError) -> Int {
-            guard let i = Int(text) else { throw UsageError("\(what) must be a whole number, got '\(text)'") }
-            return i
-        }
-        switch invocation.command!.name {
-        case "tap": return .tap(tab: args[0])
-        case "select": return .select(tab: args[0])
-        case "push": return .push(tab: tab, route: args[0])
-        case "pop": return .pop(tab: tab)
-        case "pop-to-root": return .popToRoot(tab: tab)
-        case "scroll": return .scroll(tab: tab, offset: try number(args[0], "OFFSET"))
-        case "set":
-            let value = (try? JSONParser.parse(Array(args[1].utf8))) ?? .string(args[1])
-            return .set(tab: tab, key: args[0], value: value)
-        case "add-tab":
-            let o = invocation.options
-            guard let title = o["--title"], let icon = o["--icon"], let color = o["--color"] else {
-                throw UsageError("add-tab needs --title, --icon and --color")
+        guard let kind = invocation.command!.kind else { return nil }
+        if kind == .clients {
+            if let limit = invocation.options["--limit"].flatMap({ Int($0) }), !(1...Limits.maxClientsPage).contains(limit) {
+                throw UsageError("--limit must be 1 to \(Limits.maxClientsPage)")
             }
-            return .addTab(TabInfo(id: args[0], title: title, icon: icon, color: color, badge: o["--badge"]),
-                           index: try o["--index"].map { (s) throws(UsageError) in try integer(s, "--index") })
-        case "update-tab":
-            let o = invocation.options
-            var badge: String?? = o["--badge"].map { .some($0) }
-            if invocation.flags.contains("--no-badge") {
-                guard badge == nil else { throw UsageError("--badge and --no-badge exclude each other") }
-                badge = .some(nil)
-            }
-            return .updateTab(TabUpdate(id: args[0], title: o["--title"], icon: o["--icon"], color: o["--color"], badge: badge))
-        case "move-tab": return .moveTab(tab: args[0], index: try integer(args[1], "INDEX"))
-        case "remove-tab": return .removeTab(tab: args[0])
-        case "clients":
-            let limit = try invocation.options["--limit"].map { (s) throws(UsageError) in try integer(s, "--limit") }
-            if let limit, !(1...Limits.maxClientsPage).contains(limit) { throw UsageError("--limit must be 1 to \(Limits.maxClientsPage)") }
             if invocation.flags.contains("--all"), invocation.options["--after"] != nil { throw UsageError("--all and --after exclude each other") }
-            return .clients(after: invocation.options["--after"], limit: limit)
-        default: return nil
         }
+        return try invocation.protocolCommand(kind)
     }
 
     // MARK: watch

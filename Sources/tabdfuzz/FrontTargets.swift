@@ -22,11 +22,7 @@ enum HTTPTarget {
     }
 
     static func run(_ bytes: [UInt8]) {
-        guard let cut = bytes.first else { return }
-        let input = Array(bytes.dropFirst())
-        let whole = read(input, piece: input.count)
-        let pieces = read(input, piece: Int(cut % 17) + 1)
-        require(whole == pieces, "pieces of \(Int(cut % 17) + 1) read otherwise than the whole: \(whole) vs \(pieces)")
+        guard let whole = sameWholeAndInPieces(bytes, largestPiece: 17, read) else { return }
         for step in whole {
             if let refusal = step.refusal { require(refusals.contains(refusal), "refused with \(refusal)") }
             if let head = step.head { roundTrip(head) }
@@ -120,11 +116,7 @@ enum FramesTarget {
     static let limit = 4_096
 
     static func run(_ bytes: [UInt8]) {
-        guard let cut = bytes.first else { return }
-        let input = Array(bytes.dropFirst())
-        let whole = decode(input, piece: input.count)
-        let pieces = decode(input, piece: Int(cut % 13) + 1)
-        require(whole == pieces, "pieces of \(Int(cut % 13) + 1) decode otherwise than the whole")
+        guard let whole = sameWholeAndInPieces(bytes, largestPiece: 13, decode) else { return }
         for (i, event) in whole.enumerated() {
             switch event {
             case let .message(message, binary):

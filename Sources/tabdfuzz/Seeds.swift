@@ -1,4 +1,5 @@
 import Auth
+import Conformance
 import Coordinator
 import Foundation
 import StateStore
@@ -16,29 +17,19 @@ enum Seeds {
         }
         func text(_ s: String) -> [UInt8] { Array(s.utf8) }
 
-        // Commands: every type, as a client writes them, and some refused ones.
-        let envelopes: [CommandEnvelope] = [
-            .init(ref: "1", command: .select(tab: "favorites")), .init(ref: "2", command: .tap(tab: "home")),
-            .init(ref: "3", command: .push(tab: nil, route: "detail/42")), .init(ref: "4", command: .push(tab: "profile", route: "settings")),
-            .init(ref: nil, command: .pop(tab: nil)), .init(ref: "5", command: .popToRoot(tab: "profile")),
-            .init(ref: "6", command: .scroll(tab: nil, offset: 120.5)),
-            .init(ref: "7", command: .set(tab: "home", key: "draft", value: .object([("text", .string("héllo")), ("n", .int(3)), ("a", .array([.bool(true), .null]))]))),
-            .init(ref: "8", command: .addTab(TabInfo(id: "inbox", title: "Inbox", icon: "tray.full", color: "#ff9500", badge: "3"), index: 1)),
-            .init(ref: "9", command: .updateTab(TabUpdate(id: "inbox", title: "Mail", badge: .some(nil)))),
-            .init(ref: "10", command: .moveTab(tab: "inbox", index: 0)), .init(ref: "11", command: .removeTab(tab: "inbox")),
-            .init(ref: "12", command: .sync), .init(ref: nil, command: .ping),
-        ]
+        // Commands: two of every kind, as a client writes them (from the kinds' declarations),
+        // and refused ones: each field of each kind wrong in turn, and frames no kind reads.
+        var rng = SeededRandom(seed: 1)
+        let envelopes = CommandKind.allCases.flatMap { kind in
+            (0..<2).map { i in CommandEnvelope(ref: i == 0 ? nil : "\(kind.rawValue)-\(i)", command: randomCommand(kind, &rng)) }
+        }
         let frames = envelopes.map { $0.json.compactString }
         for (i, f) in frames.enumerated() { write("command", "frame-\(i)", text(f)) }
         write("command", "session", text(frames.joined(separator: "\n")))
-        write("command", "refused", text([
-            ##"{"type":"addTab","tab":{"id":"BAD ID","title":"","icon":"x","color":"red"}}"##,
-            ##"{"type":"set","key":"k","value":{"a":1,"a":2}}"##,
-            ##"{"type":"push","route":7,"ref":"r"}"##, ##"{"type":"warp"}"##, ##"[1,2]"##, ##"{"type":"scroll","offset":1e999}"##,
-            ##"{"type":"moveTab","tab":"home","index":99999999999999999999}"##,
+        write("command", "refused", text((envelopes.flatMap { wrongFields($0.json) }.map(\.compactString) + [
+            ##"{"type":"set","key":"k","value":{"a":1,"a":2}}"##, ##"{"type":"warp"}"##, ##"[1,2]"##,
             ##"{"type":"ping","ref":"0123456789012345678901234567890123456789012345678901234567890123456789"}"##,
-            ##"{"type":"updateTab","tab":{"id":"home","badge":"123456789"}}"##,
-        ].joined(separator: "\n")))
+        ]).joined(separator: "\n")))
 
         // JSON: frames, values, edge cases.
         for (i, f) in frames.prefix(6).enumerated() { write("json", "frame-\(i)", text(f)) }
@@ -150,13 +141,31 @@ enum Seeds {
         return result.withLock { $0! }
     }
 
-    static let sessionCommands: [Command] = [
-        .push(tab: nil, route: "detail/1"), .set(tab: nil, key: "q", value: .string("x")), .scroll(tab: nil, offset: 30),
-        .select(tab: "favorites"), .tap(tab: "favorites"), .tap(tab: "favorites"),
-        .addTab(TabInfo(id: "inbox", title: "Inbox", icon: "tray", color: "#FF9500", badge: "2"), index: 3),
-        .updateTab(TabUpdate(id: "inbox", badge: .some(nil))), .moveTab(tab: "inbox", index: 0), .select(tab: "inbox"),
-        .push(tab: "inbox", route: "m/1"), .pop(tab: nil), .removeTab(tab: "profile"),
-    ]
+    /// A session of random commands of every kind, over the default tabs and a few that come and go.
+    static let sessionCommands: [Command] = {
+        var rng = SeededRandom(seed: 2)
+        return (0..<40).map { _ in randomCommand(&rng, tabs: TabInfo.defaults.map(\.id) + ["inbox", "t1"]) }
+    }()
+
+    /// The frame with each of its fields wrong in turn: of another type, too long or too big, or gone.
+    static func wrongFields(_ frame: JSONValue) -> [JSONValue] {
+        guard case let .object(members) = frame else { return [] }
+        var wrong: [JSONValue] = []
+        for (i, (name, value)) in members.enumerated() where name != "type" {
+            let replacements: [JSONValue?] = switch value {
+            case .string: [.int(7), .string("BAD ID " + String(repeating: "x", count: 80)), nil]
+            case .number: [.string("1"), .double(1e300), .double(-1e20), nil]
+            case .object: [.string("x"), .array([]), nil] + wrongFields(value).map(Optional.some)
+            default: [.object([]), nil]
+            }
+            for r in replacements {
+                var m = members
+                if let r { m[i].1 = r } else { m.remove(at: i) }
+                wrong.append(.object(m))
+            }
+        }
+        return wrong
+    }
 
     /// A state file written by StateStore for rooms with the session above.
     static func stateFile(rooms: [String], in dir: String) -> [UInt8] {

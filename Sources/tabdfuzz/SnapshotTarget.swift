@@ -61,10 +61,12 @@ enum SnapshotTarget {
         _ = ServerFrame.welcome(welcome, server: "tabd").bytes
         let me = welcome.client.id
         let tabs = await coordinator.snapshot().tabs.map(\.id)
-        var commands: [Command] = [.sync, .push(tab: nil, route: "fuzz"), .scroll(tab: nil, offset: 10), .set(tab: nil, key: "k", value: .int(1)), .pop(tab: nil)]
-        for id in tabs.prefix(4) { commands += [.select(tab: id), .tap(tab: id), .popToRoot(tab: id)] }
-        commands += [.addTab(TabInfo(id: "fuzz-new", title: "New", icon: "star", color: "#123456"), index: 0), .removeTab(tab: tabs.first ?? "home")]
-        for command in commands { _ = try? await coordinator.execute(command, by: me) }
+        // Every kind on the restored tabs (and one that is new), in an order of the input's own.
+        var rng = SeededRandom(seed: UInt64(truncatingIfNeeded: stored.snapshot.seq))
+        let pool = Array(tabs.prefix(4)) + ["fuzz-new"]
+        for kind in CommandKind.allCases + CommandKind.allCases.shuffled(using: &rng) {
+            _ = try? await coordinator.execute(randomCommand(kind, &rng, tabs: pool), by: me)
+        }
         _ = await coordinator.snapshot().json.compactBytes
         try? await coordinator.disconnect(me)
     }

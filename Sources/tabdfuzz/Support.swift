@@ -9,6 +9,20 @@ func require(_ condition: @autoclosure () -> Bool, _ message: @autoclosure () ->
     if !condition() { fatalError("fuzz property failed: \(message())", file: file, line: line) }
 }
 
+/// What `read` makes of the input (all bytes but the first) given whole, once it has
+/// required that the input cut in pieces of 1 to `largestPiece` bytes (the first byte
+/// chooses) reads the same; nil for an empty input.
+func sameWholeAndInPieces<Result: Equatable>(_ bytes: [UInt8], largestPiece: Int,
+                                             _ read: ([UInt8], _ piece: Int) -> Result) -> Result? {
+    guard let cut = bytes.first else { return nil }
+    let input = Array(bytes.dropFirst())
+    let whole = read(input, input.count)
+    let piece = Int(cut) % largestPiece + 1
+    let pieces = read(input, piece)
+    require(whole == pieces, "pieces of \(piece) read otherwise than the whole: \(whole) vs \(pieces)")
+    return whole
+}
+
 /// Runs async code to its end from libFuzzer's (synchronous) callback.
 func blocking(_ body: @escaping @Sendable () async -> Void) {
     let done = DispatchSemaphore(value: 0)

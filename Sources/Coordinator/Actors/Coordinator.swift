@@ -245,26 +245,28 @@ public actor Coordinator {
         while i < events.count {
             let event = events[i]
             ids.apply(event)
-            switch event {
-            case .selected, .tabMoved:
+            switch event.part {
+            case .bar:
                 fold { () throws(FoldError) in _ = try bar.apply(event) }
-            case let .tabAdded(state, _):
-                fold { () throws(FoldError) in _ = try bar.apply(event) }
-                let weight = StateWeight.tab(state)
-                tabs[state.id] = TabActor(state: state, weight: weight)
-                tabWeights[state.id] = weight
-                stateWeight += weight
-            case let .tabRemoved(id):
-                fold { () throws(FoldError) in _ = try bar.apply(event) }
-                tabs[id] = nil
-                stateWeight -= tabWeights.removeValue(forKey: id) ?? 0
-            case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
+                // The bar's order changed: a tab's actor comes or goes with it.
+                if case let .tabAdded(state, _) = event {
+                    let weight = StateWeight.tab(state)
+                    tabs[state.id] = TabActor(state: state, weight: weight)
+                    tabWeights[state.id] = weight
+                    stateWeight += weight
+                } else if case let .tabRemoved(id) = event {
+                    tabs[id] = nil
+                    stateWeight -= tabWeights.removeValue(forKey: id) ?? 0
+                }
+            case .presence:
                 fold { () throws(FoldError) in try roster.apply(event) }
-            default:
-                let id = event.tabScope!
+            case let .tab(id):
                 if case .scrollToTop = event { await counter.apply(event) }
+                // The tab's events that follow go to its actor in one call (up to the next
+                // scroll-to-top, which the counter sees first).
                 var end = i + 1
-                while end < events.count, events[end].tabScope == id, events[end].kind != "scrollToTop" {
+                while end < events.count, events[end].tabScope == id {
+                    if case .scrollToTop = events[end] { break }
                     ids.apply(events[end])
                     end += 1
                 }

@@ -21,8 +21,8 @@ extension Snapshot {
 
     /// Each branch checks everything before it changes anything.
     private mutating func fold(_ event: Event) throws(FoldError) {
-        switch event {
-        case .selected, .tabAdded, .tabMoved, .tabRemoved:
+        switch event.part {
+        case .bar:
             var bar = TabBar(unchecked: tabs.map(\.id), selected: selected)
             // The bar decides; the tabs, kept in its order, follow its edit.
             let change = try bar.apply(event)
@@ -31,15 +31,15 @@ extension Snapshot {
                 return tab
             }
             selected = bar.selected
-        case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
+        case .presence:
             // The list moves into the roster and back, so it is not copied per event.
             var roster = self.roster
             clients = []
             defer { self.roster = roster }
             try roster.apply(event)
-        default:
-            guard let id = event.tabScope, let i = tabs.firstIndex(where: { $0.id == id }) else {
-                throw FoldError("\(event.kind) for unknown tab '\(event.tabScope ?? "-")'")
+        case let .tab(id):
+            guard let i = tabs.firstIndex(where: { $0.id == id }) else {
+                throw FoldError("\(event.kind) for unknown tab '\(id)'")
             }
             try ScrollCounter.apply(event, to: &scrollToTop)
             try tabs[i].apply(event, selected: id == selected)

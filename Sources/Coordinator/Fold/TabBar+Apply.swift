@@ -7,6 +7,7 @@ extension TabBar {
     /// snapshot's tabs) makes the same edit without deciding it again.
     @discardableResult
     public mutating func apply(_ event: Event) throws(FoldError) -> OrderChange {
+        guard event.part == .bar else { return .none }
         switch event {
         case let .selected(from, to):
             guard from == selected, contains(to) else {
@@ -31,9 +32,8 @@ extension TabBar {
             order.remove(at: i)
             // When it was selected, the batch's next event (`selected`) names the new selection.
             return .removed(at: i)
-        case .firstAppear, .appear, .disappear, .pushed, .popped, .scrollToTop, .scrolled, .valueSet, .tabUpdated,
-             .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
-            return .none
+        default:
+            preconditionFailure("\(event.kind) is declared of the bar but has no rule in it")
         }
     }
 }

@@ -42,9 +42,8 @@ extension TabState {
             values[key] = value.isNull ? nil : value
         case let .tabUpdated(updated):
             info = updated.info
-        case .selected, .tabAdded, .tabMoved, .tabRemoved, .clientJoined, .clientLeft,
-             .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
-            throw FoldError("\(event.kind) is not an event of one tab")
+        default:
+            preconditionFailure("\(event.kind) is declared of one tab but has no rule in it")
         }
     }
 }

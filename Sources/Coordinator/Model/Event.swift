@@ -60,13 +60,42 @@ public enum Event: Sendable, Equatable {
         }
     }
 
-    /// Whether the event is about who is connected (the roster's, not the tabs').
-    public var isPresence: Bool {
+    /// The part of the room's state the event belongs to: the one declaration that every
+    /// fold (``Snapshot``, the coordinator, a cluster's room) and every router reads.
+    public var part: StatePart {
         switch self {
-        case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved: true
-        default: false
+        case .selected, .tabAdded, .tabMoved, .tabRemoved:
+            .bar
+        case let .firstAppear(t, _), let .appear(t, _), let .disappear(t, _), let .pushed(t, _, _),
+             let .popped(t, _), let .scrolled(t, _), let .valueSet(t, _, _), let .scrollToTop(t, _):
+            .tab(t)
+        case let .tabUpdated(tab):
+            .tab(tab.id)
+        case .clientJoined, .clientLeft, .presenceCounted, .clientCount, .presenceListed, .clientIdsReserved:
+            .presence
         }
     }
+
+    /// Whether the event is about who is connected (the roster's, not the tabs').
+    public var isPresence: Bool { part == .presence }
+
+    /// The tab whose own state (stack, scroll, values, info) the event changes or
+    /// concerns; nil for events of the bar and of presence.
+    public var tabScope: TabID? {
+        if case let .tab(id) = part { id } else { nil }
+    }
+}
+
+/// A part of a room's state, each changed by its own fold: ``TabBar/apply(_:)``,
+/// ``TabState/apply(_:selected:)`` and ``Roster/apply(_:)``.
+public enum StatePart: Sendable, Equatable {
+    /// The tabs' order and the selection.
+    case bar
+    /// One tab's own state: stack, scroll, values, info. `scrollToTop` also moves the
+    /// room's scroll-to-top counter (``ScrollCounter/apply(_:to:)``).
+    case tab(TabID)
+    /// Who is connected.
+    case presence
 }
 
 /// An event with its place in the total order.

@@ -1,3 +1,74 @@
+/// What the protocol says of one command kind (``CommandKind/declaration``).
+public struct CommandDeclaration: Sendable {
+    public let kind: CommandKind
+    /// The fields, in the order a frame writes them and a parse checks them.
+    public let fields: [CommandField]
+    /// False for the queries (`sync`, `ping`, `clients`): answered from the state, never a
+    /// change of it, and the only kinds a view token may send.
+    public let changesState: Bool
+    /// What the command does, in a few words (tabctl's help).
+    public let summary: String
+
+    init(_ kind: CommandKind, _ fields: [CommandField], changesState: Bool = true, _ summary: String) {
+        self.kind = kind; self.fields = fields; self.changesState = changesState; self.summary = summary
+    }
+}
+
+/// One field of a command frame.
+public struct CommandField: Sendable {
+    public enum Value: Sendable {
+        case string
+        case number
+        /// A number that is a whole number (a huge one is kept as out of range, not refused as a type).
+        case integer
+        /// Any JSON value.
+        case json
+        /// An object of these fields (a tab's description, or the changes to one).
+        case object([CommandField])
+    }
+
+    public enum Presence: Sendable {
+        /// Present and not null.
+        case required
+        /// Present; null is a value (`set`'s `value`: it removes the key).
+        case requiredOrNull
+        /// Absent or null both mean "not given".
+        case optional
+        /// Absent means "not given", null is a value (a tab's `badge`: null clears it).
+        case optionalOrNull
+    }
+
+    public let name: String
+    public let value: Value
+    public let presence: Presence
+    /// What it holds, in a few words (tabctl's help).
+    public let help: String
+
+    init(_ name: String, _ value: Value, _ presence: Presence, _ help: String) {
+        self.name = name; self.value = value; self.presence = presence; self.help = help
+    }
+
+    public var isRequired: Bool { presence == .required || presence == .requiredOrNull }
+}
+
+extension Command {
+    /// The wire name (`type`).
+    public var type: String { kind.rawValue }
+
+    /// `sync`, `ping` and `clients`: answered from the state, never a change of it.
+    public var isQuery: Bool { !kind.declaration.changesState }
+
+    /// Every wire name, for metrics and documentation.
+    public static let allTypes = CommandKind.allCases.map(\.rawValue)
+}
+
+/// A command with the `ref` the client gave it.
+public struct CommandEnvelope: Sendable, Equatable {
+    public var ref: String?
+    public var command: Command
+    public init(ref: String?, command: Command) { self.ref = ref; self.command = command }
+}
+
 /// A frame that was refused before any command ran, with the `ref` to answer with
 /// (null when the frame had none, or one that was not a string of at most 64 characters).
 public struct RejectedFrame: Error, Sendable, Equatable {
@@ -13,17 +84,19 @@ extension CommandEnvelope {
     public static func parse(_ bytes: [UInt8]) throws(RejectedFrame) -> CommandEnvelope {
         let json: JSONValue
         do {
-            json = try JSONParser.parseCommand(bytes, keep: Self.fields, nested: ["tab": Self.tabFields], valueLimit: Limits.maxValueBytes)
+            json = try JSONParser.parseCommand(bytes, keep: Self.fields, nested: Self.nestedFields, valueLimit: Limits.maxValueBytes)
         } catch {
             throw RejectedFrame(ref: nil, error: .init(.badJSON, "not JSON: \(error)"))
         }
         return try parse(json)
     }
 
-    /// Every field a command reads, and those of its `tab` object: the rest of a frame
-    /// is checked but never built.
-    static let fields: Set<String> = ["type", "ref", "tab", "route", "offset", "key", "value", "index", "after", "limit"]
-    static let tabFields: Set<String> = ["id", "title", "icon", "color", "badge"]
+    /// Every field some kind declares, and those of its objects: the rest of a frame is
+    /// checked but never built.
+    static let fields = Set<String>(["type", "ref"]).union(CommandKind.allCases.flatMap { $0.declaration.fields.map(\.name) })
+    static let nestedFields: [String: Set<String>] = CommandKind.allCases.flatMap(\.declaration.fields).reduce(into: [:]) { nested, field in
+        if case let .object(members) = field.value { nested[field.name, default: []].formUnion(members.map(\.name)) }
+    }
 
     public static func parse(_ json: JSONValue) throws(RejectedFrame) -> CommandEnvelope {
         guard case .object = json else {
@@ -46,138 +119,97 @@ extension CommandEnvelope {
         return CommandEnvelope(ref: ref, command: command)
     }
 
-    /// The frame a client sends for this command.
+    /// The frame a client sends for this command: `type`, `ref`, then the fields in their
+    /// declared order.
     public var json: JSONValue {
-        var members = command.jsonMembers
-        if let ref { members.insert(("ref", .string(ref)), at: 1) }
+        var members: [(String, JSONValue)] = [("type", .string(command.type))]
+        if let ref { members.append(("ref", .string(ref))) }
+        members += CommandFields.members(of: command.kind.declaration.fields, command.fieldValues)
         return .object(members)
     }
 }
 
 extension Command {
-    /// Reads the command's fields, checking only presence and types (`bad_command`);
-    /// limits and tab existence are the coordinator's checks.
+    /// Reads a frame's command: its kind, then each declared field's presence and type
+    /// (`bad_command`), in the declared order; limits and tab existence are the
+    /// coordinator's checks.
     static func parse(_ json: JSONValue) throws(CommandError) -> Command {
-        let f = Fields(json)
         guard let type = json["type"]?.stringValue else { throw .badCommand("missing string field 'type'") }
-        switch type {
-        case "select": return .select(tab: try f.string("tab"))
-        case "tap": return .tap(tab: try f.string("tab"))
-        case "push": return .push(tab: try f.optionalString("tab"), route: try f.string("route"))
-        case "pop": return .pop(tab: try f.optionalString("tab"))
-        case "popToRoot": return .popToRoot(tab: try f.optionalString("tab"))
-        case "scroll": return .scroll(tab: try f.optionalString("tab"), offset: try f.number("offset"))
-        case "set":
-            guard let value = json["value"] else { throw .badCommand("missing field 'value'") }
-            return .set(tab: try f.optionalString("tab"), key: try f.string("key"), value: value)
-        case "addTab":
-            let t = Fields(try f.object("tab"), prefix: "tab.")
-            let badge = try t.optionalString("badge")
-            let info = TabInfo(id: try t.string("id"), title: try t.string("title"), icon: try t.string("icon"),
-                               color: try t.string("color"), badge: badge)
-            return .addTab(info, index: try f.optionalInt("index"))
-        case "updateTab":
-            let t = Fields(try f.object("tab"), prefix: "tab.")
-            var update = TabUpdate(id: try t.string("id"))
-            update.title = try t.optionalString("title")
-            update.icon = try t.optionalString("icon")
-            update.color = try t.optionalString("color")
-            switch t.json["badge"] {
-            case nil: update.badge = nil
-            case .null?: update.badge = .some(nil)
-            case let .string(s)?: update.badge = .some(s)
-            default: throw .badCommand("'tab.badge' must be a string or null")
-            }
-            return .updateTab(update)
-        case "moveTab": return .moveTab(tab: try f.string("tab"), index: try f.int("index"))
-        case "removeTab": return .removeTab(tab: try f.string("tab"))
-        case "sync": return .sync
-        case "ping": return .ping
-        case "clients": return .clients(after: try f.optionalString("after"), limit: try f.optionalInt("limit"))
-        default: throw .badCommand("unknown command type '\(type.prefix(40))'")
-        }
-    }
-
-    /// The command's fields as a client frame writes them (`type` first).
-    var jsonMembers: [(String, JSONValue)] {
-        var m: [(String, JSONValue)] = [("type", .string(type))]
-        func opt(_ key: String, _ v: String?) { if let v { m.append((key, .string(v))) } }
-        switch self {
-        case let .select(tab), let .tap(tab), let .removeTab(tab): m.append(("tab", .string(tab)))
-        case let .push(tab, route): opt("tab", tab); m.append(("route", .string(route)))
-        case let .pop(tab), let .popToRoot(tab): opt("tab", tab)
-        case let .scroll(tab, offset): opt("tab", tab); m.append(("offset", .double(offset)))
-        case let .set(tab, key, value): opt("tab", tab); m.append(("key", .string(key))); m.append(("value", value))
-        case let .addTab(info, index):
-            var t: [(String, JSONValue)] = [("id", .string(info.id)), ("title", .string(info.title)),
-                                            ("icon", .string(info.icon)), ("color", .string(info.color))]
-            if let badge = info.badge { t.append(("badge", .string(badge))) }
-            m.append(("tab", .object(t)))
-            if let index { m.append(("index", .int(index))) }
-        case let .updateTab(u):
-            var t: [(String, JSONValue)] = [("id", .string(u.id))]
-            if let v = u.title { t.append(("title", .string(v))) }
-            if let v = u.icon { t.append(("icon", .string(v))) }
-            if let v = u.color { t.append(("color", .string(v))) }
-            if let v = u.badge { t.append(("badge", .string(v))) }
-            m.append(("tab", .object(t)))
-        case let .moveTab(tab, index): m.append(("tab", .string(tab))); m.append(("index", .int(index)))
-        case .sync, .ping: break
-        case let .clients(after, limit):
-            opt("after", after)
-            if let limit { m.append(("limit", .int(limit))) }
-        }
-        return m
+        guard let kind = CommandKind(rawValue: type) else { throw .badCommand("unknown command type '\(type.prefix(40))'") }
+        return Command(kind, try CommandFields(json, kind.declaration.fields))
     }
 }
 
-/// Typed access to a JSON object's fields; `null` counts as absent for optional ones.
-private struct Fields {
-    let json: JSONValue
-    let prefix: String
-    init(_ json: JSONValue, prefix: String = "") { self.json = json; self.prefix = prefix }
+/// A command frame's fields, checked against their declaration when made: the accessors
+/// read only declared fields, of the declared type, so what they return is there.
+struct CommandFields {
+    private let json: JSONValue
 
-    func string(_ key: String) throws(CommandError) -> String {
-        guard let v = json[key], !v.isNull else { throw .badCommand("missing field '\(prefix)\(key)'") }
-        guard let s = v.stringValue else { throw .badCommand("'\(prefix)\(key)' must be a string") }
-        return s
+    init(_ json: JSONValue, _ declared: [CommandField], prefix: String = "") throws(CommandError) {
+        for field in declared {
+            let path = prefix + field.name
+            let nullIsValue = field.presence == .requiredOrNull || field.presence == .optionalOrNull
+            guard let v = json[field.name], nullIsValue || !v.isNull else {
+                if field.isRequired { throw .badCommand("missing field '\(path)'") }
+                continue
+            }
+            if v.isNull { continue }
+            switch field.value {
+            case .string:
+                guard v.stringValue != nil else {
+                    throw .badCommand("'\(path)' must be a string\(nullIsValue ? " or null" : "")")
+                }
+            case .number:
+                guard v.doubleValue != nil else { throw .badCommand("'\(path)' must be a number") }
+            case .integer:
+                _ = try Self.integer(v, path)
+            case .json:
+                break
+            case let .object(members):
+                guard case .object = v else { throw .badCommand("'\(path)' must be an object") }
+                _ = try CommandFields(v, members, prefix: path + ".")
+            }
+        }
+        self.json = json
     }
 
-    func optionalString(_ key: String) throws(CommandError) -> String? {
-        guard let v = json[key], !v.isNull else { return nil }
-        guard let s = v.stringValue else { throw .badCommand("'\(prefix)\(key)' must be a string") }
-        return s
-    }
+    private init(checked json: JSONValue) { self.json = json }
 
-    func number(_ key: String) throws(CommandError) -> Double {
-        guard let v = json[key], !v.isNull else { throw .badCommand("missing field '\(prefix)\(key)'") }
-        guard let d = v.doubleValue else { throw .badCommand("'\(prefix)\(key)' must be a number") }
-        return d
-    }
-
-    func int(_ key: String) throws(CommandError) -> Int {
-        guard let v = json[key], !v.isNull else { throw .badCommand("missing field '\(prefix)\(key)'") }
-        return try integer(v, key)
-    }
-
-    func optionalInt(_ key: String) throws(CommandError) -> Int? {
-        guard let v = json[key], !v.isNull else { return nil }
-        return try integer(v, key)
-    }
-
-    private func integer(_ v: JSONValue, _ key: String) throws(CommandError) -> Int {
-        guard case .number = v else { throw .badCommand("'\(prefix)\(key)' must be an integer") }
+    private static func integer(_ v: JSONValue, _ path: String) throws(CommandError) -> Int {
+        guard case .number = v else { throw .badCommand("'\(path)' must be an integer") }
         guard let i = v.intValue else {
             // A huge integer literal is a number out of range, not a wrong type.
             if let d = v.doubleValue, d == d.rounded() { return d < 0 ? Int.min : Int.max }
-            throw .badCommand("'\(prefix)\(key)' must be an integer")
+            throw .badCommand("'\(path)' must be an integer")
         }
         return i
     }
 
-    func object(_ key: String) throws(CommandError) -> JSONValue {
-        guard let v = json[key], !v.isNull else { throw .badCommand("missing field '\(prefix)\(key)'") }
-        guard case .object = v else { throw .badCommand("'\(prefix)\(key)' must be an object") }
+    private func present(_ key: String) -> JSONValue? {
+        guard let v = json[key], !v.isNull else { return nil }
         return v
+    }
+
+    func string(_ key: String) -> String { present(key)!.stringValue! }
+    func optionalString(_ key: String) -> String? { present(key)?.stringValue }
+    /// nil: absent; `.some(nil)`: null; `.some(text)`: a string.
+    func nullableString(_ key: String) -> String?? { json[key].map(\.stringValue) }
+    func number(_ key: String) -> Double { present(key)!.doubleValue! }
+    func int(_ key: String) -> Int { try! Self.integer(present(key)!, key) }
+    func optionalInt(_ key: String) -> Int? { present(key).map { try! Self.integer($0, key) } }
+    func value(_ key: String) -> JSONValue { json[key]! }
+    func object(_ key: String) -> CommandFields { CommandFields(checked: present(key)!) }
+
+    /// `values` as members in the declared order; nil values are left out.
+    static func members(of declared: [CommandField], _ values: [String: JSONValue?]) -> [(String, JSONValue)] {
+        declared.compactMap { field in values[field.name].flatMap { $0 }.map { (field.name, $0) } }
+    }
+
+    /// The members of the object field `name` of `kind`, in its declared order.
+    static func members(of name: String, in kind: CommandKind, _ values: [String: JSONValue?]) -> [(String, JSONValue)] {
+        guard let field = kind.declaration.fields.first(where: { $0.name == name }), case let .object(declared) = field.value else {
+            preconditionFailure("\(kind) declares no object field \(name)")
+        }
+        return members(of: declared, values)
     }
 }

@@ -31,45 +31,135 @@ public enum Command: Sendable, Equatable {
     /// One page of the room's connected clients, in join order: those after the cursor
     /// `after` (a `next` of an earlier answer), at most `limit` (1–1000, default 100).
     case clients(after: ClientID?, limit: Int?)
-
-    /// The wire name (`type`).
-    public var type: String {
-        switch self {
-        case .select: "select"
-        case .tap: "tap"
-        case .push: "push"
-        case .pop: "pop"
-        case .popToRoot: "popToRoot"
-        case .scroll: "scroll"
-        case .set: "set"
-        case .addTab: "addTab"
-        case .updateTab: "updateTab"
-        case .moveTab: "moveTab"
-        case .removeTab: "removeTab"
-        case .sync: "sync"
-        case .ping: "ping"
-        case .clients: "clients"
-        }
-    }
-
-    /// `sync`, `ping` and `clients`: answered from the state, never a change of it.
-    public var isQuery: Bool {
-        switch self {
-        case .sync, .ping, .clients: true
-        default: false
-        }
-    }
-
-    /// Every wire name, for metrics and documentation.
-    public static let allTypes = [
-        "select", "tap", "push", "pop", "popToRoot", "scroll", "set",
-        "addTab", "updateTab", "moveTab", "removeTab", "sync", "ping", "clients",
-    ]
 }
 
-/// A command with the `ref` the client gave it.
-public struct CommandEnvelope: Sendable, Equatable {
-    public var ref: String?
-    public var command: Command
-    public init(ref: String?, command: Command) { self.ref = ref; self.command = command }
+/// Every command kind, declared once: its wire name (the raw value), its fields, whether it
+/// changes the room, and what it does. Parsing (which fields a frame keeps, their presence and
+/// types), encoding, the role rule (a view token may send only what changes nothing), metrics,
+/// tabctl's commands and the random generators all read this table; the rules that apply a
+/// kind are the coordinator's.
+public enum CommandKind: String, CaseIterable, Sendable {
+    case select, tap, push, pop, popToRoot, scroll, set, addTab, updateTab, moveTab, removeTab, sync, ping, clients
+
+    public var declaration: CommandDeclaration { Self.table[self]! }
+
+    private static let table: [CommandKind: CommandDeclaration] = Dictionary(uniqueKeysWithValues: allCases.map { kind in
+        (kind, declare(kind))
+    })
+
+    /// The table itself: a switch, so that the compiler asks for a new kind's entry.
+    private static func declare(_ kind: CommandKind) -> CommandDeclaration {
+        let tab = CommandField("tab", .string, .required, "the tab")
+        let tabOrSelected = CommandField("tab", .string, .optional, "the tab (default: the selected one)")
+        func change(_ fields: [CommandField], _ summary: String) -> CommandDeclaration { .init(kind, fields, summary) }
+        func query(_ fields: [CommandField], _ summary: String) -> CommandDeclaration { .init(kind, fields, changesState: false, summary) }
+        /// A tab's look (seed 001), given whole by `addTab` and in part by `updateTab`: its id, then the rest.
+        func look(_ presence: CommandField.Presence, badge: CommandField.Presence) -> [CommandField] {
+            [.init("id", .string, .required, "the tab's id")]
+                + [("title", "its title"), ("icon", "an SF Symbol name (house, heart, person, ...)"), ("color", "a #RRGGBB colour")]
+                .map { .init($0.0, .string, presence, $0.1) }
+                + [.init("badge", .string, badge, badge == .optionalOrNull ? "its badge; null removes it" : "its badge")]
+        }
+        switch kind {
+        case .select: return change([tab], "select a tab")
+        case .tap: return change([tab], "tap a tab's item (select; pop to root; scroll to top)")
+        case .push: return change([tabOrSelected, .init("route", .string, .required, "the page's route")], "push a page onto a tab's stack")
+        case .pop: return change([tabOrSelected], "pop a tab's top page")
+        case .popToRoot: return change([tabOrSelected], "pop a tab to its first page")
+        case .scroll: return change([tabOrSelected, .init("offset", .number, .required, "the offset in points")], "record a tab's scroll offset")
+        case .set:
+            return change([tabOrSelected, .init("key", .string, .required, "the value's name"),
+                           .init("value", .json, .requiredOrNull, "any JSON value; null removes the key")],
+                          "store a value on a tab (null removes it)")
+        case .addTab:
+            return change([.init("tab", .object(look(.required, badge: .optional)), .required, "the tab"),
+                           .init("index", .integer, .optional, "its place (default: last)")], "add a tab")
+        case .updateTab:
+            return change([.init("tab", .object(look(.optional, badge: .optionalOrNull)), .required, "the changes")],
+                          "change a tab's title, icon, colour or badge")
+        case .moveTab: return change([tab, .init("index", .integer, .required, "its new place")], "move a tab to a position")
+        case .removeTab: return change([tab], "remove a tab")
+        case .sync: return query([], "the room's state")
+        case .ping: return query([], "a round trip to tabd")
+        case .clients:
+            return query([.init("after", .string, .optional, "the page after this client (a `next` of an earlier page)"),
+                          .init("limit", .integer, .optional, "clients per page, 1 to 1000 (default 100)")],
+                         "who is connected, a page at a time")
+        }
+    }
+}
+
+extension Command {
+    public var kind: CommandKind {
+        switch self {
+        case .select: .select
+        case .tap: .tap
+        case .push: .push
+        case .pop: .pop
+        case .popToRoot: .popToRoot
+        case .scroll: .scroll
+        case .set: .set
+        case .addTab: .addTab
+        case .updateTab: .updateTab
+        case .moveTab: .moveTab
+        case .removeTab: .removeTab
+        case .sync: .sync
+        case .ping: .ping
+        case .clients: .clients
+        }
+    }
+
+    /// The command from fields that ``CommandFields`` has checked against its kind's
+    /// declaration: presence and types hold here.
+    init(_ kind: CommandKind, _ f: CommandFields) {
+        switch kind {
+        case .select: self = .select(tab: f.string("tab"))
+        case .tap: self = .tap(tab: f.string("tab"))
+        case .push: self = .push(tab: f.optionalString("tab"), route: f.string("route"))
+        case .pop: self = .pop(tab: f.optionalString("tab"))
+        case .popToRoot: self = .popToRoot(tab: f.optionalString("tab"))
+        case .scroll: self = .scroll(tab: f.optionalString("tab"), offset: f.number("offset"))
+        case .set: self = .set(tab: f.optionalString("tab"), key: f.string("key"), value: f.value("value"))
+        case .addTab:
+            let t = f.object("tab")
+            self = .addTab(TabInfo(id: t.string("id"), title: t.string("title"), icon: t.string("icon"),
+                                   color: t.string("color"), badge: t.optionalString("badge")),
+                           index: f.optionalInt("index"))
+        case .updateTab:
+            let t = f.object("tab")
+            self = .updateTab(TabUpdate(id: t.string("id"), title: t.optionalString("title"), icon: t.optionalString("icon"),
+                                        color: t.optionalString("color"), badge: t.nullableString("badge")))
+        case .moveTab: self = .moveTab(tab: f.string("tab"), index: f.int("index"))
+        case .removeTab: self = .removeTab(tab: f.string("tab"))
+        case .sync: self = .sync
+        case .ping: self = .ping
+        case .clients: self = .clients(after: f.optionalString("after"), limit: f.optionalInt("limit"))
+        }
+    }
+
+    /// The command's fields by name, as a client frame writes them; absent ones are nil
+    /// (`CommandEnvelope.json` orders them as the declaration does).
+    var fieldValues: [String: JSONValue?] {
+        func s(_ v: String?) -> JSONValue? { v.map(JSONValue.string) }
+        switch self {
+        case let .select(tab), let .tap(tab), let .removeTab(tab): return ["tab": .string(tab)]
+        case let .push(tab, route): return ["tab": s(tab), "route": .string(route)]
+        case let .pop(tab), let .popToRoot(tab): return ["tab": s(tab)]
+        case let .scroll(tab, offset): return ["tab": s(tab), "offset": .double(offset)]
+        case let .set(tab, key, value): return ["tab": s(tab), "key": .string(key), "value": value]
+        case let .addTab(info, index):
+            return ["tab": .object(CommandFields.members(of: "tab", in: .addTab, [
+                "id": .string(info.id), "title": .string(info.title), "icon": .string(info.icon),
+                "color": .string(info.color), "badge": s(info.badge),
+            ])), "index": index.map(JSONValue.int)]
+        case let .updateTab(u):
+            return ["tab": .object(CommandFields.members(of: "tab", in: .updateTab, [
+                "id": .string(u.id), "title": s(u.title), "icon": s(u.icon), "color": s(u.color),
+                "badge": u.badge.map { $0.map(JSONValue.string) ?? .null },
+            ]))]
+        case let .moveTab(tab, index): return ["tab": .string(tab), "index": .int(index)]
+        case .sync, .ping: return [:]
+        case let .clients(after, limit): return ["after": s(after), "limit": limit.map(JSONValue.int)]
+        }
+    }
 }

@@ -32,6 +32,13 @@ struct Listener {
         }
     }
 
+    /// `bind(2)` to a `sockaddr_in` or `sockaddr_in6`.
+    private static func bind<Address>(_ fd: Int32, to address: inout Address) -> Int32 {
+        withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<Address>.size)) }
+        }
+    }
+
     /// Binds and listens; every interface of both families for "", "*" and "::".
     init(host: String, port: Int) throws(WebSocketServerError) {
         let address = try Self.address(host)
@@ -46,9 +53,7 @@ struct Listener {
             sa.sin_family = sa_family_t(AF_INET)
             sa.sin_port = in_port_t(UInt16(port).bigEndian)
             if let literal = address.literal { inet_pton(AF_INET, literal, &sa.sin_addr) }
-            result = withUnsafePointer(to: &sa) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
+            result = Self.bind(fd, to: &sa)
         } else {
             var zero: Int32 = 0
             if address.literal == nil { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &zero, socklen_t(MemoryLayout<Int32>.size)) }
@@ -56,9 +61,7 @@ struct Listener {
             sa.sin6_family = sa_family_t(AF_INET6)
             sa.sin6_port = in_port_t(UInt16(port).bigEndian)
             if let literal = address.literal { inet_pton(AF_INET6, literal, &sa.sin6_addr) }
-            result = withUnsafePointer(to: &sa) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in6>.size)) }
-            }
+            result = Self.bind(fd, to: &sa)
         }
         // A backlog the kernel caps at net.core.somaxconn: bursts of handshakes wait there.
         if result == 0 { result = listen(fd, 4096) }
