@@ -34,11 +34,16 @@ public final class ClusterRoom: Durability, Sendable {
     /// seals with (a key being rotated out), so the room gets a snapshot of this key.
     private let readOtherKey = Locked(false)
 
-    /// The machine, and the callbacks its waits stand for.
+    /// The machine, the callbacks its waits stand for, and what it asked for that is not
+    /// performed yet.
     private struct Shell {
         var machine: ClusterRoomMachine
         var waiters: [ClusterRoomMachine.Waiter: @Sendable (CommandError?) -> Void] = [:]
         var nextWaiter: ClusterRoomMachine.Waiter = 0
+        /// The machine's actions in the order it returned them, until performed
+        /// (``performInOrder()``); `performing` while a thread performs them.
+        var outbox: [ClusterRoomMachine.Action] = []
+        var performing = false
     }
 
     init(node: ClusterNode, room: RoomID, resumeWindow: Int) throws(ClusterNode.Failure) {
@@ -196,15 +201,39 @@ public final class ClusterRoom: Durability, Sendable {
 
     // MARK: Performing the machine's actions
 
-    /// Runs `input` on the machine and performs what it returns.
+    /// Runs `input` on the machine and performs what it returns, after what every earlier
+    /// step returned (``performInOrder()``).
     private func step(_ input: (inout ClusterRoomMachine) -> [ClusterRoomMachine.Action]) {
-        let (actions, conflicts) = state.withLock { s in
+        let conflicts = state.withLock { s in
             let before = s.machine.conflicts
-            let actions = input(&s.machine)
-            return (actions, s.machine.conflicts - before)
+            s.outbox += input(&s.machine)
+            return s.machine.conflicts - before
         }
         for _ in 0..<conflicts { node.stats.conflict() }
-        perform(actions)
+        performInOrder()
+    }
+
+    /// Performs the machine's actions in the order it returned them, whichever threads
+    /// step it (the consumer's, libnats' answers, the watchdog, the coordinator's
+    /// appends): one thread at a time performs, and takes what others added meanwhile.
+    /// The coordinator must learn that a batch committed before it learns that a later
+    /// one failed: a rollback decides again every command it has not seen committed, and
+    /// one that was (already in the committed state it rolls back to) was applied twice.
+    private func performInOrder() {
+        var actions = state.withLock { s -> [ClusterRoomMachine.Action] in
+            guard !s.performing, !s.outbox.isEmpty else { return [] }
+            s.performing = true
+            defer { s.outbox = [] }
+            return s.outbox
+        }
+        while !actions.isEmpty {
+            perform(actions)
+            actions = state.withLock { s in
+                if s.outbox.isEmpty { s.performing = false }
+                defer { s.outbox = [] }
+                return s.outbox
+            }
+        }
     }
 
     private func perform(_ actions: [ClusterRoomMachine.Action]) {
@@ -344,12 +373,13 @@ public final class ClusterRoom: Durability, Sendable {
     }
 
     private func append(_ batch: EventBatch, generation: Int, forwardID: String?, done: @escaping @Sendable (CommandError?) -> Void) {
-        perform(state.withLock { s in
+        state.withLock { s in
             let waiter = s.nextWaiter
             s.nextWaiter += 1
             s.waiters[waiter] = done
-            return s.machine.append(batch, generation: generation, waiter: waiter, forwardID: forwardID)
-        })
+            s.outbox += s.machine.append(batch, generation: generation, waiter: waiter, forwardID: forwardID)
+        }
+        performInOrder()
     }
 
     public func storedForward(_ forwardID: String) -> ForwardRecord? { state.withLock { $0.machine.storedForward(forwardID) } }
@@ -358,12 +388,13 @@ public final class ClusterRoom: Durability, Sendable {
                       done: @escaping @Sendable (CommandError?) -> Void) {
         // The test-only switch that shows the fault rounds' checker catching what fences prevent.
         if Self.fencesOff { return done(nil) }
-        perform(state.withLock { s in
+        state.withLock { s in
             let waiter = s.nextWaiter
             s.nextWaiter += 1
             s.waiters[waiter] = done
-            return s.machine.fence(.init(after: seq, id: forwardID, record: record), generation: generation, waiter: waiter)
-        })
+            s.outbox += s.machine.fence(.init(after: seq, id: forwardID, record: record), generation: generation, waiter: waiter)
+        }
+        performInOrder()
     }
 
     /// `TABD_TEST_NO_FENCE=1`: a forwarded command that changes nothing is answered without

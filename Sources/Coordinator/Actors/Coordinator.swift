@@ -405,7 +405,9 @@ public actor Coordinator {
         if durability.hasOtherWriters {
             ownCommitted = publishedSeq
             for entry in unpublished {
-                guard case .some(nil) = entry.wait.value else { break }
+                // Committed: its report came, or (the report still on its way) the committed
+                // state holds this very batch. Decided again, it would be applied twice.
+                if case .some(nil) = entry.wait.value {} else if let batch = entry.batch, stored.holds(batch) {} else { break }
                 ownCommitted = entry.lastSeq
                 // A committed fence: its answer stands (another node that decides the
                 // command finds it), whatever is rolled back after it.

@@ -21,6 +21,13 @@ public struct StoredState: Sendable, Equatable {
 }
 
 extension StoredState {
+    /// Whether the kept history holds this very batch (its seqs, events, author and ref).
+    public func holds(_ batch: EventBatch) -> Bool {
+        guard batch.lastSeq <= snapshot.seq else { return false }
+        let i = history.partitioningIndex { $0.lastSeq >= batch.lastSeq }
+        return i < history.count && history[i] == batch
+    }
+
     /// The stored state after one batch: the snapshot folded, and the id counters past
     /// every id the batch hands out.
     public mutating func apply(_ batch: EventBatch) throws(ReplayError) {

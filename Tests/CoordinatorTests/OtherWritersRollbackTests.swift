@@ -1,0 +1,84 @@
+import Dispatch
+import Locking
+import Testing
+@testable import Coordinator
+
+/// A log with other writers (a cluster's engine, scripted): each append is committed at
+/// once, or committed with its report held back (the report still on its way from
+/// another thread), or refused as a conflict (another writer took its place).
+final class OtherWritersStore: Durability {
+    enum Verdict { case commit, commitReportingLater, conflict }
+    private struct State {
+        var committed: StoredState
+        var script: [Verdict] = []
+        var heldReports: [@Sendable () -> Void] = []
+        var minGeneration = 0
+    }
+    private let state: Locked<State>
+    private let queue = DispatchQueue(label: "other-writers-store")
+
+    init(_ initial: StoredState) { state = Locked(State(committed: initial)) }
+
+    var hasOtherWriters: Bool { true }
+    /// The next appends' verdicts, in order (then `commit`).
+    func script(_ verdicts: Verdict...) { state.withLock { $0.script += verdicts } }
+    var heldCount: Int { state.withLock { $0.heldReports.count } }
+
+    func releaseReports() {
+        let reports = state.withLock { s -> [@Sendable () -> Void] in
+            defer { s.heldReports = [] }
+            return s.heldReports
+        }
+        for report in reports { queue.async(execute: report) }
+    }
+
+    func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
+        let verdict = state.withLock { s -> Verdict? in
+            guard generation >= s.minGeneration else { return nil }
+            return s.script.isEmpty ? .commit : s.script.removeFirst()
+        }
+        guard let verdict else { return queue.async { done(.unavailable("rolled back")) } }
+        if verdict == .conflict { return queue.async { done(.conflict()) } }
+        state.withLock { s in
+            try? s.committed.apply(batch)
+            s.committed.history.append(batch)
+        }
+        if verdict == .commitReportingLater {
+            state.withLock { $0.heldReports.append { done(nil) } }
+        } else {
+            queue.async { done(nil) }
+        }
+    }
+
+    func committedState() -> StoredState { state.withLock { $0.committed } }
+    func reset(generation: Int) { state.withLock { $0.minGeneration = generation } }
+}
+
+@Suite struct OtherWritersRollbackTests {
+    /// Around a paused writer the engine's reports reach the coordinator in any order: a
+    /// later batch's conflict may come before an earlier batch's commit. The rollback then
+    /// must not decide again the earlier command, whose batch the committed state holds
+    /// already: it would stand in the room twice.
+    @Test func aCommittedBatchWhoseReportIsLateIsNotDecidedAgainByALaterConflict() async throws {
+        let origin = try Coordinator.origin(tabs: TabInfo.defaults)
+        let store = OtherWritersStore(StoredState(epoch: "e1", snapshot: origin, nextPage: 4, nextClient: 1, history: []))
+        let c = Coordinator(restoring: store.committedState(), durability: store)
+        try await c.start()
+        let seen = Locked<[EventBatch]>([])
+        await c.addObserver { batch in seen.withLock { $0.append(batch) } }
+        store.script(.commitReportingLater, .conflict)
+        await c.enqueue(.push(tab: nil, route: "a"), by: "c1", ref: "a", replyTo: 1)
+        await c.enqueue(.push(tab: nil, route: "b"), by: "c1", ref: "b", replyTo: 1)
+        // A `sync` behind them waits for them (``Coordinator/settle()``): it meets the
+        // conflict while the first batch's report is still held back.
+        let sync = Task { await c.enqueue(.sync, by: "c1", ref: "s", replyTo: 1) }
+        try await until { seen.withLock { $0 }.contains { $0.ref == "b" } }
+        store.releaseReports()
+        await sync.value
+        let pushes = seen.withLock { $0 }.flatMap(\.events).compactMap { e -> String? in
+            if case let .pushed(_, _, route) = e.event { route } else { nil }
+        }
+        #expect(pushes == ["a", "b"], "each command once, in its order")
+        #expect(await c.snapshot().tabs[0].stack.dropFirst().map(\.route) == ["a", "b"])
+    }
+}
