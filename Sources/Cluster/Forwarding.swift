@@ -123,8 +123,9 @@ package struct ForwardSessions: Sendable {
 }
 
 /// The forwarding side, for one room: where its clients' commands go, which forwards
-/// are in flight, and what to do when one is answered, refused, unanswered, or its writer dies.
-package struct ForwardingPlan: Sendable {
+/// are in flight, what to do when one is answered, refused, unanswered, or its writer dies,
+/// and which of the room's inputs (`Held`) wait meanwhile.
+package struct ForwardingPlan<Held: Sendable>: Sendable {
     /// Where a new command of a client goes.
     package enum Route: Equatable, Sendable {
         /// Decided here.
@@ -158,16 +159,16 @@ package struct ForwardingPlan: Sendable {
     }
 
     /// How long a forward waits for its answer before it is sent again.
-    package static let resendNanoseconds: UInt64 = 1_000_000_000
+    package static var resendNanoseconds: UInt64 { 1_000_000_000 }
     /// A writer that refused a command is not forwarded to again for this long.
-    package static let penaltyNanoseconds: UInt64 = 5_000_000_000
+    package static var penaltyNanoseconds: UInt64 { 5_000_000_000 }
     /// A node that has never answered a forward of this room and leaves one unanswered this
     /// long does not take forwards (a tabd from before forwarding): given up on, and not
     /// forwarded to again for ``silentPenaltyNanoseconds``.
-    package static let silentNanoseconds: UInt64 = 10_000_000_000
-    package static let silentPenaltyNanoseconds: UInt64 = 600_000_000_000
+    package static var silentNanoseconds: UInt64 { 10_000_000_000 }
+    package static var silentPenaltyNanoseconds: UInt64 { 600_000_000_000 }
     /// A node that was forwarded commands this recently writes its own clients' too.
-    package static let writerNanoseconds: UInt64 = 1_000_000_000
+    package static var writerNanoseconds: UInt64 { 1_000_000_000 }
 
     /// This node, and the prefix of its forward ids and sessions (its name and life).
     package let node: String
@@ -186,6 +187,8 @@ package struct ForwardingPlan: Sendable {
     /// The nodes that have answered a forward (or refused one): they take forwards.
     private var answering: Set<String> = []
     private var lastForwardedTo: UInt64?
+    /// Inputs that wait (``Route/hold``), in their order; with any held, every later input waits too.
+    private var held: [Held] = []
 
     package init(node: String, incarnation: String, room: RoomID) {
         self.node = node
@@ -194,6 +197,26 @@ package struct ForwardingPlan: Sendable {
     }
 
     package var isIdle: Bool { inFlight.isEmpty }
+
+    /// Holds `input` when inputs are already waiting, so that none overtakes them (a
+    /// connection's answers come in the order of its frames); false when none waits.
+    package mutating func holdBehindWaiting(_ input: Held) -> Bool {
+        guard !held.isEmpty else { return false }
+        held.append(input)
+        return true
+    }
+
+    /// Holds `input`, as ``route(writer:isAlive:now:)`` said.
+    package mutating func hold(_ input: Held) { held.append(input) }
+
+    /// The waiting inputs, in order, to route again, once no forward is being decided here
+    /// any more (none while draining). One that is held again holds the rest behind it
+    /// (``holdBehindWaiting(_:)``).
+    package mutating func release() -> [Held] {
+        guard !draining, !held.isEmpty else { return [] }
+        defer { held = [] }
+        return held
+    }
 
     /// Where a command goes at `now`, given the room's writer and whether it is alive.
     package mutating func route(writer: String?, isAlive: (String) -> Bool, now: UInt64) -> Route {

@@ -6,7 +6,7 @@ import Testing
 /// a missing answer or the writer's death does to the forwards in flight, the writer's order per session, the
 /// wire format, and the stream's record of which forwarded commands it holds.
 @Suite struct CommandForwardingTests {
-    typealias Plan = ForwardingPlan
+    typealias Plan = ForwardingPlan<String>
     static let alive: @Sendable (String) -> Bool = { _ in true }
     static let second: UInt64 = 1_000_000_000
 
@@ -112,6 +112,34 @@ import Testing
         #expect(plan.isIdle && !plan.draining)
         #expect(plan.answered(ForwardAnswer(id: sent[1].id, room: "r", frame: .ack(ref: nil, seq: 5)), now: 4).isEmpty,
                 "an answer after it was decided here changes nothing (the stream's record of its id does)")
+    }
+
+    /// While forwards are decided here, inputs wait in their order; once they are settled the
+    /// waiting ones go out in that order, and one held again holds the rest behind it.
+    @Test func inputsWaitInOrderWhileForwardsAreDecidedHereAndGoOutInOrder() {
+        var plan = Plan(node: "n1", incarnation: "i1", room: "r")
+        let first = plan.holdBehindWaiting("query")
+        #expect(!first, "nothing waits: an input goes its way")
+        let sent = Self.forward(&plan, 2)
+        // The second is refused while the first is in flight: the plan drains.
+        _ = plan.answered(ForwardAnswer(id: sent[1].id, room: "r", refused: "gap"), now: 1)
+        #expect(plan.route(writer: "n2", isAlive: Self.alive, now: 1) == .hold)
+        plan.hold("a")
+        let b = plan.holdBehindWaiting("b"), c = plan.holdBehindWaiting("c")
+        #expect(b && c, "a query or refusal after a held command waits too")
+        let early = plan.release()
+        #expect(early.isEmpty, "nothing goes while forwards are still being decided here")
+        _ = plan.answered(ForwardAnswer(id: sent[0].id, room: "r", frame: .ack(ref: nil, seq: 3)), now: 2)
+        #expect(!plan.draining)
+        // Released in order; routing them again, the first is held again (say the plan drains
+        // anew): the rest are held behind it, in order.
+        let released = plan.release(), again = plan.release()
+        #expect(released == ["a", "b", "c"])
+        #expect(again.isEmpty, "released once")
+        plan.hold(released[0])
+        let behind = plan.holdBehindWaiting(released[1]) && plan.holdBehindWaiting(released[2])
+        let last = plan.release()
+        #expect(behind && last == ["a", "b", "c"])
     }
 
     @Test func theWriterDecidesEachSessionInOrderOnlyFromItsStart() {

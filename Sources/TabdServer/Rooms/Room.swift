@@ -103,11 +103,9 @@ actor Room: DirectoryRoom {
     /// When the armed presence report fires, if one is armed.
     private var presenceReportArmed: ContinuousClock.Instant?
 
-    /// Cluster: where this node's clients' commands go (``ForwardingPlan``).
-    private var forwarding: ForwardingPlan?
-    /// Cluster: commands (and everything after them) that wait while forwards that failed
-    /// are decided here.
-    private var held: [Input] = []
+    /// Cluster: where this node's clients' commands go, and which inputs wait meanwhile
+    /// (``ForwardingPlan``).
+    private var forwarding: ForwardingPlan<Input>?
     private var forwardCheckArmed = false
     /// Cluster: the sessions of the nodes that forward commands to this one.
     private var forwardSessions = ForwardSessions()
@@ -337,7 +335,7 @@ actor Room: DirectoryRoom {
     /// answers; while commands are held, everything after them is held too.
     private func route(_ input: Input, coordinator: Coordinator) async {
         guard forwarding != nil, let cluster = registry.cluster, let stream = clusterRoom else { return await decideHere(input, coordinator) }
-        if !held.isEmpty { held.append(input); return }
+        if forwarding!.holdBehindWaiting(input) { return }
         guard case let .command(connection, client, envelope) = input, !envelope.command.isQuery else {
             return await decideHere(input, coordinator)
         }
@@ -346,7 +344,7 @@ actor Room: DirectoryRoom {
         case .local:
             await decideHere(input, coordinator)
         case .hold:
-            held.append(input)
+            forwarding!.hold(input)
         case let .forward(to, fresh):
             // None of this node's own batches may come after the first forward.
             if fresh, await coordinator.hasUnpublished { await coordinator.settled() }
@@ -384,7 +382,7 @@ actor Room: DirectoryRoom {
 
     /// Performs what the plan said of answers, refusals and a writer's death, then lets held commands go
     /// once nothing is being decided here any more.
-    private func perform(_ steps: [ForwardingPlan.Step], coordinator: Coordinator) async {
+    private func perform(_ steps: [ForwardingPlan<Input>.Step], coordinator: Coordinator) async {
         let here = steps.count { if case .decideHere = $0 { true } else { false } }
         if here > 0 {
             log.info("room '\(id)': \(here) forwarded command\(here == 1 ? "" : "s") refused by the room's writer (or it died); deciding \(here == 1 ? "it" : "them") here")
@@ -398,14 +396,7 @@ actor Room: DirectoryRoom {
                 await coordinator.decideInstead(address, order: order)
             }
         }
-        guard forwarding?.draining == false, !held.isEmpty else { return }
-        let waiting = held
-        held = []
-        for (n, input) in waiting.enumerated() {
-            // Held again (another failure): so is everything after it.
-            if !held.isEmpty { held += waiting[n...]; break }
-            await route(input, coordinator: coordinator)
-        }
+        for input in forwarding?.release() ?? [] { await route(input, coordinator: coordinator) }
     }
 
     /// A command another node forwarded: decided here in its session's order.
