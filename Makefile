@@ -144,13 +144,19 @@ bench:
 ## End-to-end tests: a real tabd on free ports, real WebSocket clients (Python).
 ## The fairness test (test_fairness.py) holds the release build to its latency bound, and the
 ## churn test (test_churn.py) the release tabd, driven by the release tabbench, to its memory bound.
+## Much of a test's time is waiting (on tabd, the engine, timeouts): they run E2E_WORKERS at
+## a time (pytest-xdist; 3 took 5 minutes here where one at a time took 15), the longest
+## first; those marked `serial` (a latency bound) run alone after them.
+E2E_WORKERS ?= 3
+E2E_ENV = TABD_BIN=$(CURDIR)/.build/debug/tabd TABCTL_BIN=$(CURDIR)/.build/debug/tabctl TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
+	  TABBENCH_RELEASE_BIN=$(CURDIR)/.build/release/tabbench
 test-e2e: test-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build $(SWIFTFLAGS) --product tabctl
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench
-	TABD_BIN=$(CURDIR)/.build/debug/tabd TABCTL_BIN=$(CURDIR)/.build/debug/tabctl TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
-	  TABBENCH_RELEASE_BIN=$(CURDIR)/.build/release/tabbench $(PYTHON) -m pytest -q -p no:cacheprovider
+	$(E2E_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n $(E2E_WORKERS) --dist worksteal -m "not serial"
+	$(E2E_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -m serial
 
 ## Browser tests: headless Chromium drives web/ against a real tabd (screenshots: test-output/screenshots/).
 test-browser:

@@ -241,3 +241,17 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.run(asyncio.wait_for(pyfuncitem.obj(**args), limit.args[0] if limit else 120))
         return True
     return None
+
+
+# The files whose tests take longest (fault rounds and restarts of whole clusters) run first,
+# so that the workers of `make test-e2e` (pytest-xdist) end together instead of one of them
+# still running a long round while the others wait.
+LONGEST_FIRST = ("test_cluster_faults.py", "test_engine_trust.py", "test_engine.py", "test_cluster.py",
+                 "test_cluster_pipeline.py", "test_cluster_presence.py", "test_peer_cost.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = os.path.basename(str(item.fspath))
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    items.sort(key=rank)  # stable: each file's tests stay together and in their order

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -196,9 +197,16 @@ def judge(name, reports):
             failures.append(f"{name} round {i + 1}: {r.problems()}")
             print("  problems:", r.problems()[:3000])
             print("  engine:", r.engine)
-            for node, text in r.logs:   # what the nodes said, for the finding's cause
+            # What the nodes said, for the finding's cause: the last lines here, every line in
+            # test-output/cluster-faults/.
+            folder = os.path.join(ROOT, "test-output", "cluster-faults")
+            os.makedirs(folder, exist_ok=True)
+            for node, text in r.logs:
                 lines = text.splitlines()
-                print(f"--- node {node}: {len(lines)} lines of its log, the last 60 ---", *lines[-60:], sep="\n")
+                path = os.path.join(folder, f"{re.sub(r'[^a-z0-9]+', '-', name)}-round-{i + 1}-{node}-{os.getpid()}.log")
+                with open(path, "w") as f:
+                    f.write(text)
+                print(f"--- node {node}: {len(lines)} lines of its log ({path}), the last 60 ---", *lines[-60:], sep="\n")
         if r.stuck:
             failures.append(f"{name} round {i + 1}: {r.stuck} commands of open connections unanswered {SETTLE_LIMIT:.0f} s after the fault")
         if r.acked == 0:

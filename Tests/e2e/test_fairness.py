@@ -15,6 +15,9 @@ import pytest
 import rawws
 from conftest import ROOT, Client
 
+# Its bound is on latency: it runs alone, not beside the other tests (make test-e2e).
+pytestmark = pytest.mark.serial
+
 # The bound is the product's, so the test runs the release build (make test-e2e builds it):
 # a debug build parses several times slower.
 RELEASE = os.environ.get("TABD_RELEASE_BIN", os.path.join(ROOT, ".build", "release", "tabd"))

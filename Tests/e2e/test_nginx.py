@@ -24,6 +24,7 @@ from conftest import ROOT, TABD, WAIT
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
 from tlscerts import Certificates  # noqa: E402
+from natscluster import free_port  # noqa: E402
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 TABCTL = os.environ.get("TABCTL_BIN", os.path.join(os.path.dirname(TABD), "tabctl"))
@@ -77,14 +78,6 @@ def adapted(upstream, port, redirect_port, certificate=None, without=()):
     expected = {"upstream", "listen", "redirect", "ipv6"} | ({"cert", "key"} if certificate else set())
     assert seen == expected, f"DEPLOYING.md's configuration changed shape: found {seen}, expected {expected}"
     return "\n".join(lines)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Nginx:

@@ -517,6 +517,7 @@ def flood(host, frames_each, connections, ready, result):
     result.value = sum(acks)
 
 
+@pytest.mark.serial  # a latency bound: run alone (make test-e2e)
 async def test_a_flooded_room_does_not_slow_a_quiet_rooms_answers(make_daemon, tmp_path):
     """Four connections of one room send commands as fast as the socket takes them (each
     one a durable batch broadcast to the room), while a client of another room pings."""

@@ -84,17 +84,49 @@ def server_version(binary):
     return _versions[binary]
 
 
+def _worker_range():
+    """Under pytest-xdist, this worker's own block of ports below the kernel's ephemeral range
+    (32768 and up by default), which `bind(("", 0))` never hands out: a port chosen here and
+    released until its server binds it cannot be taken meanwhile by another worker's tabd or
+    client. None outside xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return None
+    first = 12000 + 2000 * int(worker[2:])
+    return range(first, first + 2000)
+
+
+_next_in_range = {}
+
+
 def _free_ports(count):
     """`count` distinct free loopback ports: all bound at once (so no duplicates), then released.
 
     Ports already given to a running cluster of this process are skipped, so clusters made
-    one after another never share a port even before their servers have bound them.
+    one after another never share a port even before their servers have bound them. Under
+    pytest-xdist each worker takes them from its own block (`_worker_range`).
     """
     socks, ports = [], []
+    block = _worker_range()
+    tries = 0
     try:
         while len(ports) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            if block is None:
+                s.bind(("127.0.0.1", 0))
+            else:
+                # Round the block, skipping ports in use.
+                with _lock:
+                    i = _next_in_range.get(block.start, 0)
+                    _next_in_range[block.start] = i + 1
+                tries += 1
+                if tries > len(block):
+                    raise RuntimeError(f"no free port left in {block}")
+                try:
+                    s.bind(("127.0.0.1", block[i % len(block)]))
+                except OSError:
+                    s.close()
+                    continue
             socks.append(s)
             port = s.getsockname()[1]
             with _lock:
@@ -106,6 +138,13 @@ def _free_ports(count):
         for s in socks:
             s.close()
     return ports
+
+
+def free_port():
+    """One free loopback port, for a server a test starts (see `_free_ports`)."""
+    port = _free_ports(1)[0]
+    _release([port])
+    return port
 
 
 def _release(ports):
