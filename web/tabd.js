@@ -160,6 +160,7 @@ export class TabdClient {
   #awaiting = []; // acks whose seq the state has not reached yet: [{seq, resolve}]
   #resync = null; // a sync of the client's own is out: frames held meanwhile [frames]
   #catchUpRef = null; // the ping after a resumed welcome
+  #untrusted = false; // tabd broke the protocol: the next connection starts from a snapshot
   #heartbeatTimer = null;
   #awaitingPong = false;
   #retryTimer = null;
@@ -322,7 +323,7 @@ export class TabdClient {
     const q = new URLSearchParams();
     if (this.#options.name !== null) q.set("name", String(this.#options.name).slice(0, 64));
     q.set("room", this.#endpoint.room);
-    if (this.state && this.session) {
+    if (this.state && this.session && !this.#untrusted) {
       q.set("resume", String(this.state.seq));
       q.set("epoch", this.session.epoch);
     }
@@ -377,6 +378,13 @@ export class TabdClient {
     this.retryAt = Date.now() + delay;
     this.#retryTimer = setTimeout(() => this.#open(), delay);
     this.#setConnection("reconnecting", true);
+  }
+
+  // tabd broke the protocol: neither this connection nor the state it built can be trusted.
+  // The next one starts over from a snapshot (no resume), as the Swift client does.
+  #violation(reason) {
+    this.#untrusted = true;
+    this.#drop(CloseCode.protocolError, `protocol violation: ${reason}`);
   }
 
   #drop(code, reason) {
@@ -460,11 +468,15 @@ export class TabdClient {
     try { f = JSON.parse(text); } catch (e) { f = null; }
     if (!f || typeof f !== "object" || typeof f.type !== "string") {
       // Not tabd's protocol: this connection cannot be trusted; a new one starts clean.
-      this.#drop(CloseCode.protocolError, "not a tabd frame");
+      this.#violation("not a tabd frame");
       return;
     }
-    if (f.type === "welcome") { this.#onWelcome(f); return; }
-    if (!this.#sock.welcomed) { this.#drop(CloseCode.protocolError, "a frame before the welcome"); return; }
+    if (f.type === "welcome") {
+      if (this.#sock.welcomed) { this.#violation("a second welcome"); return; }
+      this.#onWelcome(f);
+      return;
+    }
+    if (!this.#sock.welcomed) { this.#violation("a frame before the welcome"); return; }
     switch (f.type) {
       case "events": this.#onEvents(f); break;
       case "ack": case "snapshot": case "pong": case "clients": case "error": this.#onAnswer(f); break;
@@ -484,6 +496,7 @@ export class TabdClient {
       epoch: f.epoch, server: f.server, resumed: !!f.resumed,
     };
     this.#sock.welcomed = true;
+    this.#untrusted = false;
     this.connections += 1;
     this.attempt = 0;
     this.#startHeartbeat();
@@ -511,7 +524,7 @@ export class TabdClient {
     try {
       state = fromWire(wire);
     } catch (e) {
-      this.#drop(CloseCode.protocolError, "a snapshot the client cannot read");
+      this.#violation("a snapshot the client cannot read");
       return false;
     }
     if (fresh) {
@@ -569,19 +582,19 @@ export class TabdClient {
 
   #onAnswer(f) {
     // Answers come in the order the commands went out; refusals before parsing
-    // (rate_limited, bad_json) carry no ref and are the oldest command's.
-    let i = 0;
-    if (typeof f.ref === "string") {
-      i = this.#inFlight.findIndex((c) => c.ref === f.ref);
-      if (i < 0) {
-        if (f.type === "error") this.#publish({ type: "error", error: errorOf(f) });
-        return;
-      }
-    } else if (this.#inFlight.length === 0) {
-      if (f.type === "error") this.#publish({ type: "error", error: errorOf(f) });
+    // (rate_limited, bad_json) carry no ref and are the oldest command's. An error frame
+    // that names no command of this client's (one sent on its socket behind its back) is
+    // reported, not taken; any other answer to no command, or out of its turn, breaks the
+    // protocol.
+    const head = this.#inFlight[0];
+    const named = typeof f.ref === "string" ? this.#inFlight.some((c) => c.ref === f.ref) : head !== undefined;
+    if (!named && f.type === "error") { this.#publish({ type: "error", error: errorOf(f) }); return; }
+    if (!head) { this.#violation(`an answer to no command (ref ${f.ref ?? "null"})`); return; }
+    if (typeof f.ref === "string" && f.ref !== head.ref) {
+      this.#violation(`an answer for ref ${f.ref} where ${head.ref} was due`);
       return;
     }
-    const [c] = this.#inFlight.splice(i, 1);
+    const c = this.#inFlight.shift();
     if (f.type === "error") {
       if (c.resync) {
         // Our own sync refused (rate_limited): the held frames are not folded; ask again.
@@ -642,7 +655,7 @@ export class TabdClient {
     }
     if (snap === null || typeof snap !== "object") {
       c.reject(new TabdError("connection_lost", "tabd answered sync without a snapshot; reconnecting"));
-      this.#drop(CloseCode.protocolError, "a snapshot the client cannot read");
+      this.#violation("a snapshot the client cannot read");
       return;
     }
     c.resolve(this.state);

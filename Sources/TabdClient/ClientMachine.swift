@@ -139,8 +139,9 @@ package struct ClientMachine: Sendable {
         let frame: ServerFrame
         do {
             let json = try JSONParser.parse(bytes)
+            guard let type = json["type"]?.stringValue else { return violation("a frame without a type", jitter: jitter) }
             // A frame type this client does not know (a newer tabd) is not its business.
-            guard let type = json["type"]?.stringValue, Self.frameTypes.contains(type) else { return [] }
+            guard Self.frameTypes.contains(type) else { return [] }
             frame = try ServerFrame(json: json)
         } catch {
             return violation("unreadable frame: \(error)", jitter: jitter)
@@ -310,6 +311,11 @@ package struct ClientMachine: Sendable {
     }
 
     private mutating func answer(_ ref: String?, _ result: Result<Reply, TabdClientError>, jitter: Double) -> [Action] {
+        // An error frame that names no command of this client's (sent on its connection behind
+        // its back) is passed over; any other answer to no command, or out of its turn,
+        // breaks the protocol.
+        let named = ref.map { r in inFlight.contains { $0.ref == r } } ?? !inFlight.isEmpty
+        if !named, case .failure(.refused) = result { return [] }
         guard !inFlight.isEmpty else { return violation("an answer to no command (ref \(ref ?? "null"))", jitter: jitter) }
         let pending = inFlight.removeFirst()
         // Refusals before parsing (rate_limited, bad_json) carry no ref; the rest echo it.

@@ -1,0 +1,165 @@
+// The scripted sessions of Tests/sessions/ (frames from tabd in, what the client does out),
+// run against the JavaScript client (web/tabd.js) over a scripted WebSocket. The Swift
+// client runs the same files (Tests/TabdClientTests/SharedSessionTests.swift): where the two
+// clients would differ, one of them fails. The steps are described there.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { TabdClient } from "../../web/tabd.js";
+
+const folder = join(dirname(fileURLToPath(import.meta.url)), "..", "sessions");
+const files = readdirSync(folder).filter((f) => f.endsWith(".json")).sort();
+
+/** A WebSocket class the session drives; every socket opened is kept, with what was sent on it. */
+function transport() {
+  const sockets = [];
+  class ScriptedSocket {
+    constructor(url, protocols) {
+      this.url = new URL(url);
+      this.protocols = protocols ?? [];
+      this.sent = [];
+      this.closed = null;
+      this.listeners = { message: [], close: [] };
+      sockets.push(this);
+    }
+    addEventListener(type, fn) { (this.listeners[type] ??= []).push(fn); }
+    send(text) { this.sent.push(JSON.parse(text)); }
+    close(code, reason) { this.closed = { code, reason }; }
+    frame(f) { for (const fn of this.listeners.message) fn({ data: JSON.stringify(f) }); }
+    drop(code) { for (const fn of this.listeners.close) fn({ code, reason: "" }); }
+  }
+  return { sockets, WebSocket: ScriptedSocket };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+async function until(check, what, ms = 2000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = check();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+}
+
+class SessionRun {
+  constructor() {
+    this.t = transport();
+    this.client = null;
+    this.openedSeen = 0;
+    this.refs = {}; // command id -> ref
+    this.programRefs = new Set();
+    this.sentSeen = 0; // frames of the program's commands already checked
+    this.ownAnswered = new Set();
+    this.answers = {};
+    this.finished = undefined;
+  }
+
+  get sock() { return this.t.sockets.at(-1); }
+
+  /** Every frame sent, on every socket, in order. */
+  allSent() { return this.t.sockets.flatMap((s) => s.sent); }
+
+  substituted(v) {
+    if (typeof v === "string" && v.startsWith("@")) return this.refs[v.slice(1)] ?? v;
+    if (Array.isArray(v)) return v.map((x) => this.substituted(x));
+    if (v && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.substituted(x)]));
+    return v;
+  }
+
+  // The ref a command got: the last frame sent by the program's `send`, once it went out.
+  noteRefs() {
+    for (const f of this.allSent()) {
+      if (this.pendingIds.length === 0) break;
+      if (f.type === "sync" || f.type === "ping" || this.programRefs.has(f.ref) || this.ownRefs().has(f.ref)) continue;
+      const id = this.pendingIds.shift();
+      this.refs[id] = f.ref;
+      this.programRefs.add(f.ref);
+    }
+  }
+
+  ownRefs() { return new Set(this.allSent().filter((f) => f.type === "sync" || f.type === "ping").map((f) => f.ref)); }
+
+  async step(step, place) {
+    if (step.tabd) {
+      this.sock.frame(this.substituted(step.tabd));
+    } else if (step.expect) {
+      await this.expect(step.expect, place);
+    } else if (step.do === "connect") {
+      this.pendingIds = [];
+      this.client = new TabdClient("http://127.0.0.1:8080/", {
+        WebSocket: this.t.WebSocket, name: "t", heartbeat: 0, backoff: { initial: 1, max: 2 }, random: () => 0.5,
+      });
+      this.client.subscribe((u) => {
+        if (u.type === "connection" && u.connection === "closed") this.finished = u.error?.closeCode ?? null;
+      });
+    } else if (step.do === "command") {
+      assert.ok(!["sync", "ping", "clients"].includes(step.command.type), `${place}: a session's own query would be taken for the client's`);
+      const { type, ...fields } = step.command;
+      const id = step.id;
+      this.pendingIds.push(id);
+      this.client.send(type, fields).then(
+        (seq) => { this.answers[id] = { ack: seq }; },
+        (e) => { this.answers[id] = e.code === "connection_lost" || e.closeCode !== undefined || e.code === "closed" ? { failed: true } : { refused: e.code }; });
+    } else if (step.do === "drop") {
+      // The next connection checked is the one after this drop.
+      this.openedSeen = this.t.sockets.length;
+      this.sock.drop(step.code);
+    } else if (step.do === "answerOwn") {
+      for (const f of this.sock.sent) {
+        if (!(f.type === "sync" || f.type === "ping") || this.ownAnswered.has(f.ref) || this.programRefs.has(f.ref)) continue;
+        this.ownAnswered.add(f.ref);
+        this.sock.frame(f.type === "sync" ? { type: "snapshot", ref: f.ref, snapshot: step.snapshot } : { type: "pong", ref: f.ref });
+      }
+    } else {
+      assert.fail(`${place}: a step this runner does not know: ${JSON.stringify(step)}`);
+    }
+    await tick();
+    this.noteRefs();
+  }
+
+  async expect(e, place) {
+    if (e.opened) {
+      const s = await until(() => this.t.sockets.length > this.openedSeen && this.t.sockets.at(-1), `${place}: a connection opened`);
+      this.openedSeen = this.t.sockets.length;
+      const resume = s.url.searchParams.get("resume");
+      assert.equal(resume === null ? null : Number(resume), e.opened.resume, `${place}: opened ${s.url}`);
+    }
+    if (e.connections !== undefined) assert.equal(this.t.sockets.length, e.connections, `${place}: connections opened`);
+    if (e.sent) {
+      const program = this.allSent().filter((f) => this.programRefs.has(f.ref));
+      const fresh = program.slice(this.sentSeen).map(({ ref, ...f }) => f);
+      this.sentSeen = program.length;
+      assert.deepEqual(fresh, e.sent, `${place}: sent`);
+    }
+    for (const [id, answer] of Object.entries(e.answers ?? {})) {
+      if (answer === "pending") assert.equal(this.answers[id], undefined, `${place}: ${id} answered`);
+      else assert.deepEqual(this.answers[id], answer, `${place}: ${id}`);
+    }
+    if (e.state) {
+      if (e.state.seq !== undefined) assert.equal(this.client.state.seq, e.state.seq, `${place}: state`);
+      if (e.state.selected !== undefined) assert.equal(this.client.state.selected, e.state.selected, `${place}: selected`);
+    }
+    if (e.finished) assert.equal(this.finished, e.finished.code, `${place}: finished`);
+  }
+}
+
+test("Tests/sessions/ holds the sessions both clients run", () => {
+  assert.ok(files.length >= 5, `${files.length} sessions`);
+});
+
+for (const file of files) {
+  test(`session ${file}`, async () => {
+    const session = JSON.parse(readFileSync(join(folder, file), "utf8"));
+    const run = new SessionRun();
+    try {
+      for (const [n, step] of session.steps.entries()) await run.step(step, `${file} step ${n + 1}`);
+    } finally {
+      run.client?.close();
+    }
+  });
+}
