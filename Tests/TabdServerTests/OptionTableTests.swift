@@ -90,4 +90,37 @@ import Testing
         }
         #expect(checked >= 15, "the synopsis shows \(checked) defaults")
     }
+
+    /// Where the docs state an option's default in prose ("`--queue-bytes` … (default 8 MiB")
+    /// or in a table ("| `--queue-limit` | 10,000 |"), it is the table's: a default changed
+    /// in the table alone fails here.
+    @Test func everyDefaultTheDocsStateIsTheTables() throws {
+        let defaults = Options()
+        let prose = try Regex(#"`(--[a-z-]+)`[^.|`]{0,40}\(default ([0-9][0-9,.]*(?: [KMG]iB)?)"#)
+        let row = try Regex(#"(?m)^\| `(--[a-z-]+)` \| ([0-9][0-9,.]*(?: [KMG]iB)?) \|"#)
+        var checked = 0
+        for name in ["PROTOCOL.md", "CLUSTER.md", "DEPLOYING.md", "SEMANTICS.md", "PRESENCE.md", "RELIABILITY.md"] {
+            guard let text = try? Self.doc(name) else { continue }
+            for match in text.matches(of: prose) + text.matches(of: row) {
+                let option = String(match.output[1].substring!), stated = String(match.output[2].substring!)
+                guard let spec = Options.spec(option), let shown = spec.defaultText?(defaults) else { continue }
+                #expect(Self.number(stated) == Self.number(shown), "\(name) says \(option) defaults to \(stated); the table: \(shown)")
+                checked += 1
+            }
+        }
+        #expect(checked >= 8, "only \(checked) stated defaults found")
+    }
+
+    /// "8 MiB" → 8388608, "10,000" → 10000, "1.5" → 1.5.
+    static func number(_ text: String) -> Double? {
+        let parts = text.replacingOccurrences(of: ",", with: "").split(separator: " ")
+        guard let value = parts.first.flatMap({ Double($0) }) else { return nil }
+        let unit: Double = switch parts.dropFirst().first {
+        case "KiB": 1024
+        case "MiB": 1024 * 1024
+        case "GiB": 1024 * 1024 * 1024
+        default: 1
+        }
+        return value * unit
+    }
 }
