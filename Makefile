@@ -87,16 +87,22 @@ uninstall:
 	rm -f $(foreach p,$(INSTALL_PRODUCTS),$(DESTDIR)$(PREFIX)/bin/$(p))
 	rm -rf $(DESTDIR)$(PREFIX)/share/tabd $(DESTDIR)$(PREFIX)/share/doc/tabd
 
-## Every suite in turn, each one's time printed at the end (test-output/suite-times.txt).
+## Every suite in turn, each one's time printed at the end (test-output/suite-times.txt), and
+## the whole run's. The fuzzers' build (a sanitized release build of its own) runs beside the
+## browser tests, which leave a core mostly idle; test-fuzz then waits for it.
 SUITES = test-swift test-web test-tsan test-e2e test-browser test-fuzz
 test: test-deps
-	@mkdir -p test-output; rm -f test-output/suite-times.txt
-	@for s in $(SUITES); do \
+	@mkdir -p test-output test-output/fuzz; rm -f test-output/suite-times.txt
+	@begin=$$(date +%s); fuzzbuild=; \
+	for s in $(SUITES); do \
+	  if [ $$s = test-browser ]; then scripts/fuzz --build-only > test-output/fuzz/build-beside-browser.log 2>&1 & fuzzbuild=$$!; fi; \
+	  if [ $$s = test-fuzz ] && [ -n "$$fuzzbuild" ]; then wait $$fuzzbuild || { cat test-output/fuzz/build-beside-browser.log; exit 1; }; fi; \
 	  start=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$s; rc=$$?; \
-	  echo "$$s: $$(( $$(date +%s) - start )) s$$( [ $$rc -eq 0 ] || echo ', failed' )" >> test-output/suite-times.txt; \
-	  if [ $$rc -ne 0 ]; then echo "make test: $$s failed"; cat test-output/suite-times.txt; exit $$rc; fi; \
-	done
+	  echo "$$s: $$(( $$(date +%s) - start )) s$$( [ $$s = test-browser ] && echo ' (the fuzzers built beside it)')$$( [ $$rc -eq 0 ] || echo ', failed' )" >> test-output/suite-times.txt; \
+	  if [ $$rc -ne 0 ]; then [ -z "$$fuzzbuild" ] || wait $$fuzzbuild; echo "make test: $$s failed"; cat test-output/suite-times.txt; exit $$rc; fi; \
+	done; \
+	echo "all: $$(( $$(date +%s) - begin )) s" >> test-output/suite-times.txt
 	@echo "make test: all suites passed"; cat test-output/suite-times.txt
 
 ## The long runs (about an hour and a half): the crash loop and the power cuts (the state file on a
@@ -166,7 +172,8 @@ test-browser:
 
 ## The page's event fold (web/model.js) under node's own test runner, against the golden
 ## streams the Swift tests write to test-output/golden/ (it fails when there are none); the
-## JavaScript client (web/tabd.js) against a scripted transport; the modules' types
+## JavaScript client (web/tabd.js) against a scripted transport, and the scripted sessions of
+## Tests/sessions/ that the Swift client runs too (SharedSessionTests); the modules' types
 ## (web/*.d.ts) with TypeScript, over a usage file.
 NODE ?= node
 test-web:
