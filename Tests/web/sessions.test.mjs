@@ -9,42 +9,12 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { TabdClient } from "../../web/tabd.js";
+import { transport, until } from "./scripted.mjs";
 
 const folder = join(dirname(fileURLToPath(import.meta.url)), "..", "sessions");
 const files = readdirSync(folder).filter((f) => f.endsWith(".json")).sort();
 
-/** A WebSocket class the session drives; every socket opened is kept, with what was sent on it. */
-function transport() {
-  const sockets = [];
-  class ScriptedSocket {
-    constructor(url, protocols) {
-      this.url = new URL(url);
-      this.protocols = protocols ?? [];
-      this.sent = [];
-      this.closed = null;
-      this.listeners = { message: [], close: [] };
-      sockets.push(this);
-    }
-    addEventListener(type, fn) { (this.listeners[type] ??= []).push(fn); }
-    send(text) { this.sent.push(JSON.parse(text)); }
-    close(code, reason) { this.closed = { code, reason }; }
-    frame(f) { for (const fn of this.listeners.message) fn({ data: JSON.stringify(f) }); }
-    drop(code) { for (const fn of this.listeners.close) fn({ code, reason: "" }); }
-  }
-  return { sockets, WebSocket: ScriptedSocket };
-}
-
 const tick = () => new Promise((r) => setImmediate(r));
-
-async function until(check, what, ms = 2000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = check();
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 1));
-  }
-}
 
 class SessionRun {
   constructor() {
