@@ -255,7 +255,9 @@ public final class ClusterRoom: Durability, Sendable {
                     self.step { $0.checkDelivery(now: DispatchTime.now().uptimeNanoseconds) }
                 }
             case let .refollow(from):
-                refollow(from: from)
+                // A round trip to the engine: not on whichever thread performs (it may be
+                // the consumer's own).
+                watchdog.async { [weak self] in self?.refollow(from: from) }
             case .caughtUp:
                 caughtUp.signal()
             case let .log(line):
