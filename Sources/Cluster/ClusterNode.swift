@@ -386,6 +386,20 @@ public final class ClusterNode: Sendable {
         } catch { throw Failure("cannot list rooms: \(error)") }
     }
 
+    /// ``roomIDs()``, asked again for up to `seconds` while the engine answers errors: after
+    /// the engine's servers (re)start, they elect their leaders for a moment, as a room's
+    /// load also waits out (``ClusterRoom``).
+    public func roomIDs(waitingUpTo seconds: Double) throws(Failure) -> [RoomID] {
+        let deadline = DispatchTime.now() + seconds
+        while true {
+            do { return try roomIDs() } catch {
+                guard DispatchTime.now() < deadline else { throw error }
+                log("\(error); asking again")
+                Thread.sleep(forTimeInterval: 0.5)
+            }
+        }
+    }
+
     public func roomExists(_ id: RoomID) throws(Failure) -> Bool {
         do { return try client.streamInfo(EngineNames.stream(id)) != nil } catch { throw Failure("cannot read room '\(id)': \(error)") }
     }
