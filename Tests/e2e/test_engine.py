@@ -391,9 +391,26 @@ def test_writers_racing_with_expected_last_msg_id_halt_a_replicated_stream_on_2_
     NATS 2.15.1 writers that race with it on a replicated stream put the stream into
     "stream write error: last msgid mismatch", after which it answers no publish. NATS 2.9
     refused the losers and went on. Three writers, one per server, each sending chains of
-    three without waiting, as tabd nodes once did."""
+    three without waiting, as tabd nodes once did. A race: with other tests beside it (make
+    test-e2e runs three at a time) one stream may come through, so up to four are raced."""
     if cluster.version[:2] not in ((2, 9), (2, 15)):
         pytest.skip(f"measured on NATS 2.9 and 2.15 only, not {cluster.version}")
+    outcomes = []
+    for _ in range(4):
+        answered, unanswered, plain = race_chained_writers(cluster)
+        outcomes.append((answered, unanswered, plain))
+        if cluster.version[:2] == (2, 15) and unanswered > 0 and plain is None:
+            break
+        if cluster.version[:2] == (2, 9):
+            assert unanswered == 0 and plain is not None and "seq" in plain, (answered, unanswered, plain)
+            break
+    if cluster.version[:2] == (2, 15):
+        assert any(u > 0 and p is None for _, u, p in outcomes), f"every stream kept answering: {outcomes}"
+
+
+def race_chained_writers(cluster):
+    """Three writers race chains of three on a new R3 stream for 8 rounds; then one plain
+    publish. Returns (answers, publishes never answered, the plain publish's answer or None)."""
     name = stream_name("race")
     create_stream(cluster.urls, name, 3)
     writers = [Nats(url) for url in cluster.urls]
@@ -402,7 +419,6 @@ def test_writers_racing_with_expected_last_msg_id_halt_a_replicated_stream_on_2_
         last = [1, 1, 1]
         answered = unanswered = 0
         for round_ in range(8):
-            sent = []
             for w, nc in enumerate(writers):
                 ids = [f"w{w}-{round_}-{j}" for j in range(3)]
                 for j, mid in enumerate(ids):
@@ -412,7 +428,6 @@ def test_writers_racing_with_expected_last_msg_id_halt_a_replicated_stream_on_2_
                     head = ("NATS/1.0\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode()
                     nc._send(f"HPUB {name}.room {nc.inbox}.{mid} {len(head)} {len(head) + 1}\r\n".encode()
                              + head + b"x\r\n")
-                    sent.append((w, mid))
             deadline = time.monotonic() + 3
             for w, nc in enumerate(writers):
                 for _ in range(3):
@@ -435,7 +450,4 @@ def test_writers_racing_with_expected_last_msg_id_halt_a_replicated_stream_on_2_
     finally:
         for nc in writers:
             nc.close()
-    if cluster.version[:2] == (2, 9):
-        assert unanswered == 0 and plain is not None and "seq" in plain, (answered, unanswered, plain)
-    else:
-        assert unanswered > 0 and plain is None, f"the stream kept answering: {answered} answers, then {plain}"
+    return answered, unanswered, plain
