@@ -20,11 +20,13 @@ public let randomTabPool: [TabID] = ["home", "favorites", "profile", "t0", "t1",
 /// then (3 in 100). Its fields follow the kind's declaration (``CommandKind/declaration``),
 /// so a new kind is generated as soon as it is declared.
 public func randomCommand(_ rng: inout SeededRandom, tabs: [TabID] = randomTabPool) -> Command {
-    let changing = CommandKind.allCases.filter(\.declaration.changesState)
-    let queries = CommandKind.allCases.filter { !$0.declaration.changesState }
-    let kind = Int.random(in: 0..<100, using: &rng) < 97 ? changing.randomElement(using: &rng)! : queries.randomElement(using: &rng)!
+    let kind = Int.random(in: 0..<100, using: &rng) < 97 ? changingKinds.randomElement(using: &rng)! : queryKinds.randomElement(using: &rng)!
     return randomCommand(kind, &rng, tabs: tabs)
 }
+
+/// The kinds that change the room, and the queries: picked from for every random command.
+private let changingKinds = CommandKind.allCases.filter(\.declaration.changesState)
+private let queryKinds = CommandKind.allCases.filter { !$0.declaration.changesState }
 
 /// A random command of `kind`: each optional field given half the time, values from small
 /// pools so that commands meet (the same tabs, routes, keys and places).
