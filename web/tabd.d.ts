@@ -12,46 +12,9 @@ export type {
   State, Tab, ClientInfo,
 } from "./model.js";
 
-/** The codes of tabd's error frames (PROTOCOL.md, Errors). */
-export type ProtocolErrorCode =
-  | "rate_limited" | "bad_json" | "bad_command" | "forbidden" | "unavailable" | "unknown_tab" | "invalid";
-
-/** The client's own codes; `not_connected` is <tabd-tab-bar>'s (a tap while offline). */
-export type ClientErrorCode =
-  | "connection_lost" | "closed" | "timed_out" | "room_deleted" | "token_expired" | "wrong_room" | "bad_url"
-  | "not_connected";
-
-/** WebSocket close codes by name: those tabd sends, and `clientDrop`, the code the client
- * closes a connection with when it drops it to open another. */
-export declare const CloseCode: Readonly<{
-  normal: 1000;
-  goingAway: 1001;
-  protocolError: 1002;
-  unsupportedData: 1003;
-  invalidPayload: 1007;
-  policyViolation: 1008;
-  messageTooBig: 1009;
-  internalError: 1011;
-  tryAgainLater: 1013;
-  clientDrop: 4000;
-  tokenExpired: 4001;
-  roomGone: 4404;
-}>;
-
-/** A TabdError's code: those above, or one of a newer tabd. */
-export type ErrorCode = ProtocolErrorCode | ClientErrorCode | (string & {});
-
-/** Why a command or the client failed. */
-export class TabdError extends Error {
-  constructor(code: ErrorCode, message: string, details?: { ref?: string | null; closeCode?: number });
-  name: "TabdError";
-  /** The protocol's error code or the client's own: programs read this, not `message`. */
-  readonly code: ErrorCode;
-  /** The command's ref (an error frame's, or the one in flight when the connection dropped). */
-  readonly ref?: string | null;
-  /** The WebSocket close code that ended the client (4404 room deleted, 4001 token expired). */
-  readonly closeCode?: number;
-}
+export { CloseCode, TabdError, tokenExpiry } from "./client-machine.js";
+export type { ClientErrorCode, ErrorCode, ProtocolErrorCode } from "./client-machine.js";
+import type { TabdError } from "./client-machine.js";
 
 /** Where the client's connection is. */
 export type Connection = "connecting" | "catching-up" | "live" | "reconnecting" | "closed";
@@ -231,8 +194,6 @@ export type AckCommand =
  */
 export function endpoint(url: string | URL, options?: ClientOptions): Endpoint;
 
-/** When a signed token runs out, in ms since 1970; null for any other token. */
-export function tokenExpiry(token: string | null | undefined): number | null;
 
 /**
  * Connects and resolves once tabd has welcomed the client (its `state` is then the room's);

@@ -1,0 +1,114 @@
+// Types of client-machine.js: the JavaScript client's decisions as a value (tabd.js
+// performs its actions; most programs use tabd.js and never this module), and the error
+// and close-code names the client shares.
+import type { Connection, Endpoint, Session, Update } from "./tabd.js";
+import type { Event, Snapshot } from "./model.js";
+
+/** The codes of tabd's error frames (PROTOCOL.md, Errors). */
+export type ProtocolErrorCode =
+  | "rate_limited" | "bad_json" | "bad_command" | "forbidden" | "unavailable" | "unknown_tab" | "invalid";
+
+/** The client's own codes; `not_connected` is <tabd-tab-bar>'s (a tap while offline). */
+export type ClientErrorCode =
+  | "connection_lost" | "closed" | "timed_out" | "room_deleted" | "token_expired" | "wrong_room" | "bad_url"
+  | "not_connected";
+
+/** WebSocket close codes by name: those tabd sends, and `clientDrop`, the code the client
+ * closes a connection with when it drops it to open another. */
+export declare const CloseCode: Readonly<{
+  normal: 1000;
+  goingAway: 1001;
+  protocolError: 1002;
+  unsupportedData: 1003;
+  invalidPayload: 1007;
+  policyViolation: 1008;
+  messageTooBig: 1009;
+  internalError: 1011;
+  tryAgainLater: 1013;
+  clientDrop: 4000;
+  tokenExpired: 4001;
+  roomGone: 4404;
+}>;
+
+/** A TabdError's code: those above, or one of a newer tabd. */
+export type ErrorCode = ProtocolErrorCode | ClientErrorCode | (string & {});
+
+/** Why a command or the client failed. */
+export class TabdError extends Error {
+  constructor(code: ErrorCode, message: string, details?: { ref?: string | null; closeCode?: number });
+  name: "TabdError";
+  /** The protocol's error code or the client's own: programs read this, not `message`. */
+  readonly code: ErrorCode;
+  /** The command's ref (an error frame's, or the one in flight when the connection dropped). */
+  readonly ref?: string | null;
+  /** The WebSocket close code that ended the client (4404 room deleted, 4001 token expired). */
+  readonly closeCode?: number;
+}
+
+/** When a signed token runs out, in ms since 1970; null for any other token. */
+export function tokenExpiry(token: string | null | undefined): number | null;
+
+/** What the machine asks its shell to do, in order. */
+export type Action =
+  | { do: "open"; url: string; protocols: string[]; generation: number }
+  | { do: "send"; text: string }
+  | { do: "close"; code: number; reason: string }
+  | { do: "retry"; delay: number; generation: number }
+  | { do: "cancelRetry" }
+  | { do: "heartbeat"; every: number; generation: number }
+  | { do: "stopHeartbeat" }
+  | { do: "resolve"; id: number; value: unknown }
+  | { do: "reject"; id: number; error: TabdError }
+  | { do: "publish"; update: Update }
+  | { do: "ready" }
+  | { do: "failed"; error: TabdError };
+
+/** The machine's settings (tabd.js fills them from the client's options). */
+export interface MachineOptions {
+  name: string | null;
+  backoff: { initial: number; max: number };
+  heartbeat: number;
+  reconnect: boolean;
+  beforeEvent: ((event: Event, state: Snapshot) => void) | null;
+}
+
+/** Time and chance, given to the machine (tests pass fixed ones). */
+export interface Clock {
+  /** ms since 1970 */
+  now(): number;
+  /** in [0, 1) */
+  random(): number;
+}
+
+/** One room's client as a machine: inputs in, actions out. It touches no socket and no timer. */
+export class ClientMachine {
+  constructor(endpoint: Endpoint, options: MachineOptions, clock: Clock);
+  readonly state: Snapshot | null;
+  readonly connection: Connection;
+  readonly session: Session | null;
+  readonly connections: number;
+  readonly attempt: number;
+  readonly retryAt: number | null;
+  readonly error: TabdError | null;
+  readonly room: string;
+  /** Whether a command would go out now rather than wait for a welcome. */
+  readonly welcomed: boolean;
+  /** The first connection. */
+  start(): Action[];
+  /** A command of the program's, answered (resolve or reject) as `id`. */
+  request(type: string, fields: Record<string, unknown>, id: number): Action[];
+  /** A message of connection `generation`. */
+  received(text: string, generation: number): Action[];
+  /** Connection `generation` closed with `code` (undefined: it could not be opened). */
+  closed(generation: number, code: number | undefined): Action[];
+  /** The backoff after a drop is over. */
+  retryDue(generation: number): Action[];
+  /** A heartbeat of connection `generation` is due. */
+  heartbeatDue(generation: number): Action[];
+  /** The program drops the connection; the next attempt is not before `holdMs` from now. */
+  disconnect(holdMs: number): Action[];
+  /** The program asks to try again now. */
+  reconnect(): Action[];
+  /** The program closes the client for good. */
+  close(): Action[];
+}

@@ -1,0 +1,491 @@
+// Every decision of tabd's JavaScript client as a value, as ClientMachine is the Swift
+// client's: what a frame means (a welcome, a batch to fold or a gap to mend with a
+// snapshot, the answer of which command), when to reconnect and whether to resume, what a
+// dropped connection fails, what closing does. It takes inputs (a command, a frame, a
+// close, a timer that is due) and returns actions; tabd.js performs them (the WebSocket,
+// the timers, the Promises, the listeners) and decides nothing. It touches no socket, no
+// timer and no global clock: time and chance come from the `clock` it is given.
+//
+// Commands are named by the ids the shell hands in; the machine holds no Promise.
+// Connections are named by generation: input from an older one is passed over.
+//
+// The actions, in the order they are to be performed:
+//   {do: "open", url, protocols, generation}  open a WebSocket (protocols: [] for none)
+//   {do: "send", text}                        send on the current connection
+//   {do: "close", code, reason}               close the current connection, forget it
+//   {do: "retry", delay, generation}          call retryDue(generation) after delay ms
+//   {do: "cancelRetry"}
+//   {do: "heartbeat", every, generation}      call heartbeatDue(generation) every `every` ms
+//   {do: "stopHeartbeat"}
+//   {do: "resolve", id, value}                the command's outcome
+//   {do: "reject", id, error}
+//   {do: "publish", update}                   tell every listener
+//   {do: "ready"}                             the client has a state (connect() resolves)
+//   {do: "failed", error}                     closed for good (connect() rejects)
+import { FoldError, applyFrame, fromWire } from "./model.js";
+
+/** Why a command or the client failed. `code` is the protocol's error code (`unknown_tab`,
+ * `invalid`, `forbidden`, `rate_limited`, …) or one of the client's own (`connection_lost`,
+ * `closed`, `timed_out`, `room_deleted`, `token_expired`, `wrong_room`, `bad_url`). */
+export class TabdError extends Error {
+  constructor(code, message, details = {}) {
+    super(message);
+    this.name = "TabdError";
+    this.code = code;
+    if (details.ref !== undefined) this.ref = details.ref;
+    if (details.closeCode !== undefined) this.closeCode = details.closeCode;
+  }
+}
+
+/** WebSocket close codes by name: those tabd sends (PROTOCOL.md), and `clientDrop`, the
+ * code this client closes a connection with when it drops it to open another. */
+export const CloseCode = Object.freeze({
+  normal: 1000,
+  goingAway: 1001,
+  protocolError: 1002,
+  unsupportedData: 1003,
+  invalidPayload: 1007,
+  policyViolation: 1008,
+  messageTooBig: 1009,
+  internalError: 1011,
+  tryAgainLater: 1013,
+  clientDrop: 4000,
+  tokenExpired: 4001,
+  roomGone: 4404,
+});
+
+/** When a signed token (three base64url parts) runs out, in ms since 1970; null for any
+ * other token. Read without checking the signature, only to stop asking with it. */
+export function tokenExpiry(token) {
+  const parts = String(token || "").split(".");
+  if (parts.length !== 3) return null;
+  try {
+    const claims = JSON.parse(atob(parts[1].replace(/-/g, "+").replace(/_/g, "/")));
+    return typeof claims.exp === "number" ? claims.exp * 1000 : null;
+  } catch (e) {
+    return null;
+  }
+}
+
+// The answers tabd gives to a command, and the frame that is no answer.
+const ANSWERS = new Set(["ack", "snapshot", "pong", "clients", "error"]);
+
+/**
+ * One room's client as a machine. `endpoint` is tabd.js's `endpoint()`; `options`:
+ * {name, backoff: {initial, max}, heartbeat, reconnect, beforeEvent}; `clock`:
+ * {now() in ms since 1970, random() in [0, 1)}.
+ */
+export class ClientMachine {
+  #endpoint;
+  #options;
+  #clock;
+  #link = null; // the current connection: {generation, welcomed}
+  #generation = 0;
+  #refs = 0;
+  #inFlight = []; // sent on the current connection, in order: {ref, type, id, own}
+  #waiting = []; // commands made while not welcomed, sent after the next welcome: {type, fields, id}
+  #awaiting = []; // acks whose seq the state has not reached yet: {seq, id}
+  #resync = null; // a sync of the client's own is out: {frames held meanwhile, fresh}
+  #catchUpRef = null; // the ping after a resumed welcome
+  #untrusted = false; // tabd broke the protocol: the next connection starts from a snapshot
+  #awaitingPong = false;
+  #holdUntil = 0;
+
+  /** The room's state: null until the first welcome. */
+  state = null;
+  /** "connecting" | "catching-up" | "live" | "reconnecting" | "closed" */
+  connection = "connecting";
+  /** The session of the last welcome (null before). */
+  session = null;
+  /** Connections opened so far that were welcomed. */
+  connections = 0;
+  /** Failed attempts since the last welcome. */
+  attempt = 0;
+  /** When the next attempt is due (ms since 1970) while reconnecting, else null. */
+  retryAt = null;
+  /** Why the client closed, once closed. */
+  error = null;
+
+  constructor(endpoint, options, clock) {
+    this.#endpoint = endpoint;
+    this.#options = options;
+    this.#clock = clock;
+  }
+
+  get room() { return this.#endpoint.room; }
+
+  /** Whether a command would go out now rather than wait for a welcome. */
+  get welcomed() { return this.#link !== null && this.#link.welcomed && this.session !== null; }
+
+  // ------------------------------------------------------------------ inputs
+
+  /** The first connection. */
+  start() { return this.#open(); }
+
+  /** A command of the program's, answered as `id`. */
+  request(type, fields, id) {
+    if (this.connection === "closed") return [reject(id, this.error || new TabdError("closed", "the client is closed"))];
+    const command = { type, fields, id };
+    if (this.welcomed) return this.#transmit(command);
+    this.#waiting.push(command);
+    return [];
+  }
+
+  /** A message (text) of connection `generation`. */
+  received(text, generation) {
+    if (!this.#current(generation)) return [];
+    let f;
+    try { f = JSON.parse(text); } catch (e) { f = null; }
+    // Not tabd's protocol: this connection cannot be trusted; a new one starts clean.
+    if (!f || typeof f !== "object" || typeof f.type !== "string") return this.#violation("not a tabd frame");
+    if (f.type === "welcome") {
+      if (this.#link.welcomed) return this.#violation("a second welcome");
+      return this.#welcome(f);
+    }
+    if (!this.#link.welcomed) return this.#violation("a frame before the welcome");
+    if (f.type === "events") {
+      if (this.#resync) { this.#resync.frames.push(f); return []; }
+      return this.#fold(f, false);
+    }
+    if (ANSWERS.has(f.type)) return this.#answer(f);
+    return []; // a frame type newer than this client
+  }
+
+  /** Connection `generation` closed with `code` (or could not be opened: no code). */
+  closed(generation, code) {
+    if (!this.#current(generation)) return [];
+    this.#link = null;
+    if (code === CloseCode.roomGone) {
+      return this.#finish(new TabdError("room_deleted", `room '${this.room}' was deleted`, { closeCode: code }));
+    }
+    if (code === CloseCode.tokenExpired) {
+      return this.#finish(new TabdError("token_expired", "the access token has expired", { closeCode: code }));
+    }
+    return this.#lost();
+  }
+
+  /** The backoff after a drop is over. */
+  retryDue(generation) {
+    if (generation !== this.#generation || this.#link !== null || this.connection !== "reconnecting") return [];
+    return this.#open();
+  }
+
+  /** A heartbeat of connection `generation`: a ping, or a drop if the last one had no pong. */
+  heartbeatDue(generation) {
+    if (!this.#current(generation) || !this.welcomed) return [];
+    if (this.#awaitingPong) return this.#drop(CloseCode.clientDrop, "no pong");
+    this.#awaitingPong = true;
+    return this.#transmit({ type: "ping", fields: {}, id: null, own: "heartbeat" });
+  }
+
+  /** The program drops the connection, as a network failure would; the next attempt is not
+   * before `holdMs` from now. */
+  disconnect(holdMs) {
+    this.#holdUntil = this.#clock.now() + (Number(holdMs) || 0);
+    return this.#link ? this.#drop(CloseCode.clientDrop, "client disconnect") : [];
+  }
+
+  /** The program asks to try again now instead of waiting out the backoff. */
+  reconnect() {
+    if (this.#link || this.connection === "closed") return [];
+    this.#holdUntil = 0;
+    return [{ do: "cancelRetry" }, ...this.#open()];
+  }
+
+  /** The program closes the client for good. */
+  close() {
+    return this.#finish(new TabdError("closed", "closed by the client"), CloseCode.normal, "bye");
+  }
+
+  // ------------------------------------------------------------------ connections
+
+  #current(generation) {
+    return this.#link !== null && this.#link.generation === generation;
+  }
+
+  #open() {
+    if (this.connection === "closed") return [];
+    const expiry = tokenExpiry(this.#endpoint.token);
+    if (expiry !== null && this.#clock.now() >= expiry) return this.#finish(new TabdError("token_expired", "the access token has expired"));
+    this.retryAt = null;
+    const q = new URLSearchParams();
+    if (this.#options.name !== null) q.set("name", String(this.#options.name).slice(0, 64));
+    q.set("room", this.#endpoint.room);
+    if (this.state && this.session && !this.#untrusted) {
+      q.set("resume", String(this.state.seq));
+      q.set("epoch", this.session.epoch);
+    }
+    const e = this.#endpoint;
+    if (e.token !== null && !e.tokenAsProtocol) q.set("token", e.token);
+    this.#generation += 1;
+    this.#link = { generation: this.#generation, welcomed: false };
+    return [{
+      do: "open",
+      url: e.url + "?" + q.toString(),
+      // A token that can travel as a subprotocol goes there, so no URL that tabd or a proxy
+      // logs holds it.
+      protocols: e.tokenAsProtocol ? ["tabd.v1", "tabd.token." + e.token] : [],
+      generation: this.#generation,
+    }];
+  }
+
+  // The connection is gone (or never opened): what was in flight may or may not have taken
+  // effect; the state stays, and the client tries again.
+  #lost() {
+    const actions = [{ do: "stopHeartbeat" }];
+    this.#catchUpRef = null;
+    this.#resync = null;
+    const lost = this.#inFlight;
+    this.#inFlight = [];
+    for (const c of lost) {
+      if (c.id !== null) actions.push(reject(c.id, new TabdError("connection_lost", `the connection dropped while '${c.type}' was in flight; it may or may not have taken effect`, { ref: c.ref })));
+    }
+    if (!this.#options.reconnect) return actions.concat(this.#finish(new TabdError("closed", "the connection closed")));
+    const b = this.#options.backoff;
+    const base = Math.min(b.max, b.initial * 2 ** Math.min(this.attempt, 30));
+    const now = this.#clock.now();
+    const delay = Math.max(Math.round(base * (0.8 + this.#clock.random() * 0.4)), this.#holdUntil - now);
+    this.attempt += 1;
+    this.retryAt = now + delay;
+    actions.push({ do: "retry", delay, generation: this.#generation });
+    return actions.concat(this.#setConnection("reconnecting", true));
+  }
+
+  // tabd broke the protocol: neither this connection nor the state it built can be trusted.
+  // The next one starts over from a snapshot (no resume), as the Swift client does.
+  #violation(reason) {
+    this.#untrusted = true;
+    return this.#drop(CloseCode.protocolError, `protocol violation: ${reason}`);
+  }
+
+  #drop(code, reason) {
+    this.#link = null;
+    return [{ do: "close", code, reason }, ...this.#lost()];
+  }
+
+  #finish(error, code = CloseCode.normal, reason = "") {
+    if (this.connection === "closed") return [];
+    const actions = [];
+    if (this.#link) actions.push({ do: "close", code, reason });
+    this.#link = null;
+    actions.push({ do: "stopHeartbeat" }, { do: "cancelRetry" });
+    this.retryAt = null;
+    this.error = error;
+    for (const c of this.#inFlight.concat(this.#waiting)) if (c.id !== null) actions.push(reject(c.id, error));
+    for (const a of this.#awaiting) actions.push(reject(a.id, error));
+    this.#inFlight = [];
+    this.#waiting = [];
+    this.#awaiting = [];
+    actions.push(...this.#setConnection("closed", true), { do: "failed", error });
+    return actions;
+  }
+
+  #setConnection(connection, always = false) {
+    if (connection === this.connection && !always) return [];
+    this.connection = connection;
+    return [publish({ type: "connection", connection, attempt: this.attempt, retryAt: this.retryAt, error: this.error })];
+  }
+
+  #transmit(command) {
+    this.#refs += 1;
+    const ref = "j" + this.#refs;
+    this.#inFlight.push({ ref, type: command.type, id: command.id, own: command.own ?? null });
+    return [{ do: "send", text: JSON.stringify(Object.assign({ type: command.type, ref }, command.fields)) }];
+  }
+
+  // ------------------------------------------------------------------ frames
+
+  #welcome(f) {
+    const room = typeof f.room === "string" ? f.room : this.room; // an older tabd names none
+    if (room !== this.room) return this.#finish(new TabdError("wrong_room", `tabd answered for room '${room}', not '${this.room}'`));
+    const sameEpoch = this.session !== null && this.session.epoch === f.epoch;
+    this.session = {
+      client: f.client, room, role: typeof f.role === "string" ? f.role : null,
+      epoch: f.epoch, server: f.server, resumed: !!f.resumed,
+    };
+    this.#link.welcomed = true;
+    this.#untrusted = false;
+    this.connections += 1;
+    this.attempt = 0;
+    this.#awaitingPong = false;
+    const actions = [{ do: "stopHeartbeat" }];
+    if (this.#options.heartbeat > 0) actions.push({ do: "heartbeat", every: this.#options.heartbeat, generation: this.#generation });
+    actions.push(publish({ type: "welcome", session: this.session, resumed: !!f.resumed }));
+    if (f.snapshot) {
+      const rebuilt = this.#rebuild(f.snapshot, !sameEpoch, "welcome");
+      actions.push(...rebuilt.actions);
+      if (!rebuilt.ok) return actions;
+      actions.push(...this.#setConnection("live"));
+    } else if (f.resumed && this.state && sameEpoch) {
+      // The missed batches follow as events frames: replays, until the pong of this ping.
+      actions.push(...this.#setConnection("catching-up"));
+      actions.push(...this.#transmit({ type: "ping", fields: {}, id: null, own: "catchUp" }));
+      this.#catchUpRef = this.#inFlight.at(-1).ref;
+    } else {
+      actions.push(...this.#setConnection("catching-up"), ...this.#requestResync(!sameEpoch));
+    }
+    const waiting = this.#waiting;
+    this.#waiting = [];
+    for (const c of waiting) actions.push(...this.#transmit(c));
+    if (this.state) actions.push({ do: "ready" });
+    return actions;
+  }
+
+  // A state from a wire snapshot; not ok (and the connection dropped) when it is not one.
+  #rebuild(wire, fresh, reason) {
+    let state;
+    try {
+      state = fromWire(wire);
+    } catch (e) {
+      return { ok: false, actions: this.#violation("a snapshot the client cannot read") };
+    }
+    const actions = [];
+    if (fresh) {
+      // Acks of another history cannot be waited for.
+      for (const a of this.#awaiting) actions.push(reject(a.id, new TabdError("connection_lost", "the room's history started over")));
+      this.#awaiting = [];
+    }
+    this.state = state;
+    actions.push(publish({ type: "snapshot", state, fresh, reason }), ...this.#settleAwaiting());
+    return { ok: true, actions };
+  }
+
+  #requestResync(fresh) {
+    this.#resync = { frames: [], fresh };
+    return this.#transmit({ type: "sync", fields: {}, id: null, own: "resync" });
+  }
+
+  #fold(f, replaying) {
+    if (!this.state) return [];
+    // Events the state holds already (a frame held while a snapshot that includes it was on
+    // its way) are not news; anything else goes to the fold as one frame, which refuses
+    // what does not fit (no `events` array included).
+    let frame = f;
+    if (Array.isArray(f.events)) {
+      const seq = this.state.seq;
+      const fresh = f.events.filter((e) => !(e && typeof e.seq === "number" && e.seq <= seq));
+      if (fresh.length === 0) return [];
+      frame = Object.assign({}, f, { events: fresh });
+    }
+    const from = this.state.seq;
+    let refused = null;
+    try {
+      applyFrame(this.state, frame, this.#options.beforeEvent || undefined);
+    } catch (err) {
+      if (!(err instanceof FoldError)) throw err;
+      refused = err;
+    }
+    const actions = [];
+    const applied = frame.events ? frame.events.slice(0, this.state.seq - from) : [];
+    if (applied.length > 0) {
+      actions.push(publish({ type: "events", events: applied, by: f.by, ref: f.ref ?? null, live: this.connection === "live" && !replaying }));
+    }
+    if (refused) actions.push(publish({ type: "refused", error: refused, frame: f }), ...this.#requestResync(false));
+    return actions.concat(this.#settleAwaiting());
+  }
+
+  #answer(f) {
+    // Answers come in the order the commands went out; refusals before parsing
+    // (rate_limited, bad_json) carry no ref and are the oldest command's. An error frame
+    // that names no command of this client's (one sent on its socket behind its back) is
+    // reported, not taken; any other answer to no command, or out of its turn, breaks the
+    // protocol.
+    const head = this.#inFlight[0];
+    const named = typeof f.ref === "string" ? this.#inFlight.some((c) => c.ref === f.ref) : head !== undefined;
+    if (!named && f.type === "error") return [publish({ type: "error", error: errorOf(f) })];
+    if (!head) return this.#violation(`an answer to no command (ref ${f.ref ?? "null"})`);
+    if (typeof f.ref === "string" && f.ref !== head.ref) return this.#violation(`an answer for ref ${f.ref} where ${head.ref} was due`);
+    const c = this.#inFlight.shift();
+    if (f.type === "error") {
+      const actions = [];
+      if (c.own === "resync") {
+        // Our own sync refused (rate_limited): the held frames are not folded; ask again.
+        actions.push(...this.#requestResync(this.#resync ? this.#resync.fresh : false));
+      } else if (c.own === "catchUp") {
+        this.#catchUpRef = null;
+        actions.push(...this.#setConnection("live"));
+      }
+      if (c.id !== null) actions.push(reject(c.id, errorOf(f)));
+      return actions;
+    }
+    switch (f.type) {
+      case "snapshot": return c.own === "resync" ? this.#resynced(f) : this.#synced(c, f);
+      case "pong": {
+        this.#awaitingPong = false;
+        const actions = [];
+        if (c.ref === this.#catchUpRef) {
+          this.#catchUpRef = null;
+          actions.push(...this.#setConnection("live"));
+        }
+        if (c.id !== null) actions.push(resolve(c.id, undefined));
+        return actions;
+      }
+      case "clients": {
+        const page = { clients: Array.isArray(f.clients) ? f.clients : [], next: typeof f.next === "string" ? f.next : null };
+        if (typeof f.node === "string") page.node = f.node;
+        return [resolve(c.id, page)];
+      }
+      default: { // ack
+        const seq = f.seq;
+        if (!Number.isInteger(seq) || !this.state || this.state.seq >= seq) return [resolve(c.id, seq)];
+        this.#awaiting.push({ seq, id: c.id });
+        return [];
+      }
+    }
+  }
+
+  // The snapshot of the client's own sync: the state, then the frames held meanwhile.
+  #resynced(f) {
+    const held = this.#resync ? this.#resync.frames : [];
+    const fresh = this.#resync ? this.#resync.fresh : false;
+    this.#resync = null;
+    const rebuilt = this.#rebuild(f.snapshot, fresh, "resync");
+    if (!rebuilt.ok) return rebuilt.actions;
+    const actions = rebuilt.actions;
+    if (this.connection === "catching-up" && !this.#catchUpRef) actions.push(...this.#setConnection("live"));
+    for (const frame of held) {
+      if (this.#resync) this.#resync.frames.push(frame); // refused again: held for the next
+      else actions.push(...this.#fold(frame, true));
+    }
+    actions.push({ do: "ready" });
+    return actions;
+  }
+
+  // A sync of the user's: the server's state, in order with the frames around it. One the
+  // client cannot read rejects the sync and drops the connection (a new one starts clean).
+  #synced(c, f) {
+    const snap = f.snapshot;
+    if (snap === null || typeof snap !== "object") {
+      return [
+        reject(c.id, new TabdError("connection_lost", "tabd answered sync without a snapshot; reconnecting")),
+        ...this.#violation("a snapshot the client cannot read"),
+      ];
+    }
+    const actions = [];
+    if (this.state === null || !(snap.seq < this.state.seq)) {
+      const rebuilt = this.#rebuild(snap, false, "sync");
+      if (!rebuilt.ok) return [reject(c.id, new TabdError("connection_lost", "tabd answered sync with a snapshot the client cannot read; reconnecting")), ...rebuilt.actions];
+      actions.push(...rebuilt.actions);
+    }
+    actions.push(resolve(c.id, this.state));
+    return actions;
+  }
+
+  // Hands out the acks the state has now reached.
+  #settleAwaiting() {
+    if (this.#awaiting.length === 0 || !this.state || this.#resync) return [];
+    const seq = this.state.seq;
+    const due = this.#awaiting.filter((a) => a.seq <= seq);
+    this.#awaiting = this.#awaiting.filter((a) => a.seq > seq);
+    return due.map((a) => resolve(a.id, a.seq));
+  }
+}
+
+const resolve = (id, value) => ({ do: "resolve", id, value });
+const reject = (id, error) => ({ do: "reject", id, error });
+const publish = (update) => ({ do: "publish", update });
+
+function errorOf(f) {
+  const code = typeof f.code === "string" ? f.code : "error";
+  return new TabdError(code, typeof f.message === "string" ? f.message : code, { ref: f.ref ?? null });
+}
