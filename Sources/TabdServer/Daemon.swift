@@ -38,6 +38,11 @@ public final class Daemon: Sendable {
 
     /// Reads the tabs, credentials and web root, opens the state, and starts serving.
     public static func start(_ options: Options, log: Log) async throws(StartError) -> Daemon {
+        try await start(options, log: log, clock: SystemRoomClock())
+    }
+
+    /// The same, with the rooms' time from `clock` (a test's ``ManualRoomClock``).
+    package static func start(_ options: Options, log: Log, clock: any RoomClock) async throws(StartError) -> Daemon {
         let tabs: [TabInfo]
         do { tabs = try options.tabsFile.map { try TabInfo.load(contentsOf: $0) } ?? TabInfo.defaults } catch { throw StartError("\(error)") }
         do { _ = try Coordinator.origin(tabs: tabs) } catch { throw StartError("tabs: \(error.message)") }
@@ -100,7 +105,8 @@ public final class Daemon: Sendable {
             resumeWindow: options.resumeWindow, rateLimit: options.rateLimit,
             presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding,
             maxStateBytes: options.maxRoomBytes)
-        let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log)
+        let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log,
+                                    clock: clock)
         let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry)
 
         let server: WebSocketServer

@@ -100,13 +100,18 @@ actor Room: DirectoryRoom {
     private let responders = Locked<[UInt64: HTTPResponder]>([:])
     private var apiLimiter: RateLimiter
     private var nextAPIAddress: UInt64 = 0
-    /// When the armed presence report fires, if one is armed.
-    private var presenceReportArmed: ContinuousClock.Instant?
+    /// The room's timers that run on its loop: a counted room's count report, the check of
+    /// forwards in flight. (The idle check is armed by the registry's count of users.)
+    private var timers = RoomTimers<Timer>()
+    enum Timer: Hashable, Sendable { case presenceReport, forwardCheck }
+    /// Time for this room (``RoomRegistry/clock``), and when it was loaded: forwarding
+    /// counts nanoseconds from there.
+    private nonisolated var clock: any RoomClock { registry.clock }
+    private nonisolated let origin: ContinuousClock.Instant
 
     /// Cluster: where this node's clients' commands go, and which inputs wait meanwhile
     /// (``ForwardingPlan``).
     private var forwarding: ForwardingPlan<Input>?
-    private var forwardCheckArmed = false
     /// Cluster: the sessions of the nodes that forward commands to this one.
     private var forwardSessions = ForwardSessions()
     /// Cluster: where the answer of each forwarded command goes, by answer address, and the
@@ -138,6 +143,7 @@ actor Room: DirectoryRoom {
         self.server = server
         self.template = template
         self.predecessor = predecessor
+        origin = registry.clock.now
         apiLimiter = RateLimiter(rate: registry.settings.rateLimit)
     }
 
@@ -181,11 +187,11 @@ actor Room: DirectoryRoom {
                 case let .forwarded(request):
                     await decideForwarded(request, coordinator: coordinator)
                 case let .forwardAnswer(answer):
-                    let now = Self.uptime()
+                    let now = uptime()
                     if let steps = forwarding?.answered(answer, now: now) { await perform(steps, coordinator: coordinator) }
                 case .forwardCheck:
-                    forwardCheckArmed = false
-                    if let cluster = registry.cluster, let (steps, resend) = forwarding?.check(now: Self.uptime(), isAlive: { cluster.isAlive($0) }) {
+                    guard timers.fired(.forwardCheck, now: clock.now) else { break }
+                    if let cluster = registry.cluster, let (steps, resend) = forwarding?.check(now: uptime(), isAlive: { cluster.isAlive($0) }) {
                         if let target = forwarding?.target, !resend.isEmpty { cluster.forward(resend, to: target, incarnation: clusterRoom?.incarnation(of: target)) }
                         await perform(steps, coordinator: coordinator)
                     }
@@ -202,8 +208,8 @@ actor Room: DirectoryRoom {
                     await coordinator.absorb()
                     await armPresenceReport(coordinator)
                 case .presenceReport:
-                    presenceReportArmed = nil
-                    do { try await coordinator.reportPresence() } catch {
+                    guard timers.fired(.presenceReport, now: clock.now) else { break }
+                    do { try await coordinator.reportPresence(now: clock.now) } catch {
                         log.error("room '\(id)': the client count could not be stored: \(error.message)")
                     }
                     await armPresenceReport(coordinator)
@@ -213,7 +219,7 @@ actor Room: DirectoryRoom {
                     if !gone.isEmpty || !deadNodes.isEmpty {
                         if !gone.isEmpty { log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave") }
                         if !deadNodes.isEmpty { log.info("room '\(id)': the clients counted on nodes \(deadNodes.sorted().joined(separator: ", ")), which stopped answering, leave") }
-                        do { _ = try await coordinator.presence(joining: [], leaving: Array(gone), forgettingNodes: deadNodes) } catch {
+                        do { _ = try await coordinator.presence(joining: [], leaving: Array(gone), forgettingNodes: deadNodes, now: clock.now) } catch {
                             log.error("room '\(id)': could not record the departure of a dead node's clients: \(error.message)")
                         }
                         await armPresenceReport(coordinator)
@@ -241,7 +247,7 @@ actor Room: DirectoryRoom {
         }
         // The daemon stops: a count that waits for its interval goes now (in a cluster,
         // the other nodes hear at once that this node's clients are gone).
-        do { try await coordinator.reportPresence(immediately: true) } catch {
+        do { try await coordinator.reportPresence(immediately: true, now: clock.now) } catch {
             log.error("room '\(id)': the last client count could not be stored: \(error.message)")
         }
         _ = await coordinator.snapshot()
@@ -327,7 +333,8 @@ actor Room: DirectoryRoom {
 
     // MARK: Forwarding (cluster)
 
-    static func uptime() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    /// Now, for ``ForwardingPlan`` and ``ForwardSessions``: nanoseconds since the room loaded.
+    private func uptime() -> UInt64 { clock.nanoseconds(since: origin) }
 
     /// A client's command (or a frame refused before it became one): decided here, or
     /// forwarded to the node that writes the room (``ForwardingPlan``). `sync`, `ping`,
@@ -339,7 +346,7 @@ actor Room: DirectoryRoom {
         guard case let .command(connection, client, envelope) = input, !envelope.command.isQuery else {
             return await decideHere(input, coordinator)
         }
-        let now = Self.uptime()
+        let now = uptime()
         switch forwarding!.route(writer: stream.writer, isAlive: { cluster.isAlive($0) }, now: now) {
         case .local:
             await decideHere(input, coordinator)
@@ -352,7 +359,7 @@ actor Room: DirectoryRoom {
             let order = await coordinator.expectRemote(envelope.command, by: client, ref: envelope.ref, replyTo: AnswerAddress.connection(connection).rawValue,
                                                        forwardID: id)
             let request = forwarding!.forward(envelope, client: client, to: to, fresh: fresh, address: connection.rawValue, order: order,
-                                              reply: cluster.forwardReply, now: Self.uptime())
+                                              reply: cluster.forwardReply, now: uptime())
             if outgoing?.to != to { sendForwards() }
             outgoing = (to, (outgoing?.requests ?? []) + [request])
         }
@@ -402,7 +409,7 @@ actor Room: DirectoryRoom {
     /// A command another node forwarded: decided here in its session's order.
     private func decideForwarded(_ request: ForwardRequest, coordinator: Coordinator) async {
         guard let cluster = registry.cluster else { return }
-        let now = Self.uptime()
+        let now = uptime()
         forwarding?.wasForwarded(now: now)
         cluster.stats.forwardReceived()
         switch forwardSessions.admit(request, now: now) {
@@ -423,13 +430,19 @@ actor Room: DirectoryRoom {
 
     /// Checks the forwards in flight for late ones every so often while there are any.
     private func armForwardCheck() {
-        guard !forwardCheckArmed, let plan = forwarding, !plan.isIdle else { return }
-        forwardCheckArmed = true
+        guard let plan = forwarding, !plan.isIdle, !timers.isArmed(.forwardCheck) else { return }
+        arm(.forwardCheck, at: clock.now + .milliseconds(250))
+    }
+
+    /// Arms `timer` for `deadline` (see ``RoomTimers``): its input comes back to the loop.
+    private func arm(_ timer: Timer, at deadline: ContinuousClock.Instant) {
+        guard timers.arm(timer, at: deadline) else { return }
         let inbox = inbox
-        Task {
-            try? await Task.sleep(for: .milliseconds(250))
-            inbox.put([.forwardCheck])
+        let input: Input = switch timer {
+        case .presenceReport: .presenceReport
+        case .forwardCheck: .forwardCheck
         }
+        clock.wake(at: deadline) { inbox.put([input]) }
     }
 
     // MARK: HTTP calls
@@ -502,7 +515,7 @@ actor Room: DirectoryRoom {
         guard !joins.isEmpty || !leaving.isEmpty else { return }
         let welcomes: [Welcome]
         do {
-            welcomes = try await coordinator.presence(joining: joins.map(\.request), leaving: leaving)
+            welcomes = try await coordinator.presence(joining: joins.map(\.request), leaving: leaving, now: clock.now)
             unrecordedLeaves = []
         } catch {
             // Nothing was applied: the joins cannot be welcomed, the leaves are tried again.
@@ -530,13 +543,7 @@ actor Room: DirectoryRoom {
     /// at a time; an earlier due time than the armed one arms another).
     private func armPresenceReport(_ coordinator: Coordinator) async {
         guard let due = await coordinator.presenceReportDue else { return }
-        if let armed = presenceReportArmed, armed <= due { return }
-        presenceReportArmed = due
-        let inbox = inbox
-        Task {
-            try? await Task.sleep(until: due, clock: .continuous)
-            inbox.put([.presenceReport])
-        }
+        arm(.presenceReport, at: due)
     }
 
     // MARK: Users, idling, stopping
@@ -551,10 +558,7 @@ actor Room: DirectoryRoom {
     nonisolated func armIdleTimer(after delay: Duration) {
         guard registry.settings.idleSeconds > 0, registry.persistent else { return }
         let inbox = inbox
-        Task {
-            try? await Task.sleep(for: delay)
-            inbox.put([.idleCheck])
-        }
+        clock.wake(at: clock.now + delay) { inbox.put([.idleCheck]) }
     }
 
     /// Closes the room's connections, waits for its last commits, and forgets it.

@@ -76,10 +76,14 @@ final class RoomRegistry: Sendable {
     let cluster: ClusterNode?
     let metrics: Metrics
     let log: Log
+    /// Time for the rooms: their timers and what they read of the time.
+    let clock: any RoomClock
     private let state: Locked<State>
 
-    init(settings: Settings, store: StateStore?, cluster: ClusterNode? = nil, existing: [RoomID], metrics: Metrics, log: Log) {
+    init(settings: Settings, store: StateStore?, cluster: ClusterNode? = nil, existing: [RoomID], metrics: Metrics, log: Log,
+         clock: any RoomClock = SystemRoomClock()) {
         self.settings = settings
+        self.clock = clock
         if let cluster {
             home = EngineHome(cluster: cluster, resumeWindow: settings.resumeWindow)
         } else if let store {
@@ -162,12 +166,14 @@ final class RoomRegistry: Sendable {
     /// `n` users are done with `room`; true when it has no user left and no idle check is
     /// on its way (the caller arms one).
     func release(_ room: Room, _ n: Int) -> Bool {
-        state.withLock { $0.directory.release(room, n, now: .now) }
+        let now = clock.now
+        return state.withLock { $0.directory.release(room, n, now: now) }
     }
 
     /// Removes `room` from the directory if it has been without users for `--room-idle`.
     func retireIfIdle(_ room: Room) -> IdleCheck {
-        state.withLock { $0.directory.idleCheck(room, now: .now) }
+        let now = clock.now
+        return state.withLock { $0.directory.idleCheck(room, now: now) }
     }
 
     /// A retired incarnation has written everything and forgotten its state.
