@@ -102,10 +102,9 @@ public actor Coordinator {
     private var waiting: [CheckedContinuation<Void, Never>] = []
     private var waitingHead = 0
     private let durability: (any Durability)?
-    /// Bumped on every rollback; the store drops batches of older generations.
-    private var generation = 0
-    /// Applied batches and fences waiting for their commit, in the order they were recorded.
-    private var unpublished: [Unpublished] = []
+    /// Applied batches and fences waiting for their commit, and the generation of the
+    /// store's work (bumped on every rollback): what their reports come to.
+    private var pipeline = CommitPipeline()
     /// Other writers stored batches while this coordinator's own were pending: taken in
     /// once those have settled.
     private var absorbPending = false
@@ -295,11 +294,11 @@ public actor Coordinator {
             return (batch, nil)
         }
         let (wait, done) = commitWait()
-        unpublished.append(Unpublished(lastSeq: batch.lastSeq, batch: batch, wait: wait))
+        pipeline.recorded(batch, wait: wait)
         if let forwardID {
-            durability.append(batch, generation: generation, forwardID: forwardID, done: done)
+            durability.append(batch, generation: pipeline.generation, forwardID: forwardID, done: done)
         } else {
-            durability.append(batch, generation: generation, done: done)
+            durability.append(batch, generation: pipeline.generation, done: done)
         }
         return (batch, wait)
     }
@@ -320,9 +319,8 @@ public actor Coordinator {
     func recordFence(_ record: ForwardRecord, forwardID: String, address: UInt64, order: Int, ref: String?) {
         guard let durability else { return }
         let (wait, done) = commitWait()
-        unpublished.append(Unpublished(lastSeq: seq, batch: nil, wait: wait,
-                                       fence: .init(address: address, order: order, record: record, ref: ref)))
-        durability.fence(after: seq, record: record, generation: generation, forwardID: forwardID, done: done)
+        pipeline.fenced(after: seq, wait: wait, fence: .init(address: address, order: order, record: record, ref: ref))
+        durability.fence(after: seq, record: record, generation: pipeline.generation, forwardID: forwardID, done: done)
     }
 
     /// Records events and, with a store, waits (holding the gate) until they are
@@ -340,7 +338,7 @@ public actor Coordinator {
     /// Returns the failure (after rolling back) if a commit failed. After a conflict, the
     /// commands decided again are waited for too.
     func settle() async -> CommandError? {
-        while let last = unpublished.last {
+        while let last = pipeline.last {
             if let error = await last.wait.wait() {
                 await rollBackHoldingGate(error, failed: last.wait)
                 if error.isConflict { continue }
@@ -356,16 +354,8 @@ public actor Coordinator {
     /// answers the committed fences among them. A fence not committed yet stops it there: it
     /// comes after every batch up to its seq, so nothing of `seq` is held back.
     func publishCommitted(through seq: Int) {
-        var n = 0
-        while n < unpublished.count, unpublished[n].lastSeq <= seq {
-            if let fence = unpublished[n].fence {
-                guard case .some(nil) = unpublished[n].wait.value else { break }
-                answers.settle(fence.address, order: fence.order, fence.answer)
-            }
-            n += 1
-        }
-        let ready = unpublished.prefix(n).compactMap(\.batch)
-        unpublished.removeFirst(n)
+        let (ready, fences) = pipeline.takeCommitted(through: seq)
+        for fence in fences { answers.settle(fence.address, order: fence.order, fence.answer) }
         publish(ready)
     }
 
@@ -374,17 +364,10 @@ public actor Coordinator {
     private func committed() async {
         // Reports after this point signal again; those before it are all seen below.
         commitSignalled.lower()
-        var n = 0
-        var failure: (error: CommandError, wait: CommitWait)?
-        while n < unpublished.count, let result = unpublished[n].wait.value {
-            if let error = result { failure = (error, unpublished[n].wait); break }
-            n += 1
-        }
-        // Publishing takes the committed prefix out of `unpublished`: the failed batch's
-        // wait was taken above, not looked up by its old index.
-        if n > 0 { publishCommitted(through: unpublished[n - 1].lastSeq) }
-        if let failure { await rollBack(failure.error, failed: failure.wait) }
-        else if absorbPending, unpublished.isEmpty { await absorb() }
+        let reported = pipeline.reported
+        if let through = reported.committedThrough { publishCommitted(through: through) }
+        if let failure = reported.failure { await rollBack(failure.error, failed: failure.wait) }
+        else if absorbPending, pipeline.isEmpty { await absorb() }
     }
 
     /// After a failed commit: publishes what did commit, then puts the state back to the
@@ -395,7 +378,7 @@ public actor Coordinator {
     /// waiting, another report of the same failure has rolled back already, and batches
     /// applied since (on the restored state) must not be thrown away.
     func rollBackHoldingGate(_ error: CommandError, failed: CommitWait) async {
-        guard let durability, unpublished.contains(where: { $0.wait === failed }) else { return }
+        guard let durability, pipeline.isWaiting(failed) else { return }
         let stored = durability.committedState()
         // How far this coordinator's own batches really committed: answers past it must not
         // be released by what is published below (another writer's batch may end at a seq
@@ -403,16 +386,11 @@ public actor Coordinator {
         var ownCommitted = stored.snapshot.seq
         var held: [AnswerQueues.Redo] = []
         if durability.hasOtherWriters {
-            ownCommitted = publishedSeq
-            for entry in unpublished {
-                // Committed: its report came, or (the report still on its way) the committed
-                // state holds this very batch. Decided again, it would be applied twice.
-                if case .some(nil) = entry.wait.value {} else if let batch = entry.batch, stored.holds(batch) {} else { break }
-                ownCommitted = entry.lastSeq
-                // A committed fence: its answer stands (another node that decides the
-                // command finds it), whatever is rolled back after it.
-                if let fence = entry.fence { answers.settle(fence.address, order: fence.order, fence.answer) }
-            }
+            let committed = pipeline.ownCommitted(after: publishedSeq, stored: stored)
+            ownCommitted = committed.seq
+            // A committed fence: its answer stands (another node that decides the command
+            // finds it), whatever is rolled back after it.
+            for fence in committed.fences { answers.settle(fence.address, order: fence.order, fence.answer) }
             if error.isConflict {
                 held = answers.takeRedo(after: ownCommitted)
             } else {
@@ -424,8 +402,7 @@ public actor Coordinator {
         } else {
             publishCommitted(through: stored.snapshot.seq)
         }
-        generation += 1
-        unpublished = []
+        let generation = pipeline.reset()
         (bar, tabs, tabWeights) = Self.actors(for: stored.snapshot)
         stateWeight = tabWeights.values.reduce(0, +)
         seq = stored.snapshot.seq
@@ -456,7 +433,7 @@ public actor Coordinator {
     public func absorb() async {
         await enter(); defer { leave() }
         guard let durability else { return }
-        if !unpublished.isEmpty { absorbPending = true; return }
+        if !pipeline.isEmpty { absorbPending = true; return }
         absorbPending = false
         let stored = durability.committedState()
         // The history is in seq order: start at the first batch past this seq (a binary
@@ -482,7 +459,7 @@ public actor Coordinator {
     var fencesForwards: Bool { durability?.hasOtherWriters ?? false }
 
     /// The commit wait and last seq of the last applied batch, if it is not published yet.
-    var lastUnpublished: (wait: CommitWait, seq: Int)? { unpublished.last.map { ($0.wait, $0.lastSeq) } }
+    var lastUnpublished: (wait: CommitWait, seq: Int)? { pipeline.last.map { ($0.wait, $0.lastSeq) } }
 
     /// Records and delivers committed batches, in order, with the answers that can go
     /// now: publishers get both in one call, so an `ack` travels with its events.
@@ -680,32 +657,6 @@ public actor Coordinator {
     /// One client leaves: `clientLeft`, unless it was not connected.
     public func disconnect(_ id: ClientID) async throws(CommandError) {
         _ = try await presence(joining: [], leaving: [id])
-    }
-}
-
-/// A batch or a fence recorded and waiting for its commit.
-struct Unpublished {
-    /// The batch's last seq; a fence's place (the seq it follows).
-    let lastSeq: Int
-    /// Nil for a fence.
-    let batch: EventBatch?
-    let wait: CommitWait
-    var fence: Fence? = nil
-
-    /// A forwarded command's decision that changed nothing, and where its answer waits.
-    struct Fence {
-        let address: UInt64
-        let order: Int
-        let record: ForwardRecord
-        let ref: String?
-
-        /// The answer the command gets once the fence is committed.
-        var answer: AnswerQueues.Pending {
-            switch record {
-            case let .applied(seq), let .unchanged(seq): .unchanged(after: seq)
-            case let .refused(error): .ready(.error(ref: ref, error))
-            }
-        }
     }
 }
 

@@ -1,0 +1,113 @@
+/// The coordinator's batches (and fences) waiting for their commit, as a value: what the
+/// store's reports come to. It decides what can be published (the committed prefix, in
+/// order; a fence not committed holds back what follows it), what the reports so far say
+/// (how far they committed, the first failure), and at a rollback how far this
+/// coordinator's own work really committed; the coordinator performs (publishes, answers,
+/// rolls its state back, tells the store).
+///
+/// Reports come from the store's thread into each entry's ``CommitWait``; every decision
+/// reads them as they are when it is made.
+struct CommitPipeline {
+    /// Recorded and not published yet, in the order they were recorded.
+    private var waiting: [Unpublished] = []
+    /// Bumped on every rollback; the store drops work of older generations.
+    private(set) var generation = 0
+
+    var isEmpty: Bool { waiting.isEmpty }
+    /// The last recorded entry.
+    var last: Unpublished? { waiting.last }
+
+    /// A batch handed to the store, committed when `wait` says so.
+    mutating func recorded(_ batch: EventBatch, wait: CommitWait) {
+        waiting.append(Unpublished(lastSeq: batch.lastSeq, batch: batch, wait: wait))
+    }
+
+    /// A fence after `seq` (a forwarded command that changed nothing), committed when `wait` says so.
+    mutating func fenced(after seq: Int, wait: CommitWait, fence: Unpublished.Fence) {
+        waiting.append(Unpublished(lastSeq: seq, batch: nil, wait: wait, fence: fence))
+    }
+
+    /// Takes the entries up to `seq` out, in order (they are committed), and returns their
+    /// batches and fences. A fence not committed yet stops it there: it comes after every
+    /// batch up to its seq, so nothing of `seq` is held back.
+    mutating func takeCommitted(through seq: Int) -> (batches: [EventBatch], fences: [Unpublished.Fence]) {
+        var n = 0
+        var fences: [Unpublished.Fence] = []
+        while n < waiting.count, waiting[n].lastSeq <= seq {
+            if let fence = waiting[n].fence {
+                guard case .some(nil) = waiting[n].wait.value else { break }
+                fences.append(fence)
+            }
+            n += 1
+        }
+        let batches = waiting.prefix(n).compactMap(\.batch)
+        waiting.removeFirst(n)
+        return (batches, fences)
+    }
+
+    /// What the reports so far say: the last seq of the committed prefix (nil when the
+    /// first entry has no report yet, or failed), and the first failure after it.
+    var reported: (committedThrough: Int?, failure: (error: CommandError, wait: CommitWait)?) {
+        var n = 0
+        while n < waiting.count, let result = waiting[n].wait.value {
+            if let error = result { return (n > 0 ? waiting[n - 1].lastSeq : nil, (error, waiting[n].wait)) }
+            n += 1
+        }
+        return (n > 0 ? waiting[n - 1].lastSeq : nil, nil)
+    }
+
+    /// Whether `wait` is still waiting: when not, a report of the same failure has rolled
+    /// back already, and what was recorded since (on the restored state) must stay.
+    func isWaiting(_ wait: CommitWait) -> Bool { waiting.contains { $0.wait === wait } }
+
+    /// At a rollback with other writers: how far this coordinator's own entries really
+    /// committed, from `publishedSeq` on, and the committed fences among them. An entry
+    /// counts as committed when its report came, or (the report still on its way) when
+    /// `stored`, the store's committed state, holds this very batch: decided again, it
+    /// would be applied twice. The first entry that is neither ends it.
+    func ownCommitted(after publishedSeq: Int, stored: StoredState) -> (seq: Int, fences: [Unpublished.Fence]) {
+        var seq = publishedSeq
+        var fences: [Unpublished.Fence] = []
+        for entry in waiting {
+            if case .some(nil) = entry.wait.value {} else if let batch = entry.batch, stored.holds(batch) {} else { break }
+            seq = entry.lastSeq
+            if let fence = entry.fence { fences.append(fence) }
+        }
+        return (seq, fences)
+    }
+
+    /// Forgets every entry (the store fails them: they were built on state that is gone)
+    /// and starts a new generation, returned.
+    mutating func reset() -> Int {
+        waiting = []
+        generation += 1
+        return generation
+    }
+}
+
+/// A batch or a fence recorded and waiting for its commit.
+struct Unpublished {
+    /// The batch's last seq; a fence's place (the seq it follows).
+    let lastSeq: Int
+    /// Nil for a fence.
+    let batch: EventBatch?
+    let wait: CommitWait
+    var fence: Fence? = nil
+
+    /// A forwarded command's decision that changed nothing, and where its answer waits.
+    struct Fence {
+        let address: UInt64
+        let order: Int
+        let record: ForwardRecord
+        let ref: String?
+
+        /// The answer the command gets once the fence is committed.
+        var answer: AnswerQueues.Pending {
+            switch record {
+            case let .applied(seq), let .unchanged(seq): .unchanged(after: seq)
+            case let .refused(error): .ready(.error(ref: ref, error))
+            }
+        }
+    }
+}
+

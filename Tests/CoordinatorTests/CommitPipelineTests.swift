@@ -1,0 +1,80 @@
+import Testing
+@testable import Coordinator
+
+/// The commit pipeline as a value (``CommitPipeline``): what the store's reports on the
+/// coordinator's waiting batches and fences come to, decided without an actor or a store.
+@Suite struct CommitPipelineTests {
+    static func batch(_ seq: Int, offset: Double = 1) -> EventBatch {
+        EventBatch(by: "c1", ref: "r\(seq)", events: [SequencedEvent(seq: seq, event: .scrolled(tab: "home", offset: offset))])
+    }
+
+    static func fence(_ address: UInt64) -> Unpublished.Fence {
+        Unpublished.Fence(address: address, order: 0, record: .unchanged(seq: 0), ref: nil)
+    }
+
+    static func stored(through seq: Int, history: [EventBatch]) -> StoredState {
+        StoredState(epoch: "e", snapshot: Snapshot(seq: seq, selected: "home", scrollToTop: 0, tabs: [], clients: []),
+                    nextPage: 1, nextClient: 1, history: history)
+    }
+
+    /// Three batches and a fence recorded, with their waits.
+    static func pipeline() -> (CommitPipeline, [CommitWait]) {
+        var p = CommitPipeline()
+        let waits = (0..<4).map { _ in CommitWait() }
+        p.recorded(batch(1), wait: waits[0])
+        p.recorded(batch(2), wait: waits[1])
+        p.fenced(after: 2, wait: waits[2], fence: fence(7))
+        p.recorded(batch(3), wait: waits[3])
+        return (p, waits)
+    }
+
+    @Test func theReportsSayHowFarTheyCommittedAndTheFirstFailure() {
+        let (p, waits) = Self.pipeline()
+        #expect(p.reported.committedThrough == nil && p.reported.failure == nil, "no report yet")
+        _ = waits[1].fulfil(nil)
+        #expect(p.reported.committedThrough == nil, "a later report does not commit what comes before it")
+        _ = waits[0].fulfil(nil)
+        #expect(p.reported.committedThrough == 2)
+        _ = waits[2].fulfil(.unavailable("disk"))
+        _ = waits[3].fulfil(nil)
+        let reported = p.reported
+        #expect(reported.committedThrough == 2 && reported.failure?.wait === waits[2], "the first failure ends the committed prefix")
+    }
+
+    @Test func theCommittedPrefixIsTakenInOrderAndAFenceNotCommittedHoldsBackWhatFollows() {
+        var (p, waits) = Self.pipeline()
+        for w in [waits[0], waits[1], waits[3]] { _ = w.fulfil(nil) }
+        var taken = p.takeCommitted(through: 3)
+        #expect(taken.batches.map(\.lastSeq) == [1, 2] && taken.fences.isEmpty, "the fence at 2 has no report: seq 3 waits behind it")
+        #expect(p.last?.lastSeq == 3 && !p.isEmpty)
+        _ = waits[2].fulfil(nil)
+        taken = p.takeCommitted(through: 3)
+        #expect(taken.batches.map(\.lastSeq) == [3] && taken.fences.map(\.address) == [7])
+        #expect(p.isEmpty)
+    }
+
+    @Test func atARollbackABatchTheStoreHoldsCountsAsCommittedBeforeItsReportComes() {
+        let (p, waits) = Self.pipeline()
+        _ = waits[0].fulfil(nil)
+        // Batch 2's report is on its way, but the store's committed state holds it: decided
+        // again, it would be applied twice.
+        let held = Self.stored(through: 2, history: [Self.batch(1), Self.batch(2)])
+        var own = p.ownCommitted(after: 0, stored: held)
+        #expect(own.seq == 2 && own.fences.isEmpty, "the fence after 2 has no report: it ends there")
+        // Another writer's batch at seq 2 is not this one.
+        let other = Self.stored(through: 2, history: [Self.batch(1), Self.batch(2, offset: 99)])
+        own = p.ownCommitted(after: 0, stored: other)
+        #expect(own.seq == 1)
+        _ = waits[1].fulfil(nil)
+        _ = waits[2].fulfil(nil)
+        own = p.ownCommitted(after: 0, stored: other)
+        #expect(own.seq == 2 && own.fences.map(\.address) == [7], "a committed fence's answer stands")
+    }
+
+    @Test func aResetForgetsEveryEntryAndStartsANewGeneration() {
+        var (p, waits) = Self.pipeline()
+        #expect(p.isWaiting(waits[1]))
+        #expect(p.reset() == 1 && p.generation == 1)
+        #expect(p.isEmpty && !p.isWaiting(waits[1]), "a second report of the same failure finds nothing to roll back")
+    }
+}
