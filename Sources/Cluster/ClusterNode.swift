@@ -11,8 +11,16 @@ import Locking
 public final class ClusterNode: Sendable {
     public struct Failure: Error, Sendable, CustomStringConvertible {
         public let description: String
-        init(_ description: String) { self.description = description }
+        /// The engine could not be read (a stream being created, a leader being elected,
+        /// a timeout): the same call may succeed a moment later. False for a refusal.
+        public let mayPass: Bool
+        init(_ description: String, mayPass: Bool = false) { self.description = description; self.mayPass = mayPass }
     }
+
+    /// How many times a room's read is tried while the engine answers errors (a stream being
+    /// created or electing a leader), and the pause before each next try: about 15 s in all.
+    public static let loadAttempts = 60
+    public static func loadPause(after attempt: Int) -> Duration { .milliseconds(min(20 * attempt, 300)) }
 
     public let name: String
     /// This life of the node: a random id per start, in its heartbeats and on every message
@@ -472,7 +480,11 @@ public final class ClusterNode: Sendable {
 
     /// Loads room `id`: its latest snapshot (else its first message) and every batch
     /// after it, then follows its stream. Blocks until caught up (call it off the pool).
-    public func openRoom(_ id: RoomID, resumeWindow: Int) throws(Failure) -> ClusterRoom {
-        try ClusterRoom(node: self, room: id, resumeWindow: resumeWindow)
+    /// The read is tried `attempts` times while the engine answers errors, pausing the
+    /// thread between tries (``loadPause(after:)``); a failure that ``Failure/mayPass``
+    /// comes after the last. With `attempts: 1`, the caller pauses between tries itself
+    /// and holds no thread meanwhile.
+    public func openRoom(_ id: RoomID, resumeWindow: Int, attempts: Int = ClusterNode.loadAttempts) throws(Failure) -> ClusterRoom {
+        try ClusterRoom(node: self, room: id, resumeWindow: resumeWindow, attempts: attempts)
     }
 }

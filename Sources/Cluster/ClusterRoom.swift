@@ -46,7 +46,7 @@ public final class ClusterRoom: Durability, Sendable {
         var performing = false
     }
 
-    init(node: ClusterNode, room: RoomID, resumeWindow: Int) throws(ClusterNode.Failure) {
+    init(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) {
         self.node = node
         self.room = room
         self.resumeWindow = resumeWindow
@@ -68,7 +68,7 @@ public final class ClusterRoom: Durability, Sendable {
         let trust = node.trust
         let snapshotSubject = EngineNames.snapshotSubject(room)
         // A stream being created or electing a leader answers errors for a moment: the
-        // reads are tried again for up to about 15 s.
+        // reads are tried again, `attempts` times in all (ClusterNode.loadAttempts: about 15 s).
         var attempt = 0
         while true {
         attempt += 1
@@ -126,10 +126,11 @@ public final class ClusterRoom: Durability, Sendable {
             }
             break
         } catch {
-            if attempt >= 60 {
-                throw (error as? ClusterNode.Failure) ?? ClusterNode.Failure("cannot load room '\(room)': \(error)")
+            if attempt >= attempts {
+                throw ClusterNode.Failure((error as? ClusterNode.Failure)?.description ?? "cannot load room '\(room)': \(error)", mayPass: true)
             }
-            Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3))
+            let (seconds, attoseconds) = ClusterNode.loadPause(after: attempt).components
+            Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
         }
         }
         if let refused { throw refused }

@@ -121,10 +121,22 @@ struct EngineHome: RoomHome {
         let (cluster, window) = (cluster, resumeWindow)
         let room: ClusterRoom, created: Bool
         do {
-            (room, created) = try await offPool { () throws(ClusterNode.Failure) -> (ClusterRoom, Bool) in
-                var created = false
-                if let template { created = try cluster.createRoom(id, tabs: template) }
-                return (try cluster.openRoom(id, resumeWindow: window), created)
+            created = try await offPool { () throws(ClusterNode.Failure) -> Bool in
+                guard let template else { return false }
+                return try cluster.createRoom(id, tabs: template)
+            }
+            // While the engine answers errors (its stream being created, a leader being
+            // elected), each read holds a thread only for itself: the pauses between them
+            // hold none, however many rooms wait.
+            var attempt = 1
+            while true {
+                do {
+                    room = try await offPool { () throws(ClusterNode.Failure) in try cluster.openRoom(id, resumeWindow: window, attempts: 1) }
+                    break
+                } catch where error.mayPass && attempt < ClusterNode.loadAttempts {
+                    try? await Task.sleep(for: ClusterNode.loadPause(after: attempt))
+                    attempt += 1
+                }
             }
         } catch {
             throw RoomLoadError("room '\(id)': \(error)")
