@@ -1,7 +1,7 @@
 // Types of client-machine.js: the JavaScript client's decisions as a value (tabd.js
 // performs its actions; most programs use tabd.js and never this module), and the error
 // and close-code names the client shares.
-import type { Connection, Endpoint, Session, Update } from "./tabd.js";
+import type { Endpoint, TabdClient, Update } from "./tabd.js";
 import type { Event, Snapshot } from "./model.js";
 
 /** The codes of tabd's error frames (PROTOCOL.md, Errors). */
@@ -80,17 +80,12 @@ export interface Clock {
   random(): number;
 }
 
+/** What the machine shows of the client: what TabdClient shows, read from here. */
+export interface ClientMachine extends Pick<TabdClient, "state" | "connection" | "session" | "connections" | "attempt" | "retryAt" | "error" | "room"> {}
+
 /** One room's client as a machine: inputs in, actions out. It touches no socket and no timer. */
 export class ClientMachine {
   constructor(endpoint: Endpoint, options: MachineOptions, clock: Clock);
-  readonly state: Snapshot | null;
-  readonly connection: Connection;
-  readonly session: Session | null;
-  readonly connections: number;
-  readonly attempt: number;
-  readonly retryAt: number | null;
-  readonly error: TabdError | null;
-  readonly room: string;
   /** Whether a command would go out now rather than wait for a welcome. */
   readonly welcomed: boolean;
   /** The first connection. */

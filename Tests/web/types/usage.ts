@@ -162,3 +162,23 @@ export function fold(wire: unknown): TabState[] {
   });
   return toWire(state).tabs.slice(0, MAX_CLIENTS_LISTED);
 }
+
+// The client's machine, driven by a client of one's own: inputs in, actions out.
+import { ClientMachine, type Action } from "../../../web/client-machine.js";
+
+export function machine(): Action[] {
+  const m = new ClientMachine(endpoint("http://127.0.0.1:8080/"), {
+    name: null, backoff: { initial: 250, max: 8000 }, heartbeat: 0, reconnect: true, beforeEvent: null,
+  }, { now: () => Date.now(), random: () => 0.5 });
+  const actions = m.start();
+  for (const a of actions) {
+    if (a.do === "open") void new URL(a.url).searchParams.get("room");
+    // @ts-expect-error: an open action has no text
+    if (a.do === "open") void a.text;
+  }
+  const seq: number | undefined = m.state?.seq; // the same state as TabdClient's
+  // @ts-expect-error: the machine's state is read-only
+  m.state = null;
+  void seq;
+  return actions.concat(m.received('{"type":"pong","ref":"j1"}', 1));
+}
