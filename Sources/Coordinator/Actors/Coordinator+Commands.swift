@@ -14,16 +14,11 @@ public enum CommandOutcome: Sendable, Equatable {
 /// A command that has been applied, or refused: ``Coordinator/outcome(of:)`` tells
 /// what came of it once its batch is published.
 public struct Receipt: Sendable {
-    enum State: Sendable {
-        case done(CommandOutcome)
-        case failed(CommandError)
-        /// Waiting for the commit of its own batch.
-        case pending(EventBatch, CommitWait)
-        /// Changed nothing; answered once everything applied before it is published
-        /// (the wait and last seq of the batch applied just before it, if unpublished).
-        case unchanged(after: (wait: CommitWait, seq: Int)?)
-    }
-    let state: State
+    /// What the command came to, as decided.
+    let decided: Coordinator.Decided
+    /// For a command that changed nothing: the wait and last seq of the batch applied just
+    /// before it, if that was not published yet (it is answered once that is).
+    let after: (wait: CommitWait, seq: Int)?
 }
 
 extension Coordinator {
@@ -41,16 +36,8 @@ extension Coordinator {
     /// ``outcome(of:)`` for the answer; receipts complete in the order they were issued.
     public func submit(_ command: Command, by client: ClientID = Coordinator.daemonID, ref: String? = nil) async -> Receipt {
         await enter(); defer { leave() }
-        switch await perform(command, by: client, ref: ref) {
-        case let .answered(outcome): return Receipt(state: .done(outcome))
-        case let .refused(error): return Receipt(state: .failed(error))
-        case .unchanged: return Receipt(state: .unchanged(after: lastUnpublished))
-        case let .recorded(batch, nil): return Receipt(state: .done(.applied(seq: batch.lastSeq, batch: batch)))
-        case let .recorded(batch, wait?): return Receipt(state: .pending(batch, wait))
-        case let .forwardedBefore(record): // no forward id on this road
-            if case let .refused(error) = record { return Receipt(state: .failed(error)) }
-            return Receipt(state: .done(.applied(seq: currentSeq, batch: nil)))
-        }
+        let decided = await perform(command, by: client, ref: ref)
+        return Receipt(decided: decided, after: decided.changedNothing ? lastUnpublished : nil)
     }
 
     /// Applies one command and returns at once; its answer goes to the publishers (see
@@ -136,7 +123,7 @@ extension Coordinator {
     }
 
     /// The answer a step leaves to wait for; nil when recording queued it already.
-    private func pendingAnswer(_ step: Step, ref: String?) -> AnswerQueues.Pending? {
+    private func pendingAnswer(_ step: Decided, ref: String?) -> AnswerQueues.Pending? {
         switch step {
         case .answered(.pong): .ready(.pong(ref: ref))
         case let .answered(.clients(page)): .ready(.clients(ref: ref, node: presenceRules.node, page))
@@ -165,7 +152,7 @@ extension Coordinator {
 
     /// Gives a command decided again (or instead of another node) the answer its step
     /// leaves to wait for; a forwarded one that changed nothing waits for its fence.
-    private func settle(_ redo: AnswerQueues.Redo, _ step: Step) {
+    private func settle(_ redo: AnswerQueues.Redo, _ step: Decided) {
         guard let pending = pendingAnswer(step, ref: redo.ref) else { return }
         if let forwardID = redo.forwardID, let record = fenceRecord(step) {
             answers.settle(redo, .fenced)
@@ -181,7 +168,7 @@ extension Coordinator {
     /// seemed dead; this node, when its forwarder gave up on it): the fence, ordered in
     /// the room's stream like a batch, makes the first decision the only one, so that a
     /// command's answer and its effect can never come from two decisions.
-    private func fenceRecord(_ step: Step) -> ForwardRecord? {
+    private func fenceRecord(_ step: Decided) -> ForwardRecord? {
         guard fencesForwards else { return nil }
         switch step {
         case .unchanged: return .unchanged(seq: seq)
@@ -190,8 +177,10 @@ extension Coordinator {
         }
     }
 
-    /// What ``perform(_:by:ref:recording:)`` came to.
-    private enum Step {
+    /// What a command came to when it was decided (``perform(_:by:ref:forwardID:recording:)``),
+    /// on either road: the answer queues take it as the answer to wait for
+    /// (``pendingAnswer(_:ref:)``), a ``Receipt`` keeps it for ``outcome(of:)``.
+    enum Decided: Sendable {
         /// `sync`, `ping` and `clients`: answered at once.
         case answered(CommandOutcome)
         case refused(CommandError)
@@ -201,13 +190,18 @@ extension Coordinator {
         case recorded(EventBatch, wait: CommitWait?)
         /// A forwarded command the store holds a decision of already.
         case forwardedBefore(ForwardRecord)
+
+        var changedNothing: Bool {
+            if case .unchanged = self { return true }
+            return false
+        }
     }
 
     /// What both roads share, inside the gate: `sync` and `ping` answered, any other
     /// command decided, applied and recorded. `recording` runs with the batch's last seq
     /// just before the batch is applied and recorded.
     private func perform(_ command: Command, by client: ClientID, ref: String?, forwardID: String? = nil,
-                         recording: (Int) -> Void = { _ in }) async -> Step {
+                         recording: (Int) -> Void = { _ in }) async -> Decided {
         switch command {
         case .sync:
             if let error = await settle() { return .refused(error) }
@@ -244,20 +238,24 @@ extension Coordinator {
     /// What a submitted command came to: its events are published (committed, with a
     /// store) when this returns. A failed commit answers `unavailable`.
     public func outcome(of receipt: Receipt) async throws(CommandError) -> CommandOutcome {
-        switch receipt.state {
-        case let .done(outcome):
+        switch receipt.decided {
+        case let .answered(outcome):
             return outcome
-        case let .failed(error):
+        case let .refused(error), .forwardedBefore(.refused(let error)):
             throw error
-        case let .pending(batch, wait):
+        case .forwardedBefore: // no forward id on this road
+            return .applied(seq: currentSeq, batch: nil)
+        case let .recorded(batch, nil):
+            return .applied(seq: batch.lastSeq, batch: batch)
+        case let .recorded(batch, wait?):
             if let error = await wait.wait() {
                 await rollBack(error, failed: wait)
                 throw error
             }
             publishCommitted(through: batch.lastSeq)
             return .applied(seq: batch.lastSeq, batch: batch)
-        case let .unchanged(after):
-            if let after {
+        case .unchanged:
+            if let after = receipt.after {
                 // Only what is known to be committed: later batches may still be on their way.
                 // Decided on state that a failed commit took away: it cannot say it took effect.
                 if let error = await after.wait.wait() {
