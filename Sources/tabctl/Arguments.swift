@@ -83,22 +83,17 @@ struct Subcommand {
         let fields = CommandLineField.all(of: kind)
         let positional = fields.filter(\.isPositional)
         let options = fields.filter { !$0.isPositional }
-        let usage = ([Self.kebab(kind.rawValue)] + positional.map(\.placeholder) + options.map(\.usage)
+        let usage = ([kind.commandLineName] + positional.map(\.placeholder) + options.map(\.usage)
             + (Self.extraFlags[kind] ?? []).map { "[\($0)]" }).joined(separator: " ")
         var details = options.flatMap { option in
             [(option.synopsis, option.field.help)] + (option.noFlag.map { [($0, "sends null for \(option.option)")] } ?? [])
         }.map { "  " + $0.0.padding(toLength: 15, withPad: " ", startingAt: 0) + $0.1 }
         if let extra = Self.extraDetails[kind] { details.insert(extra, at: 0) }
-        self.init(name: Self.kebab(kind.rawValue), usage: usage, summary: kind.declaration.summary,
+        self.init(name: kind.commandLineName, usage: usage, summary: kind.declaration.summary,
                   minArgs: positional.count, maxArgs: positional.count,
                   options: options.map(\.option), flags: options.compactMap(\.noFlag) + (Self.extraFlags[kind] ?? []),
                   details: details.joined(separator: "\n"))
         self.kind = kind
-    }
-
-    /// A kind's camel-case name in kebab case, as commands on a command line are named.
-    static func kebab(_ name: String) -> String {
-        name.reduce(into: "") { out, c in out += c.isUppercase ? "-" + c.lowercased() : String(c) }
     }
 
     /// What tabctl adds to a command's help beyond its fields'.

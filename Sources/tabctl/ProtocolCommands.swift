@@ -40,7 +40,7 @@ extension Invocation {
         let missing = fields.filter { !$0.isPositional && $0.field.isRequired && options[$0.option] == nil }.map(\.option)
         if !missing.isEmpty {
             let list = missing.count == 1 ? missing[0] : missing.dropLast().joined(separator: ", ") + " and " + missing.last!
-            throw UsageError("\(Subcommand.kebab(kind.rawValue)) needs \(list)")
+            throw UsageError("\(kind.commandLineName) needs \(list)")
         }
         var top: [(String, JSONValue)] = []
         var objects: [String: [(String, JSONValue)]] = [:]

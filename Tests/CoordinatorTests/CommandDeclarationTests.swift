@@ -24,6 +24,12 @@ import Testing
         }
     }
 
+    @Test func aKindsCommandLineNameIsItsNameInKebabCase() {
+        #expect(CommandKind.popToRoot.commandLineName == "pop-to-root")
+        #expect(CommandKind.tap.commandLineName == "tap")
+        #expect(Set(CommandKind.allCases.map(\.commandLineName)).count == CommandKind.allCases.count)
+    }
+
     @Test func everyDeclaredFieldIsKeptByTheParser() {
         for field in CommandKind.allCases.flatMap(\.declaration.fields) {
             #expect(CommandEnvelope.fields.contains(field.name))

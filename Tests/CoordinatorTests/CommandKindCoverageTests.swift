@@ -19,11 +19,6 @@ import Testing
         (try? CommandEnvelope.parse(Array("{\"type\":\"\(type)\"}".utf8)))?.command.isQuery == true
     })
 
-    /// `popToRoot` → `pop-to-root`.
-    static func kebab(_ type: String) -> String {
-        type.reduce(into: "") { out, c in out += c.isUppercase ? "-" + c.lowercased() : String(c) }
-    }
-
     @Test func theQueriesAreTheThreeThatReadTheState() {
         #expect(Self.queries == ["sync", "ping", "clients"])
         #expect(Set(Command.allTypes).count == Command.allTypes.count, "a kind named twice")
@@ -49,7 +44,7 @@ import Testing
             #expect(types.contains("\n  \(type)("), "tabd.d.ts has no \(type)()")
             #expect(swift.contains("public func \(type)("), "TabdClient has no \(type)()")
             // `sync` is tabctl's `state`: the snapshot, printed.
-            let command = type == "sync" ? "state" : Self.kebab(type)
+            let command = type == "sync" ? "state" : CommandKind(rawValue: type)!.commandLineName
             #expect(tabctl.contains("`\(command)"), "docs/CLIENTS.md's tabctl table has no \(command)")
         }
         // The kinds answered with an ack, as tabd.d.ts types them.

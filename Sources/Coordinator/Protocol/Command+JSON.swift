@@ -1,6 +1,5 @@
 /// What the protocol says of one command kind (``CommandKind/declaration``).
 public struct CommandDeclaration: Sendable {
-    public let kind: CommandKind
     /// The fields, in the order a frame writes them and a parse checks them.
     public let fields: [CommandField]
     /// False for the queries (`sync`, `ping`, `clients`): answered from the state, never a
@@ -9,8 +8,8 @@ public struct CommandDeclaration: Sendable {
     /// What the command does, in a few words (tabctl's help).
     public let summary: String
 
-    init(_ kind: CommandKind, _ fields: [CommandField], changesState: Bool = true, _ summary: String) {
-        self.kind = kind; self.fields = fields; self.changesState = changesState; self.summary = summary
+    init(_ fields: [CommandField], changesState: Bool = true, _ summary: String) {
+        self.fields = fields; self.changesState = changesState; self.summary = summary
     }
 }
 

@@ -43,6 +43,11 @@ public enum CommandKind: String, CaseIterable, Sendable {
 
     public var declaration: CommandDeclaration { Self.table[self]! }
 
+    /// The kind's name on a command line (tabctl's), in kebab case: `popToRoot` → `pop-to-root`.
+    public var commandLineName: String {
+        rawValue.reduce(into: "") { out, c in out += c.isUppercase ? "-" + c.lowercased() : String(c) }
+    }
+
     private static let table: [CommandKind: CommandDeclaration] = Dictionary(uniqueKeysWithValues: allCases.map { kind in
         (kind, declare(kind))
     })
@@ -51,8 +56,8 @@ public enum CommandKind: String, CaseIterable, Sendable {
     private static func declare(_ kind: CommandKind) -> CommandDeclaration {
         let tab = CommandField("tab", .string, .required, "the tab")
         let tabOrSelected = CommandField("tab", .string, .optional, "the tab (default: the selected one)")
-        func change(_ fields: [CommandField], _ summary: String) -> CommandDeclaration { .init(kind, fields, summary) }
-        func query(_ fields: [CommandField], _ summary: String) -> CommandDeclaration { .init(kind, fields, changesState: false, summary) }
+        func change(_ fields: [CommandField], _ summary: String) -> CommandDeclaration { .init(fields, summary) }
+        func query(_ fields: [CommandField], _ summary: String) -> CommandDeclaration { .init(fields, changesState: false, summary) }
         /// A tab's look (seed 001), given whole by `addTab` and in part by `updateTab`: its id, then the rest.
         func look(_ presence: CommandField.Presence, badge: CommandField.Presence) -> [CommandField] {
             [.init("id", .string, .required, "the tab's id")]
