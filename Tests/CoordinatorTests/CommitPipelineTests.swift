@@ -71,6 +71,25 @@ import Testing
         #expect(own.seq == 2 && own.fences.map(\.address) == [7], "a committed fence's answer stands")
     }
 
+    @Test func aRollbackAloneKeepsWhatTheStoreCommittedAndFailsTheRest() {
+        let (p, _) = Self.pipeline()
+        let stored = Self.stored(through: 1, history: [Self.batch(1)])
+        #expect(p.rollback(after: .unavailable("disk"), stored: stored, publishedSeq: 0, otherWriters: false) == .alone(committed: 1))
+    }
+
+    @Test func withOtherWritersAConflictIsDecidedAgainAndAnyOtherFailureFails() {
+        let (p, waits) = Self.pipeline()
+        _ = waits[0].fulfil(nil)
+        _ = waits[1].fulfil(nil)
+        _ = waits[2].fulfil(nil)
+        // Another writer took seq 3: the store holds its batch, not this coordinator's.
+        let stored = Self.stored(through: 3, history: [Self.batch(1), Self.batch(2), Self.batch(3, offset: 99)])
+        let conflict = p.rollback(after: .conflict(), stored: stored, publishedSeq: 0, otherWriters: true)
+        #expect(conflict == .shared(ownCommitted: 2, standingFences: [Self.fence(7)], redo: true, publishStoredAfter: 0))
+        let failed = p.rollback(after: .unavailable("engine"), stored: stored, publishedSeq: 0, otherWriters: true)
+        #expect(failed == .shared(ownCommitted: 2, standingFences: [Self.fence(7)], redo: false, publishStoredAfter: 0))
+    }
+
     @Test func aResetForgetsEveryEntryAndStartsANewGeneration() {
         var (p, waits) = Self.pipeline()
         #expect(p.isWaiting(waits[1]))

@@ -60,11 +60,20 @@ struct CommitPipeline {
     /// back already, and what was recorded since (on the restored state) must stay.
     func isWaiting(_ wait: CommitWait) -> Bool { waiting.contains { $0.wait === wait } }
 
-    /// At a rollback with other writers: how far this coordinator's own entries really
-    /// committed, from `publishedSeq` on, and the committed fences among them. An entry
-    /// counts as committed when its report came, or (the report still on its way) when
-    /// `stored`, the store's committed state, holds this very batch: decided again, it
-    /// would be applied twice. The first entry that is neither ends it.
+    /// What a failed commit (`error`) comes to, decided before anything changes. `stored` is
+    /// the store's committed state, `publishedSeq` the last seq published, `otherWriters`
+    /// whether other writers (a cluster's nodes) append to the same log.
+    func rollback(after error: CommandError, stored: StoredState, publishedSeq: Int, otherWriters: Bool) -> Rollback {
+        guard otherWriters else { return .alone(committed: stored.snapshot.seq) }
+        let own = ownCommitted(after: publishedSeq, stored: stored)
+        return .shared(ownCommitted: own.seq, standingFences: own.fences, redo: error.isConflict, publishStoredAfter: publishedSeq)
+    }
+
+    /// How far this coordinator's own entries really committed, from `publishedSeq` on, and
+    /// the committed fences among them. An entry counts as committed when its report came,
+    /// or (the report still on its way) when `stored`, the store's committed state, holds
+    /// this very batch: decided again, it would be applied twice. The first entry that is
+    /// neither ends it.
     func ownCommitted(after publishedSeq: Int, stored: StoredState) -> (seq: Int, fences: [Unpublished.Fence]) {
         var seq = publishedSeq
         var fences: [Unpublished.Fence] = []
@@ -85,6 +94,24 @@ struct CommitPipeline {
     }
 }
 
+/// What a failed commit comes to (``CommitPipeline/rollback(after:stored:publishedSeq:otherWriters:)``).
+/// The coordinator performs it: publishes, answers, puts its state back to the store's
+/// last commit, tells the store the new generation.
+enum Rollback: Equatable {
+    /// The coordinator writes alone: what the store committed, through `committed`, is
+    /// published; every answer after it fails with the error.
+    case alone(committed: Int)
+    /// Other writers append too. This coordinator's own work committed through
+    /// `ownCommitted` (``CommitPipeline/ownCommitted(after:stored:)``): the fences among it
+    /// stand; the answers after it are decided again on the restored state when `redo` (a
+    /// conflict: another writer took the seq, the command may still apply) and fail
+    /// otherwise, taken before anything is published (another writer's batch may end at a
+    /// seq one of them waits for). Then the store's history after `publishStoredAfter` (the
+    /// last seq published) goes out in its order: this coordinator's committed batches and
+    /// the others'.
+    case shared(ownCommitted: Int, standingFences: [Unpublished.Fence], redo: Bool, publishStoredAfter: Int)
+}
+
 /// A batch or a fence recorded and waiting for its commit.
 struct Unpublished {
     /// The batch's last seq; a fence's place (the seq it follows).
@@ -95,7 +122,7 @@ struct Unpublished {
     var fence: Fence? = nil
 
     /// A forwarded command's decision that changed nothing, and where its answer waits.
-    struct Fence {
+    struct Fence: Equatable {
         let address: UInt64
         let order: Int
         let record: ForwardRecord

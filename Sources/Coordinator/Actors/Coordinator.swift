@@ -380,27 +380,21 @@ public actor Coordinator {
     func rollBackHoldingGate(_ error: CommandError, failed: CommitWait) async {
         guard let durability, pipeline.isWaiting(failed) else { return }
         let stored = durability.committedState()
-        // How far this coordinator's own batches really committed: answers past it must not
-        // be released by what is published below (another writer's batch may end at a seq
-        // one of them was waiting for).
-        var ownCommitted = stored.snapshot.seq
+        let plan = pipeline.rollback(after: error, stored: stored, publishedSeq: publishedSeq, otherWriters: durability.hasOtherWriters)
         var held: [AnswerQueues.Redo] = []
-        if durability.hasOtherWriters {
-            let committed = pipeline.ownCommitted(after: publishedSeq, stored: stored)
-            ownCommitted = committed.seq
-            // A committed fence: its answer stands (another node that decides the command
-            // finds it), whatever is rolled back after it.
-            for fence in committed.fences { answers.settle(fence.address, order: fence.order, fence.answer) }
-            if error.isConflict {
+        switch plan {
+        case let .alone(committed):
+            publishCommitted(through: committed)
+        case let .shared(ownCommitted, standingFences, redo, publishStoredAfter):
+            // Answers past what really committed must not be released by what is published
+            // below.
+            for fence in standingFences { answers.settle(fence.address, order: fence.order, fence.answer) }
+            if redo {
                 held = answers.takeRedo(after: ownCommitted)
             } else {
                 answers.rollBack(to: ownCommitted, error: error)
             }
-            // What the log holds past what was published — this coordinator's committed
-            // batches and other writers' — goes out in its order.
-            publish(stored.history.filter { $0.lastSeq > publishedSeq })
-        } else {
-            publishCommitted(through: stored.snapshot.seq)
+            publish(stored.history.filter { $0.lastSeq > publishStoredAfter })
         }
         let generation = pipeline.reset()
         (bar, tabs, tabWeights) = Self.actors(for: stored.snapshot)
@@ -413,10 +407,9 @@ public actor Coordinator {
         publishedCount = stored.snapshot.scrollToTop
         await counter.reset(to: stored.snapshot.scrollToTop)
         durability.reset(generation: generation)
-        if durability.hasOtherWriters {
-            await redecide(held)
-        } else {
-            answers.rollBack(to: stored.snapshot.seq, error: error)
+        switch plan {
+        case .shared: await redecide(held)
+        case let .alone(committed): answers.rollBack(to: committed, error: error)
         }
         publish([])
     }
