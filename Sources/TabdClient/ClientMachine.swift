@@ -63,11 +63,20 @@ package struct ClientMachine: Sendable {
         var resyncing = false
     }
 
+    /// What a frame the client sent on its own is for.
+    private enum Own: Sendable {
+        /// A `sync` after a batch that did not fold.
+        case resync
+        /// The `ping` after a resumed welcome: every batch before its pong is a replay.
+        case catchUp
+    }
+
     private struct Pending: Sendable {
         let ref: String
         let frame: [UInt8]
-        /// Nil for the client's own `sync` after a batch that did not fold.
+        /// Nil for a frame of the client's own (`own` says which).
         let request: RequestID?
+        var own: Own? = nil
     }
 
     package static let closedByClient = TabdClientError.closed(code: 1000, reason: "closed by this client")
@@ -280,7 +289,14 @@ package struct ClientMachine: Sendable {
         connection = .connected
         attempt = 0
         var actions: [Action] = [.publish(.connected(session, resumed: welcome.resumed))]
-        if !welcome.resumed { actions.append(.publish(.snapshot(state))) }
+        if welcome.resumed {
+            // The missed batches follow: replays, until the pong of this ping.
+            nextRef += 1
+            actions += transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .ping).json.compactBytes,
+                                        request: nil, own: .catchUp))
+        } else {
+            actions.append(.publish(.snapshot(state)))
+        }
         let queued = waiting
         waiting = []
         for p in queued { actions += transmit(p) }
@@ -304,7 +320,8 @@ package struct ClientMachine: Sendable {
             guard link?.resyncing == false else { return [] }
             link?.resyncing = true
             nextRef += 1
-            return transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .sync).json.compactBytes, request: nil))
+            return transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .sync).json.compactBytes,
+                                    request: nil, own: .resync))
         }
         state = next
         return [.publish(.events(batch))]
@@ -324,6 +341,8 @@ package struct ClientMachine: Sendable {
                 + violation("answer for ref \(ref) where \(pending.ref) was due", jitter: jitter)
         }
         guard let request = pending.request else {
+            // The catch-up ping: answered (or refused, rate_limited), the replays are over.
+            if pending.own == .catchUp { return [.publish(.caughtUp)] }
             // The client's own sync after a batch that did not fold.
             var actions: [Action] = []
             if case let .success(.snapshot(snapshot)) = result {

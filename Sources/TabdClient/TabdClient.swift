@@ -80,8 +80,12 @@ public actor TabdClient {
         /// One command's (or presence change's) events, already folded into `state`.
         case events(EventBatch)
         /// A connection was welcomed: the first one, or a reconnect (`resumed`: the
-        /// missed events follow as `events`).
+        /// missed events follow as `events`, then ``caughtUp``).
         case connected(Session, resumed: Bool)
+        /// After a resumed welcome: the missed events have all come. Every `events` update
+        /// between `connected(_, resumed: true)` and this one was a replay of what happened
+        /// while disconnected; those after it are live.
+        case caughtUp
         /// The connection dropped; a reconnect follows unless `closed` does.
         case disconnected(TransportClose)
         /// The `attempt`th reconnect starts after `delay`.

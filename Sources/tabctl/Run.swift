@@ -134,6 +134,8 @@ struct Run {
                 }
             case let .connected(session, resumed):
                 note(resumed ? "resumed as \(session.client), missing nothing" : "reconnected as \(session.client); the events in between were no longer kept, the state is tabd's")
+            case .caughtUp:
+                note("caught up: the events from here on are live")
             case let .disconnected(close):
                 note("disconnected: \(close)")
             case let .reconnecting(attempt, delay):

@@ -99,7 +99,11 @@ import Testing
         let resumed = m.received(Self.welcome(resumed: true), generation: 3)
         #expect(resumed.first == .publish(.connected(m.session, resumed: true)))
         #expect(!resumed.contains(.publish(.snapshot(Self.origin))), "a resume keeps the state")
-        #expect(Self.sent(resumed).map { $0["type"] } == [.string("select")])
+        // The catch-up ping first, then the command that waited.
+        #expect(Self.sent(resumed).map { $0["type"] } == [.string("ping"), .string("select")])
+        // The missed batches come before the ping's pong: with it, the client has caught up.
+        let catchUp = try #require(Self.sent(resumed).first?["ref"]?.stringValue)
+        #expect(m.received(Array(#"{"type":"pong","ref":"\#(catchUp)"}"#.utf8), generation: 3) == [.publish(.caughtUp)])
         // Failing again: the delay doubles, and is capped.
         _ = m.closed(drop, generation: 3, jitter: 1)
         _ = m.reconnectDue(generation: 4)
