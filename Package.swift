@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "WebSockets", targets: ["WebSockets"]),
         .library(name: "WebSocketsClient", targets: ["WebSocketsClient"]),
         .library(name: "TabdClient", targets: ["TabdClient"]),
+        .library(name: "TabdObservation", targets: ["TabdObservation"]),
         .library(name: "TabdServer", targets: ["TabdServer"]),
         .executable(name: "tabd", targets: ["tabd"]),
         .executable(name: "tabctl", targets: ["tabctl"]),
@@ -82,6 +83,9 @@ let package = Package(
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
         .target(name: "TabdClient", dependencies: ["Coordinator", "CTLS", "WebSocketEngine", "WebSocketsClient", "Locking"], swiftSettings: strict),
+        // A room as an observable model on the main actor (Observation), on TabdClient: what
+        // a SwiftUI tab bar binds to (docs/CLIENTS.md).
+        .target(name: "TabdObservation", dependencies: ["TabdClient", "Coordinator"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
         .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
@@ -91,6 +95,9 @@ let package = Package(
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         // TabdClient against real tabd processes (needs the tabd product built).
         .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
+        // The observable model against real tabds (processes), with Observation's tracking.
+        .testTarget(name: "TabdObservationTests", dependencies: ["TabdObservation", "TabdClient", "TabdLoad", "Conformance", "Coordinator", "Locking"],
+                    swiftSettings: strict),
         // The daemon's library in-process: its pure rules, and whole daemons on port 0.
         .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "ArgumentParsing", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
                     swiftSettings: strict),
