@@ -52,6 +52,8 @@ public final class TabdRoom {
         public let seq: Int
         /// The client that caused it (`tabd` for the daemon's own).
         public let by: ClientID
+
+        func matches(_ tab: TabID?, _ page: PageID?) -> Bool { (tab == nil || self.tab == tab) && (page == nil || self.page == page) }
     }
 
     /// A scroll-to-top, as it happened: the room's counter moved to `count` for `tab`.
@@ -188,20 +190,21 @@ public final class TabdRoom {
 
     // MARK: Lifecycle
 
-    /// The pages of `tab` (nil: every tab) that appear, as they do.
-    public func appears(on tab: TabID? = nil) -> AsyncStream<PageEvent> {
-        listen { if case let .appear(e) = $0, tab == nil || e.tab == tab { e } else { nil } }
+    /// The pages of `tab` (nil: every tab; `page`: that page only) that appear, as they do.
+    public func appears(on tab: TabID? = nil, page: PageID? = nil) -> AsyncStream<PageEvent> {
+        listen { if case let .appear(e) = $0, e.matches(tab, page) { e } else { nil } }
     }
 
-    /// The pages of `tab` (nil: every tab) that appear for the first time: once per page,
-    /// whatever pushes, pops and tab switches follow.
-    public func firstAppears(on tab: TabID? = nil) -> AsyncStream<PageEvent> {
-        listen { if case let .firstAppear(e) = $0, tab == nil || e.tab == tab { e } else { nil } }
+    /// The pages of `tab` (nil: every tab; `page`: that page only) that appear for the
+    /// first time: once per page, whatever pushes, pops and tab switches follow.
+    public func firstAppears(on tab: TabID? = nil, page: PageID? = nil) -> AsyncStream<PageEvent> {
+        listen { if case let .firstAppear(e) = $0, e.matches(tab, page) { e } else { nil } }
     }
 
-    /// The pages of `tab` (nil: every tab) that stop being the visible page.
-    public func disappears(on tab: TabID? = nil) -> AsyncStream<PageEvent> {
-        listen { if case let .disappear(e) = $0, tab == nil || e.tab == tab { e } else { nil } }
+    /// The pages of `tab` (nil: every tab; `page`: that page only) that stop being the
+    /// visible page.
+    public func disappears(on tab: TabID? = nil, page: PageID? = nil) -> AsyncStream<PageEvent> {
+        listen { if case let .disappear(e) = $0, e.matches(tab, page) { e } else { nil } }
     }
 
     /// The scroll-to-tops of `tab` (nil: every tab).

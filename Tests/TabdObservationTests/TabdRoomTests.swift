@@ -80,6 +80,8 @@ import Testing
         let firsts = Gathered(room.firstAppears(on: "home"))
         let appears = Gathered(room.appears(on: "home"))
         let disappears = Gathered(room.disappears(on: "home"))
+        let root = try #require(room.tab("home")?.stack.first?.id)
+        let rootAppears = Gathered(room.appears(on: "home", page: root))
         try await room.push("a", on: "home")
         try await room.pop(on: "home")
         try await room.push("b", on: "home")
@@ -87,6 +89,8 @@ import Testing
         try await until("two first appears") { firsts.all.count == 2 && disappears.all.count == 4 }
         #expect(firsts.all.map(\.route) == ["a", "b"], "once per page; the root page's was before the model")
         #expect(appears.all.map(\.route) == ["a", "root", "b", "root"])
+        try await until("the root page's own appears") { rootAppears.all.count == 2 }
+        #expect(rootAppears.all.map(\.page) == [root, root], "one page's stream hears that page only")
         // A popped page's disappear names the route it had.
         #expect(disappears.all.map(\.route) == ["root", "a", "root", "b"])
 
