@@ -61,7 +61,8 @@ export type Action =
   | { do: "reject"; id: number; error: TabdError }
   | { do: "publish"; update: Update }
   | { do: "ready" }
-  | { do: "failed"; error: TabdError };
+  | { do: "failed"; error: TabdError }
+  | { do: "foldHeld" };
 
 /** The machine's settings (tabd.js fills them from the client's options). */
 export interface MachineOptions {
@@ -100,6 +101,8 @@ export class ClientMachine {
   retryDue(generation: number): Action[];
   /** A heartbeat of connection `generation` is due. */
   heartbeatDue(generation: number): Action[];
+  /** The frames held during a resync, folded after its snapshot's updates (after a `foldHeld` action). */
+  foldHeld(): Action[];
   /** The program drops the connection; the next attempt is not before `holdMs` from now. */
   disconnect(holdMs: number): Action[];
   /** The program asks to try again now. */

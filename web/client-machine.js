@@ -22,6 +22,8 @@
 //   {do: "publish", update}                   tell every listener
 //   {do: "ready"}                             the client has a state (connect() resolves)
 //   {do: "failed", error}                     closed for good (connect() rejects)
+//   {do: "foldHeld"}                          call foldHeld(): the frames held during a resync
+//                                             are folded once the snapshot's updates are out
 import { FoldError, applyFrame, fromWire } from "./model.js";
 
 /** Why a command or the client failed. `code` is the protocol's error code (`unknown_tab`,
@@ -86,6 +88,7 @@ export class ClientMachine {
   #waiting = []; // commands made while not welcomed, sent after the next welcome: {type, fields, id}
   #awaiting = []; // acks whose seq the state has not reached yet: {seq, id}
   #resync = null; // a sync of the client's own is out: {frames held meanwhile, fresh}
+  #held = []; // frames held during a resync, to fold after the snapshot (foldHeld)
   #catchUpRef = null; // the ping after a resumed welcome
   #untrusted = false; // tabd broke the protocol: the next connection starts from a snapshot
   #awaitingPong = false;
@@ -192,6 +195,19 @@ export class ClientMachine {
     return [{ do: "cancelRetry" }, ...this.#open()];
   }
 
+  /** The frames held while a resync was out, folded after its snapshot: each its own
+   * update, as if it had come then (listeners heard the snapshot's state first). */
+  foldHeld() {
+    const held = this.#held;
+    this.#held = [];
+    const actions = [];
+    for (const frame of held) {
+      if (this.#resync) this.#resync.frames.push(frame); // refused again: held for the next
+      else actions.push(...this.#fold(frame, true));
+    }
+    return actions;
+  }
+
   /** The program closes the client for good. */
   close() {
     return this.#finish(new TabdError("closed", "closed by the client"), CloseCode.normal, "bye");
@@ -235,6 +251,7 @@ export class ClientMachine {
     const actions = [{ do: "stopHeartbeat" }];
     this.#catchUpRef = null;
     this.#resync = null;
+    this.#held = [];
     const lost = this.#inFlight;
     this.#inFlight = [];
     for (const c of lost) {
@@ -443,11 +460,11 @@ export class ClientMachine {
     if (!rebuilt.ok) return rebuilt.actions;
     const actions = rebuilt.actions;
     if (this.connection === "catching-up" && !this.#catchUpRef) actions.push(...this.#setConnection("live"));
-    for (const frame of held) {
-      if (this.#resync) this.#resync.frames.push(frame); // refused again: held for the next
-      else actions.push(...this.#fold(frame, true));
-    }
     actions.push({ do: "ready" });
+    if (held.length > 0) {
+      this.#held = held;
+      actions.push({ do: "foldHeld" });
+    }
     return actions;
   }
 

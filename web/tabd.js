@@ -132,7 +132,9 @@ export class TabdClient {
       backoff: Object.assign({}, DEFAULTS.backoff, options.backoff || {}),
       heartbeat: options.heartbeat ?? DEFAULTS.heartbeat,
       reconnect: options.reconnect ?? true,
-      beforeEvent: options.beforeEvent ?? null,
+      // A beforeEvent that throws is reported, as a listener's fault is: it cannot stop a fold
+      // half-way.
+      beforeEvent: options.beforeEvent ? (e, state) => { try { options.beforeEvent(e, state); } catch (err) { report(err); } } : null,
     }, { now: () => Date.now(), random: options.random ?? Math.random });
     this.ready = new Promise((resolve, reject) => { this.#readyResolve = resolve; this.#readyReject = reject; });
     this.ready.catch(() => {}); // closing before the welcome is reported by connect()
@@ -288,11 +290,14 @@ export class TabdClient {
         clearInterval(this.#heartbeatTimer);
         this.#heartbeatTimer = null;
         break;
-      case "resolve": this.#settle(a.id).resolve(a.value); break;
-      case "reject": this.#settle(a.id).reject(a.error); break;
+      // An answer to one of the client's own commands (id null) settles nothing.
+      case "resolve": this.#settle(a.id)?.resolve(a.value); break;
+      case "reject": this.#settle(a.id)?.reject(a.error); break;
       case "publish": this.#publish(a.update); break;
-      case "ready": this.#readyResolve(this); break;
+      // A listener may have closed the client since the machine said ready.
+      case "ready": if (this.connection !== "closed") this.#readyResolve(this); break;
       case "failed": this.#readyReject(a.error); break;
+      case "foldHeld": this.#queue.push(...this.#machine.foldHeld()); break;
       default: throw new Error(`tabd.js: an action it does not know: ${a.do}`);
     }
   }
@@ -315,6 +320,7 @@ export class TabdClient {
   }
 
   #settle(id) {
+    if (id === null) return undefined;
     const p = this.#pending.get(id);
     this.#pending.delete(id);
     return p;
@@ -325,13 +331,17 @@ export class TabdClient {
       try {
         listener(update);
       } catch (e) {
-        // One listener's fault is its own; report it where the developer looks (the
-        // console, window.onerror), as an uncaught error would be.
-        if (typeof globalThis.reportError === "function") globalThis.reportError(e);
-        else setTimeout(() => { throw e; });
+        report(e);
       }
     }
   }
+}
+
+// One listener's fault is its own; report it where the developer looks (the console,
+// window.onerror), as an uncaught error would be.
+function report(e) {
+  if (typeof globalThis.reportError === "function") globalThis.reportError(e);
+  else setTimeout(() => { throw e; });
 }
 
 function withTab(fields, tab) {

@@ -176,6 +176,29 @@ test("sync, ping and clients answer with a snapshot, a round trip and a page", a
 
 // ---------------------------------------------------------------- a frame that does not fold
 
+test("after a resync, listeners hear the snapshot's state first, then each held frame as its own update", async () => {
+  const { sock, client } = await connected();
+  const heard = [];
+  client.subscribe((u) => { if (u.type === "snapshot" || u.type === "events") heard.push([u.type, client.state.seq]); });
+  sock.frame(pushed(7, "p7")); // seq 6 never came
+  const sync = sock.last("sync");
+  sock.frame(pushed(8, "p8")); // held
+  const at6 = snapshot(6);
+  at6.tabs[0].stack.push({ id: "p6", route: "a", appeared: false, appearCount: 0 });
+  sock.frame({ type: "snapshot", ref: sync.ref, snapshot: at6 });
+  // Frame 7 came before the sync was taken: it was refused, and is not held. Frame 8 was.
+  assert.deepEqual(heard, [["snapshot", 6]], "the held frame does not follow on 6: a new sync");
+  const again = sock.last("sync");
+  assert.notEqual(again.ref, sync.ref);
+  const at8 = snapshot(8);
+  at8.tabs[0].stack.push({ id: "p6", route: "a", appeared: false, appearCount: 0 }, { id: "p7", route: "b", appeared: false, appearCount: 0 });
+  at8.seq = 7;
+  sock.frame(pushed(8, "p8b")); // held behind the second sync
+  sock.frame({ type: "snapshot", ref: again.ref, snapshot: at8 });
+  assert.deepEqual(heard, [["snapshot", 6], ["snapshot", 7], ["events", 8]], "the snapshot at 7 is heard at 7, then frame 8 on its own");
+  client.close();
+});
+
 test("a gap asks for a snapshot; the frames meanwhile are held, and what follows the snapshot folds on it", async () => {
   const { sock, client, updates } = await connected();
   sock.frame(pushed(7, "p7")); // seq 6 never came
