@@ -117,6 +117,8 @@ public final class TabdRoom {
     /// Intents waiting for the model to hold their seq.
     @ObservationIgnored private var seqWaiters: [(seq: Int, resume: CheckedContinuation<Void, Never>)] = []
     @ObservationIgnored private var following: Task<Void, Never>?
+    /// False once the room's stream has ended (the client closed).
+    @ObservationIgnored private var isFollowing = true
 
     private struct Listener {
         let yield: @Sendable (Happening) -> Void
@@ -140,16 +142,20 @@ public final class TabdRoom {
     public init(following client: TabdClient) async {
         self.client = client
         let updates = await client.updates()
-        state = await client.state
         session = await client.session
         switch await client.connection {
         case .connected: connection = .live
         case let .reconnecting(attempt): connection = .reconnecting(attempt: attempt)
         case let .closed(error): connection = .closed(error)
         }
+        // The stream's first update is the client's state as of the subscription: the model
+        // starts there, and every later update follows on it.
+        var iterator = updates.makeAsyncIterator()
+        if case let .snapshot(first)? = await iterator.next(isolation: #isolation) { state = first } else { state = await client.state }
         show(state, replaced: true)
-        following = Task { [weak self] in
-            for await update in updates {
+        following = Task { [weak self, iterator] in
+            var rest = iterator
+            while let update = await rest.next(isolation: #isolation) {
                 guard let self else { return }
                 self.take(update)
             }
@@ -184,7 +190,10 @@ public final class TabdRoom {
     /// Waits until the model holds `seq` (a command's ack): the client has folded it and
     /// handed it to this model's stream, which may not have been read yet.
     private func reflect(_ seq: Int) async {
-        guard self.seq < seq, following != nil else { return }
+        // The client holds the seq (so it is on its way in the stream), unless a refused
+        // resync handed the answer out without its events: then the model cannot get
+        // there sooner than the client, and the intent returns now.
+        guard self.seq < seq, isFollowing, await client.state.seq >= seq, self.seq < seq, isFollowing else { return }
         await withCheckedContinuation { seqWaiters.append((seq, $0)) }
     }
 
@@ -221,7 +230,7 @@ public final class TabdRoom {
         let id = nextListener
         nextListener += 1
         listeners[id] = Listener(yield: { if let t = pick($0) { continuation.yield(t) } }, finish: { continuation.finish() })
-        continuation.onTermination = { _ in Task { @MainActor [weak self] in self?.listeners[id] = nil } }
+        continuation.onTermination = { [weak self] _ in Task { @MainActor in self?.listeners[id] = nil } }
         return stream
     }
 
@@ -263,6 +272,7 @@ public final class TabdRoom {
     }
 
     private func ended() {
+        isFollowing = false
         for listener in listeners.values { listener.finish() }
         listeners = [:]
         releaseWaiters(all: true)
