@@ -328,6 +328,21 @@ def read_until(proc, marker, lines):
     return False
 
 
+def read_rest(proc, seconds):
+    """The rest of the script's output until it exits, read through the same file object as
+    read_until: its read-ahead may hold lines already, which communicate() (reading the pipe
+    underneath) would lose. The script is killed if it has not ended within `seconds`."""
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    reader.join(seconds)
+    if reader.is_alive():
+        proc.kill()
+        reader.join()
+    proc.wait()
+    return rest[0] if rest else ""
+
+
 def nats_pids_of(run_dir):
     """Process ids of nats-servers whose config lives under `run_dir`."""
     found = []
@@ -354,7 +369,7 @@ def test_cluster_script_starts_three_nodes_and_ctrl_c_stops_everything(tmp_path)
             assert f"  node{k}  http://127.0.0.1:0/" in text
         assert "nats://127.0.0.1:" in text
         proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
+        rest = read_rest(proc, 30)
     finally:
         if proc.poll() is None:
             proc.kill()
