@@ -15,7 +15,7 @@ import signal
 import websockets.exceptions
 
 from conftest import Client
-from test_cluster import COMMANDS, NatsCluster, assert_one_order, engine, nodes, room_name  # noqa: F401 (engine: the fixture)
+from test_cluster import COMMANDS, NatsCluster, assert_one_order, engine, nodes, room_name, sync_everyone  # noqa: F401 (engine: the fixture)
 from test_rooms import wait_for
 
 IN_FLIGHT = 64   # commands each node's client keeps in flight
@@ -69,11 +69,11 @@ def assert_acks_in_history(acked, history):
             assert history.get(e["seq"]) == e, f"acknowledged event {e} of {client} {ref} lost or its seq reused"
 
 
-async def full_history(ws, room, epoch):
+async def full_history(ws, room, epoch, at_least=0):
+    """The room's history from seq 1 through at least seq `at_least`, read from `ws`."""
     reader = await Client.connect(ws, room=room, resume=0, epoch=epoch)
     assert reader.welcome["resumed"] is True, "the whole history is within the resume window"
-    _, sync = await reader.command("sync")
-    await reader.until_seq(sync["snapshot"]["seq"])
+    await sync_everyone([reader], at_least)
     seqs = [e["seq"] for b in reader.batches for e in b["events"]]
     assert seqs == list(range(1, seqs[-1] + 1)), "the room's history is gap-free, no seq twice"
     history = {e["seq"]: e for b in reader.batches for e in b["events"]}
@@ -85,11 +85,9 @@ async def assert_one_stream_with_every_ack(clients, acked, reader_ws, room):
     """After a storm: every client caught up with `sync` saw one order, and the room's
     whole history (read from `reader_ws`) holds every acknowledged command's events.
     Closes the clients."""
-    _, sync = await clients[0].command("sync")
-    for c in clients:
-        await c.until_seq(sync["snapshot"]["seq"])
-    assert_one_order(clients, sync["snapshot"])
-    assert_acks_in_history(acked, await full_history(reader_ws, room, clients[0].welcome["epoch"]))
+    assert_one_order(clients, await sync_everyone(clients))
+    newest = max((events[-1]["seq"] for events in acked.values()), default=0)
+    assert_acks_in_history(acked, await full_history(reader_ws, room, clients[0].welcome["epoch"], newest))
     for c in clients:
         await c.close()
 
@@ -211,7 +209,8 @@ async def test_the_whole_cluster_killed_with_every_pipeline_full_keeps_every_ack
     # The engine's servers start again on the same stores, and new nodes read the room.
     with NatsCluster(3, base_dir=store) as engine:
         again = nodes(make_daemon, engine)
-        history = await full_history(again[1].ws, room, epoch)
+        newest = max(events[-1]["seq"] for events in known.values())
+        history = await full_history(again[1].ws, room, epoch, newest)
         assert_acks_in_history(known, history)
         # Whatever node the room is read on, it is the same room (the second reader sees
         # the first one come and go after it).

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import ROOT, TABD, WAIT, Client, cluster_secret_file
 from test_install import environment, refused
+from test_cluster import sync_everyone
 from test_rooms import call, comparable
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
@@ -427,11 +428,9 @@ async def test_forged_publish_acknowledgements_change_nothing_a_client_sees(make
     finally:
         stop = True
         await forger
-    _, sync = await clients[0].command("sync")
-    for c in clients:
-        await c.until_seq(sync["snapshot"]["seq"])
+    last = (await sync_everyone(clients))["seq"]
     first = max(c.welcome["snapshot"]["seq"] for c in clients)
-    streams = [[b for b in c.batches if b["events"][0]["seq"] > first] for c in clients]
+    streams = [[b for b in c.batches if first < b["events"][0]["seq"] <= last] for c in clients]
     assert all(s == streams[0] for s in streams), "clients on different nodes saw different streams"
     by_end = {b["events"][-1]["seq"]: b for b in clients[0].batches}
     for ref, f in answers.items():
