@@ -57,6 +57,8 @@ export type Action =
   | { do: "cancelRetry" }
   | { do: "heartbeat"; every: number; generation: number }
   | { do: "stopHeartbeat" }
+  | { do: "resyncLater"; delay: number; generation: number }
+  | { do: "cancelResync" }
   | { do: "resolve"; id: number; value: unknown }
   | { do: "reject"; id: number; error: TabdError }
   | { do: "publish"; update: Update }
@@ -69,6 +71,7 @@ export interface MachineOptions {
   name: string | null;
   backoff: { initial: number; max: number };
   heartbeat: number;
+  resyncRetry: number;
   reconnect: boolean;
   beforeEvent: ((event: Event, state: Snapshot) => void) | null;
 }
@@ -101,6 +104,8 @@ export class ClientMachine {
   retryDue(generation: number): Action[];
   /** A heartbeat of connection `generation` is due. */
   heartbeatDue(generation: number): Action[];
+  /** The delay after tabd refused the client's own sync (after a `resyncLater` action) is over. */
+  resyncDue(generation: number): Action[];
   /** The frames held during a resync, folded after its snapshot's updates (after a `foldHeld` action). */
   foldHeld(): Action[];
   /** The program drops the connection; the next attempt is not before `holdMs` from now. */

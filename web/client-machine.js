@@ -17,6 +17,8 @@
 //   {do: "cancelRetry"}
 //   {do: "heartbeat", every, generation}      call heartbeatDue(generation) every `every` ms
 //   {do: "stopHeartbeat"}
+//   {do: "resyncLater", delay, generation}    call resyncDue(generation) after delay ms
+//   {do: "cancelResync"}
 //   {do: "resolve", id, value}                the command's outcome
 //   {do: "reject", id, error}
 //   {do: "publish", update}                   tell every listener
@@ -74,7 +76,7 @@ const ANSWERS = new Set(["ack", "snapshot", "pong", "clients", "error"]);
 
 /**
  * One room's client as a machine. `endpoint` is tabd.js's `endpoint()`; `options`:
- * {name, backoff: {initial, max}, heartbeat, reconnect, beforeEvent}; `clock`:
+ * {name, backoff: {initial, max}, heartbeat, resyncRetry, reconnect, beforeEvent}; `clock`:
  * {now() in ms since 1970, random() in [0, 1)}.
  */
 export class ClientMachine {
@@ -87,7 +89,7 @@ export class ClientMachine {
   #inFlight = []; // sent on the current connection, in order: {ref, type, id, own}
   #waiting = []; // commands made while not welcomed, sent after the next welcome: {type, fields, id}
   #awaiting = []; // acks whose seq the state has not reached yet: {seq, id}
-  #resync = null; // a sync of the client's own is out: {frames held meanwhile, fresh}
+  #resync = null; // a batch did not fold; a sync of the client's own is out (or due again): {frames held meanwhile, fresh, refused}
   #held = []; // frames held during a resync, to fold after the snapshot (foldHeld)
   #catchUpRef = null; // the ping after a resumed welcome
   #untrusted = false; // tabd broke the protocol: the next connection starts from a snapshot
@@ -179,6 +181,13 @@ export class ClientMachine {
     if (this.#awaitingPong) return this.#drop(CloseCode.clientDrop, "no pong");
     this.#awaitingPong = true;
     return this.#transmit({ type: "ping", fields: {}, id: null, own: "heartbeat" });
+  }
+
+  /** The delay after tabd refused the client's own sync is over: it asks again. */
+  resyncDue(generation) {
+    if (!this.#current(generation) || !this.#resync || !this.#resync.refused) return [];
+    this.#resync.refused = false;
+    return this.#transmit({ type: "sync", fields: {}, id: null, own: "resync" });
   }
 
   /** The program drops the connection, as a network failure would; the next attempt is not
@@ -285,7 +294,7 @@ export class ClientMachine {
     const actions = [];
     if (this.#link) actions.push({ do: "close", code, reason });
     this.#link = null;
-    actions.push({ do: "stopHeartbeat" }, { do: "cancelRetry" });
+    actions.push({ do: "stopHeartbeat" }, { do: "cancelRetry" }, { do: "cancelResync" });
     this.retryAt = null;
     this.error = error;
     for (const c of this.#inFlight.concat(this.#waiting)) if (c.id !== null) actions.push(reject(c.id, error));
@@ -368,7 +377,7 @@ export class ClientMachine {
   }
 
   #requestResync(fresh) {
-    this.#resync = { frames: [], fresh };
+    this.#resync = { frames: [], fresh, refused: false };
     return this.#transmit({ type: "sync", fields: {}, id: null, own: "resync" });
   }
 
@@ -415,9 +424,11 @@ export class ClientMachine {
     const c = this.#inFlight.shift();
     if (f.type === "error") {
       const actions = [];
-      if (c.own === "resync") {
-        // Our own sync refused (rate_limited): the held frames are not folded; ask again.
-        actions.push(...this.#requestResync(this.#resync ? this.#resync.fresh : false));
+      if (c.own === "resync" && this.#resync) {
+        // Our own sync refused (rate_limited): what came meanwhile stays held; ask again
+        // after a while (asking at once would be refused until the budget refills).
+        this.#resync.refused = true;
+        actions.push({ do: "resyncLater", delay: this.#options.resyncRetry, generation: this.#generation });
       } else if (c.own === "catchUp") {
         this.#catchUpRef = null;
         actions.push(...this.#setConnection("live"));

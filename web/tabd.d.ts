@@ -34,6 +34,8 @@ export interface ClientOptions {
   backoff?: { initial?: number; max?: number };
   /** ms between heartbeat pings (default 20000; 0: none). */
   heartbeat?: number;
+  /** ms before asking again for a snapshot when tabd refused the client's own sync (`rate_limited`; default 500). */
+  resyncRetry?: number;
   /** false: the client closes when the connection drops (default true). */
   reconnect?: boolean;
   /** Called just before each event is folded, with the state as it is then; it only reads. */

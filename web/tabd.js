@@ -38,6 +38,7 @@ export { CloseCode, FoldError, TabdError, tokenExpiry };
 const DEFAULTS = {
   backoff: { initial: 250, max: 8000 },
   heartbeat: 20000,
+  resyncRetry: 500,
   timeout: 10000,
 };
 
@@ -120,6 +121,7 @@ export class TabdClient {
   #performing = false;
   #retryTimer = null;
   #heartbeatTimer = null;
+  #resyncTimer = null;
   #readyResolve;
   #readyReject;
 
@@ -131,6 +133,7 @@ export class TabdClient {
       name: options.name ?? null,
       backoff: Object.assign({}, DEFAULTS.backoff, options.backoff || {}),
       heartbeat: options.heartbeat ?? DEFAULTS.heartbeat,
+      resyncRetry: options.resyncRetry ?? DEFAULTS.resyncRetry,
       reconnect: options.reconnect ?? true,
       // A beforeEvent that throws is reported, as a listener's fault is: it cannot stop a fold
       // half-way.
@@ -285,6 +288,14 @@ export class TabdClient {
       case "heartbeat":
         clearInterval(this.#heartbeatTimer);
         this.#heartbeatTimer = setInterval(() => this.#perform(this.#machine.heartbeatDue(a.generation)), a.every);
+        break;
+      case "resyncLater":
+        clearTimeout(this.#resyncTimer);
+        this.#resyncTimer = setTimeout(() => { this.#resyncTimer = null; this.#perform(this.#machine.resyncDue(a.generation)); }, a.delay);
+        break;
+      case "cancelResync":
+        clearTimeout(this.#resyncTimer);
+        this.#resyncTimer = null;
         break;
       case "stopHeartbeat":
         clearInterval(this.#heartbeatTimer);

@@ -30,6 +30,8 @@ package struct ClientMachine: Sendable {
         case closeConnection(code: UInt16)
         /// After `after`, call ``reconnectDue(generation:)``.
         case scheduleReconnect(generation: Int, after: Duration)
+        /// After `after`, call ``resyncDue(generation:)`` (tabd refused the client's own `sync`).
+        case scheduleResync(generation: Int, after: Duration)
         /// After 2 s, call ``closeTimedOut()`` (tabd did not answer the close).
         case scheduleCloseTimeout
         /// The command's outcome.
@@ -48,19 +50,29 @@ package struct ClientMachine: Sendable {
         package var initialBackoff: Duration = .milliseconds(100)
         package var maxBackoff: Duration = .seconds(5)
         package var connectTimeout: Duration = .seconds(10)
+        /// How long after tabd refused the client's own `sync` (`rate_limited`) it asks again.
+        package var resyncRetry: Duration = .milliseconds(500)
 
         package init(reconnects: Bool = true, initialBackoff: Duration = .milliseconds(100), maxBackoff: Duration = .seconds(5),
-                     connectTimeout: Duration = .seconds(10)) {
+                     connectTimeout: Duration = .seconds(10), resyncRetry: Duration = .milliseconds(500)) {
             self.reconnects = reconnects; self.initialBackoff = initialBackoff; self.maxBackoff = maxBackoff
-            self.connectTimeout = connectTimeout
+            self.connectTimeout = connectTimeout; self.resyncRetry = resyncRetry
         }
     }
 
     private struct Link: Sendable {
         let generation: Int
         var welcomed = false
-        /// A `sync` of the client's own is out because a batch did not fold.
-        var resyncing = false
+        /// A batch did not fold: the state waits for a snapshot of the client's own `sync`.
+        /// Until it comes, batches are skipped and answers held.
+        var resync: Resync?
+    }
+
+    private enum Resync: Sendable {
+        /// The `sync` is out.
+        case asked
+        /// tabd refused it (`rate_limited`): asked again at ``resyncDue(generation:)``.
+        case refused
     }
 
     /// What a frame the client sent on its own is for.
@@ -184,6 +196,12 @@ package struct ClientMachine: Sendable {
     package mutating func reconnectDue(generation g: Int) -> [Action] {
         guard generation == g, case .reconnecting = connection else { return [] }
         return open(resume: session.epoch.isEmpty ? nil : (state.seq, session.epoch))
+    }
+
+    /// The delay after a refused `sync` of the client's own is over: it asks again.
+    package mutating func resyncDue(generation g: Int) -> [Action] {
+        guard let link, link.generation == g, link.resync == .refused else { return [] }
+        return askForSnapshot()
     }
 
     /// The program closes the client: a close frame if connected (and a timeout for
@@ -317,14 +335,20 @@ package struct ClientMachine: Sendable {
         do {
             try next.apply(batch)
         } catch {
-            guard link?.resyncing == false else { return [] }
-            link?.resyncing = true
-            nextRef += 1
-            return transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .sync).json.compactBytes,
-                                    request: nil, own: .resync))
+            guard link?.resync == nil else { return [] }
+            return askForSnapshot()
         }
         state = next
         return [.publish(.events(batch))]
+    }
+
+    /// Sends a `sync` of the client's own; until its snapshot comes, batches are skipped
+    /// (it holds them) and answers are held.
+    private mutating func askForSnapshot() -> [Action] {
+        link?.resync = .asked
+        nextRef += 1
+        return transmit(Pending(ref: "\(nextRef)", frame: CommandEnvelope(ref: "\(nextRef)", command: .sync).json.compactBytes,
+                                request: nil, own: .resync))
     }
 
     private mutating func answer(_ ref: String?, _ result: Result<Reply, TabdClientError>, jitter: Double) -> [Action] {
@@ -343,16 +367,18 @@ package struct ClientMachine: Sendable {
         guard let request = pending.request else {
             // The catch-up ping: answered (or refused, rate_limited), the replays are over.
             if pending.own == .catchUp { return [.publish(.caughtUp)] }
-            // The client's own sync after a batch that did not fold.
-            var actions: [Action] = []
-            if case let .success(.snapshot(snapshot)) = result {
-                state = snapshot
-                actions.append(.publish(.snapshot(snapshot)))
-            } // else refused (rate_limited): the next batch that does not fold asks again
-            link?.resyncing = false
-            return actions + handOutParked()
+            // The client's own sync after a batch that did not fold. Refused (rate_limited):
+            // it asks again after a while, and what came meanwhile stays held; the answers go
+            // out once a snapshot holds their seqs, as in the JavaScript client.
+            guard case let .success(.snapshot(snapshot)) = result else {
+                link?.resync = .refused
+                return [.scheduleResync(generation: generation, after: settings.resyncRetry)]
+            }
+            state = snapshot
+            link?.resync = nil
+            return [.publish(.snapshot(snapshot))] + handOutParked()
         }
-        if link?.resyncing == true {
+        if link?.resync != nil {
             parked.append((request, result))
             return []
         }

@@ -290,6 +290,11 @@ public actor TabdClient {
                     try? await Task.sleep(for: after)
                     await self?.step { $0.reconnectDue(generation: generation) }
                 }
+            case let .scheduleResync(generation, after):
+                Task { [weak self] in
+                    try? await Task.sleep(for: after)
+                    await self?.step { $0.resyncDue(generation: generation) }
+                }
             case .scheduleCloseTimeout:
                 Task { [weak self] in
                     try? await Task.sleep(for: .seconds(2))

@@ -83,6 +83,27 @@ import Testing
         #expect(m.state == fresh)
     }
 
+    @Test func aRefusedResyncAsksAgainAfterItsDelayHoldingTheAnswersMeanwhile() throws {
+        var m = try Self.welcomed()
+        _ = m.request(.tap(tab: "home"), id: 1)
+        _ = m.received(Self.events(7), generation: 1)
+        #expect(m.received(Array(#"{"type":"ack","ref":"1","seq":7}"#.utf8), generation: 1).isEmpty)
+        // tabd refuses the sync before parsing it (no ref): not asked again at once, which
+        // tabd would refuse too until the connection's budget refills.
+        let refusal = Array(#"{"type":"error","ref":null,"code":"rate_limited","message":"slow down"}"#.utf8)
+        #expect(m.received(refusal, generation: 1) == [.scheduleResync(generation: 1, after: .milliseconds(500))])
+        #expect(Self.sent(m.received(Self.events(8), generation: 1)).isEmpty, "a batch that does not fold meanwhile asks nothing")
+        #expect(m.resyncDue(generation: 0).isEmpty, "a delay of another connection")
+        let again = m.resyncDue(generation: 1)
+        #expect(Self.sent(again).map { $0["type"] } == [.string("sync")])
+        #expect(m.resyncDue(generation: 1).isEmpty, "asked once")
+        #expect(m.state.seq == 4, "the ack is still held: the state does not hold its seq")
+        var fresh = Self.origin
+        fresh.seq = 8
+        #expect(m.received(ServerFrame.snapshot(ref: "3", fresh).bytes, generation: 1)
+            == [.publish(.snapshot(fresh)), .reply(1, .success(.ack(7)))])
+    }
+
     @Test func aDropFailsWhatWasInFlightAndResumesAfterABackoff() throws {
         var m = try Self.welcomed()
         _ = m.request(.tap(tab: "home"), id: 1)

@@ -9,13 +9,16 @@ import Testing
 ///
 /// A session's steps: `do` (`connect`, `command` with an `id`, `drop` with a close `code`,
 /// `answerOwn`: tabd answers the frames the client sent on its own, a `sync` with the
-/// step's `snapshot`, a `ping` with a pong), `tabd` (a frame; a string `"@id"` stands for
+/// step's `snapshot`, a `ping` with a pong; `refuseOwn`: tabd refuses them before parsing,
+/// an error of the step's `code` without a ref), `tabd` (a frame; a string `"@id"` stands for
 /// the ref the client gave command `id`) and `expect`: `opened` (a new connection since the
 /// last such check or drop, with `resume` at that seq or none; a reconnect that is due is
 /// let happen), `sent` (the
 /// frames of the program's commands since the last such check, without their refs),
 /// `answers` (`{"ack": seq}`, `{"refused": code}`, `{"failed": true}` or `"pending"`),
-/// `connections` (how many were opened in all), `state` (`seq`, `selected`) and `finished`
+/// `connections` (how many were opened in all), `state` (`seq`, `selected`), `ownPending`
+/// (how many frames the client sent on its own are not answered yet; a `sync` it will ask
+/// for again is let happen first) and `finished`
 /// (the close `code` that ended the client).
 @Suite struct SharedSessionTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -41,6 +44,9 @@ private struct SessionRun {
     var opened: [String] = []
     var connections = 0
     var reconnectDue: Int?
+    /// A resync the client will ask for again (tabd refused its `sync`), let happen when a
+    /// check of `ownPending` comes.
+    var resyncDue: Int?
     /// The ids of the program's commands not sent yet, in order, and the ref of each sent.
     var unsent: [String] = []
     var refs: [String: String] = [:]
@@ -92,6 +98,15 @@ private struct SessionRun {
                     : .object([("type", .string("pong")), ("ref", ref)])
                 perform(machine.received(answer.compactBytes, generation: generation))
             }
+        case "refuseOwn":
+            let code = try #require(step["code"]?.stringValue)
+            let frames = own
+            own = []
+            for _ in frames {
+                let refusal: JSONValue = .object([("type", .string("error")), ("ref", .null), ("code", .string(code)),
+                                                  ("message", .string("refused: \(code)"))])
+                perform(machine.received(refusal.compactBytes, generation: generation))
+            }
         default:
             Issue.record("\(place): a step this runner does not know: \(step.compactString)")
         }
@@ -123,6 +138,13 @@ private struct SessionRun {
         if let state = expected["state"] {
             if let seq = state["seq"]?.intValue { #expect(machine.state.seq == seq, "\(place): state at \(machine.state.seq)") }
             if let selected = state["selected"]?.stringValue { #expect(machine.state.selected == selected, "\(place)") }
+        }
+        if let pending = expected["ownPending"]?.intValue {
+            if let due = resyncDue {
+                resyncDue = nil
+                perform(machine.resyncDue(generation: due))
+            }
+            #expect(own.count == pending, "\(place): \(own.count) frames of the client's own unanswered")
         }
         if let end = expected["finished"] {
             #expect(finished == .some(end["code"]?.intValue), "\(place): finished \(String(describing: finished))")
@@ -167,6 +189,8 @@ private struct SessionRun {
                 sent.append(.object(members.filter { $0.0 != "ref" }))
             case let .scheduleReconnect(g, _):
                 reconnectDue = g
+            case let .scheduleResync(g, _):
+                resyncDue = g
             case let .reply(request, result):
                 guard let id = requestIDs[request] else { continue }
                 answers[id] = switch result {

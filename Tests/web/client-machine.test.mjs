@@ -22,7 +22,7 @@ const welcome = (extra = {}) => JSON.stringify(Object.assign(
 function machine({ now = 1_000_000, random = 0.5, token, heartbeat = 20000 } = {}) {
   const clock = { now: () => clock.at, random: () => random, at: now };
   const m = new ClientMachine(endpoint("http://h:1/", { token }), {
-    name: "t", backoff: { initial: 100, max: 800 }, heartbeat, reconnect: true, beforeEvent: null,
+    name: "t", backoff: { initial: 100, max: 800 }, heartbeat, resyncRetry: 300, reconnect: true, beforeEvent: null,
   }, clock);
   return { m, clock };
 }
@@ -91,6 +91,25 @@ test("a heartbeat without a pong drops the connection (clientDrop) and reconnect
   const actions = m.heartbeatDue(1);
   assert.deepEqual(actions[0], { do: "close", code: CloseCode.clientDrop, reason: "no pong" });
   assert.ok(actions.some((a) => a.do === "retry"));
+});
+
+test("a refused resync asks again once its delay is over, holding what came meanwhile; closing cancels it", () => {
+  const { m } = machine();
+  m.start();
+  m.received(welcome(), 1);
+  const gap = JSON.stringify({ type: "events", by: "c2", ref: null, events: [{ seq: 8, kind: "scrolled", tab: "home", offset: 3 }] });
+  const asked = m.received(gap, 1).find((a) => a.do === "send");
+  assert.equal(JSON.parse(asked.text).type, "sync");
+  const refused = m.received(JSON.stringify({ type: "error", ref: null, code: "rate_limited", message: "slow down" }), 1);
+  assert.deepEqual(refused, [{ do: "resyncLater", delay: 300, generation: 1 }], "not at once: tabd would refuse it again");
+  assert.deepEqual(m.received(gap, 1), [], "a batch that does not fold meanwhile asks nothing");
+  assert.deepEqual(m.resyncDue(0), [], "a delay of another connection");
+  const again = m.resyncDue(1);
+  assert.equal(again.length, 1);
+  assert.equal(JSON.parse(again[0].text).type, "sync");
+  assert.deepEqual(m.resyncDue(1), [], "asked once");
+  m.received(JSON.stringify({ type: "error", ref: null, code: "rate_limited", message: "slow down" }), 1);
+  assert.ok(kinds(m.close()).includes("cancelResync"));
 });
 
 test("the shell sends in the machine's order when a listener commands while it performs", async () => {

@@ -52,6 +52,11 @@ class SessionRun {
     }
   }
 
+  /** The frames the client sent on its own on this connection that tabd has not answered. */
+  ownUnanswered() {
+    return this.sock.sent.filter((f) => (f.type === "sync" || f.type === "ping") && !this.ownAnswered.has(f.ref) && !this.programRefs.has(f.ref));
+  }
+
   ownRefs() { return new Set(this.allSent().filter((f) => f.type === "sync" || f.type === "ping").map((f) => f.ref)); }
 
   async step(step, place) {
@@ -62,7 +67,7 @@ class SessionRun {
     } else if (step.do === "connect") {
       this.pendingIds = [];
       this.client = new TabdClient("http://127.0.0.1:8080/", {
-        WebSocket: this.t.WebSocket, name: "t", heartbeat: 0, backoff: { initial: 1, max: 2 }, random: () => 0.5,
+        WebSocket: this.t.WebSocket, name: "t", heartbeat: 0, backoff: { initial: 1, max: 2 }, resyncRetry: 1, random: () => 0.5,
       });
       this.client.subscribe((u) => {
         if (u.type === "connection" && u.connection === "closed") this.finished = u.error?.closeCode ?? null;
@@ -80,10 +85,15 @@ class SessionRun {
       this.openedSeen = this.t.sockets.length;
       this.sock.drop(step.code);
     } else if (step.do === "answerOwn") {
-      for (const f of this.sock.sent) {
-        if (!(f.type === "sync" || f.type === "ping") || this.ownAnswered.has(f.ref) || this.programRefs.has(f.ref)) continue;
+      for (const f of this.ownUnanswered()) {
         this.ownAnswered.add(f.ref);
         this.sock.frame(f.type === "sync" ? { type: "snapshot", ref: f.ref, snapshot: step.snapshot } : { type: "pong", ref: f.ref });
+      }
+    } else if (step.do === "refuseOwn") {
+      // Refused before parsing (rate_limited): the error carries no ref.
+      for (const f of this.ownUnanswered()) {
+        this.ownAnswered.add(f.ref);
+        this.sock.frame({ type: "error", ref: null, code: step.code, message: `refused: ${step.code}` });
       }
     } else {
       assert.fail(`${place}: a step this runner does not know: ${JSON.stringify(step)}`);
@@ -113,6 +123,11 @@ class SessionRun {
     if (e.state) {
       if (e.state.seq !== undefined) assert.equal(this.client.state.seq, e.state.seq, `${place}: state`);
       if (e.state.selected !== undefined) assert.equal(this.client.state.selected, e.state.selected, `${place}: selected`);
+    }
+    if (e.ownPending !== undefined) {
+      // A sync the client asks for again after a refusal goes out once its timer is due.
+      await until(() => this.ownUnanswered().length === e.ownPending, `${place}: ${e.ownPending} own frames unanswered`)
+        .catch(() => assert.equal(this.ownUnanswered().length, e.ownPending, `${place}: own frames unanswered`));
     }
     if (e.finished) assert.equal(this.finished, e.finished.code, `${place}: finished`);
   }

@@ -168,7 +168,7 @@ import { ClientMachine, type Action } from "../../../web/client-machine.js";
 
 export function machine(): Action[] {
   const m = new ClientMachine(endpoint("http://127.0.0.1:8080/"), {
-    name: null, backoff: { initial: 250, max: 8000 }, heartbeat: 0, reconnect: true, beforeEvent: null,
+    name: null, backoff: { initial: 250, max: 8000 }, heartbeat: 0, resyncRetry: 500, reconnect: true, beforeEvent: null,
   }, { now: () => Date.now(), random: () => 0.5 });
   const actions = m.start();
   for (const a of actions) {
