@@ -94,7 +94,8 @@ let package = Package(
         .executableTarget(name: "tabbench", dependencies: ["ArgumentParsing", "Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad", "TabdClient"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         // TabdClient against real tabd processes (needs the tabd product built).
-        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdLoad", "Conformance", "Locking"], swiftSettings: strict),
+        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdObservation", "TabdLoad", "Conformance", "Locking"],
+                    swiftSettings: strict),
         // The observable model against real tabds (processes), with Observation's tracking.
         .testTarget(name: "TabdObservationTests", dependencies: ["TabdObservation", "TabdClient", "TabdLoad", "Conformance", "Coordinator", "Locking"],
                     swiftSettings: strict),

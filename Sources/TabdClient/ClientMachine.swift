@@ -131,6 +131,10 @@ package struct ClientMachine: Sendable {
         return false
     }
 
+    /// Whether the connection was resumed and the missed batches are still coming: the
+    /// catch-up ping is not answered yet.
+    package var isCatchingUp: Bool { inFlight.contains { $0.own == .catchUp } }
+
     /// Whether there is a connection (welcomed or not) a close must wait for.
     package var hasConnection: Bool { link != nil }
 

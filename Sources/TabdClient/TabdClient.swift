@@ -173,9 +173,13 @@ public actor TabdClient {
     /// Every change from now on, starting with the current state as a `snapshot`. Each
     /// call makes a new, independent sequence; it ends after `closed` (or when the
     /// consumer stops iterating). Updates are buffered without bound for a slow consumer.
+    /// A subscription made while the client catches up after a resume hears
+    /// `connected(session, resumed: true)` right after its snapshot: the events up to
+    /// ``Update/caughtUp`` are replays.
     public func updates() -> AsyncStream<Update> {
         let (stream, continuation) = AsyncStream.makeStream(of: Update.self)
         continuation.yield(.snapshot(state))
+        if machine.isCatchingUp { continuation.yield(.connected(session, resumed: true)) }
         subscribe(stream: continuation) { continuation.yield($0) }
         return stream
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Locking
 import TabdClient
+import TabdObservation
 import Testing
 
 /// A transport whose connections the test plays the server of: it sees every URL opened and
@@ -221,6 +222,36 @@ struct ScriptedTransportTests {
         #expect(try await later == 5)
         let seen = try await waitFor(updates, "caught up") { $0 == .caughtUp }
         #expect(seen.contains { $0.isDisconnected } && seen.contains { $0.isResumedWelcome })
+        await client.close()
+    }
+
+    @Test func aSubscriptionMadeWhileCatchingUpHearsTheResumeAndAModelFollowingItTakesTheReplaysAsReplays() async throws {
+        let transport = ScriptedTransport()
+        let (client, first) = try await connect(transport)
+        first.drop()
+        let second = try await transport.nextConnection()
+        second.reply(Frames.resumed(client: "c1"))
+        let ping = try await second.nextFrame()
+        #expect(ping["type"]?.stringValue == "ping", "the catch-up ping is out: the client is catching up")
+        let updates = await client.updates()
+        let room = await TabdRoom(following: client)
+        let scrolls = await room.scrollsToTop()
+        // A replay (the missed batch), the pong, then a live batch.
+        second.reply(Frames.scrollToTop(seq: 6, count: 1))
+        second.reply(ServerFrame.pong(ref: ping["ref"]!.stringValue!).json.compactString)
+        second.reply(Frames.scrollToTop(seq: 7, count: 2))
+        let seen = try await waitFor(updates, "the live batch") { if case let .events(b) = $0 { b.lastSeq == 7 } else { false } }
+        #expect(seen.prefix(2) == [.snapshot(Frames.snapshot(seq: 5)), .connected(await client.session, resumed: true)],
+                "a subscription made while catching up is told the events before caughtUp are replays")
+        #expect(seen.firstIndex(of: .caughtUp).map { $0 > 2 && $0 < seen.count - 1 } == true, "\(seen)")
+        // The model fires its scroll-to-top stream for the live batch only.
+        let fired = try await within(10, "a scroll to top fired") {
+            for await s in scrolls { return s }
+            throw TimedOut(description: "the stream ended")
+        }
+        #expect(fired.count == 2 && fired.seq == 7, "the replayed scroll to top (count 1) fired: \(fired)")
+        let (connection, count) = await MainActor.run { (room.connection, room.scrollToTop) }
+        #expect(connection == .live && count == 2)
         await client.close()
     }
 
