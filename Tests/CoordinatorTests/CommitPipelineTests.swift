@@ -90,6 +90,52 @@ import Testing
         #expect(failed == .shared(ownCommitted: 2, standingFences: [Self.fence(7)], redo: false, publishStoredAfter: 0))
     }
 
+    /// The actions as text: `publish 1,2 fences 7`, `rollBack unavailable`, `takeInOthers`.
+    static func described(_ actions: [CommitPipeline.Action]) -> [String] {
+        actions.map { action in
+            switch action {
+            case let .publish(batches, fences):
+                "publish \(batches.map { String($0.lastSeq) }.joined(separator: ",")) fences \(fences.map { String($0.address) }.joined(separator: ","))"
+            case let .rollBack(error, _): "rollBack \(error.isConflict ? "conflict" : error.code.rawValue)"
+            case .takeInOthers: "takeInOthers"
+            }
+        }
+    }
+
+    @Test func reportsThatArrivedPublishTheCommittedPrefixAndAFailureRollsBackAfterIt() {
+        var (p, waits) = Self.pipeline()
+        let none = p.reportsArrived()
+        #expect(none.isEmpty, "no report yet")
+        _ = waits[0].fulfil(nil)
+        _ = waits[1].fulfil(nil)
+        let first = p.reportsArrived()
+        #expect(Self.described(first) == ["publish 1,2 fences "])
+        _ = waits[2].fulfil(nil)
+        _ = waits[3].fulfil(.unavailable("disk"))
+        let actions = p.reportsArrived()
+        #expect(Self.described(actions) == ["publish  fences 7", "rollBack unavailable"], "the fence is answered before the rollback")
+        if case let .rollBack(_, failed)? = actions.last { #expect(failed === waits[3]) }
+    }
+
+    @Test func otherWritersBatchesAreTakenInOnceTheCoordinatorsOwnHaveSettled() {
+        var (p, waits) = Self.pipeline()
+        let atOnce = p.othersStored()
+        #expect(!atOnce, "not while its own batches wait: their seqs may be the others' too")
+        for w in waits { _ = w.fulfil(nil) }
+        let settled = p.reportsArrived()
+        #expect(Self.described(settled) == ["publish 1,2,3 fences 7", "takeInOthers"])
+        let now = p.othersStored()
+        #expect(now, "nothing of its own waits: at once")
+        let again = p.reportsArrived()
+        #expect(again.isEmpty, "taken in: not asked for again")
+        // A failure rolls back instead; the others' batches come in with the store's history.
+        var (q, qWaits) = Self.pipeline()
+        _ = q.othersStored()
+        _ = qWaits[0].fulfil(.conflict())
+        let failed = q.reportsArrived()
+        #expect(Self.described(failed) == ["rollBack conflict"])
+    }
+
     @Test func aResetForgetsEveryEntryAndStartsANewGeneration() {
         var (p, waits) = Self.pipeline()
         #expect(p.isWaiting(waits[1]))

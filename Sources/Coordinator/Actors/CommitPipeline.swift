@@ -1,9 +1,10 @@
 /// The coordinator's batches (and fences) waiting for their commit, as a value: what the
-/// store's reports come to. It decides what can be published (the committed prefix, in
-/// order; a fence not committed holds back what follows it), what the reports so far say
-/// (how far they committed, the first failure), and at a rollback how far this
-/// coordinator's own work really committed; the coordinator performs (publishes, answers,
-/// rolls its state back, tells the store).
+/// store's reports come to. Its inputs: a batch or a fence recorded, the store's reports
+/// arrived, other writers' batches stored, a failed commit, a reset. Its decisions: what
+/// can be published (the committed prefix, in order; a fence not committed holds back what
+/// follows it), when to roll back, when to take in the other writers' batches, and at a
+/// rollback how far this coordinator's own work really committed (``Rollback``). The
+/// coordinator performs them (publishes, answers, rolls its state back, tells the store).
 ///
 /// Reports come from the store's thread into each entry's ``CommitWait``; every decision
 /// reads them as they are when it is made.
@@ -12,6 +13,20 @@ struct CommitPipeline {
     private var waiting: [Unpublished] = []
     /// Bumped on every rollback; the store drops work of older generations.
     private(set) var generation = 0
+    /// Other writers stored batches while this coordinator's own were waiting: taken in
+    /// once those have settled.
+    private var othersPending = false
+
+    /// What the coordinator is to do, in order, after the store's reports arrived.
+    enum Action {
+        /// Publish these committed batches, in order, and answer these committed fences.
+        case publish([EventBatch], fences: [Unpublished.Fence])
+        /// A commit failed (`failed` is its entry's wait): roll back
+        /// (``CommitPipeline/rollback(after:stored:publishedSeq:otherWriters:)`` decides how).
+        case rollBack(CommandError, failed: CommitWait)
+        /// Take in what other writers stored (``CommitPipeline/othersStored()``).
+        case takeInOthers
+    }
 
     var isEmpty: Bool { waiting.isEmpty }
     /// The last recorded entry.
@@ -54,6 +69,33 @@ struct CommitPipeline {
             n += 1
         }
         return (n > 0 ? waiting[n - 1].lastSeq : nil, nil)
+    }
+
+    /// The store's reports arrived (its thread signalled): the committed prefix goes out; a
+    /// failure rolls back; with nothing of its own left waiting, the coordinator takes in
+    /// what other writers stored meanwhile.
+    mutating func reportsArrived() -> [Action] {
+        var actions: [Action] = []
+        let reported = reported
+        if let through = reported.committedThrough {
+            let (batches, fences) = takeCommitted(through: through)
+            actions.append(.publish(batches, fences: fences))
+        }
+        if let failure = reported.failure {
+            actions.append(.rollBack(failure.error, failed: failure.wait))
+        } else if othersPending, waiting.isEmpty {
+            actions.append(.takeInOthers)
+        }
+        return actions
+    }
+
+    /// Other writers stored batches: whether to take them in now. Not while batches of this
+    /// coordinator's own wait for their commit (their seqs may be the others' too: the
+    /// rollback sorts that out), and then once they have settled
+    /// (``reportsArrived()`` says ``Action/takeInOthers``).
+    mutating func othersStored() -> Bool {
+        othersPending = !waiting.isEmpty
+        return !othersPending
     }
 
     /// Whether `wait` is still waiting: when not, a report of the same failure has rolled

@@ -105,9 +105,6 @@ public actor Coordinator {
     /// Applied batches and fences waiting for their commit, and the generation of the
     /// store's work (bumped on every rollback): what their reports come to.
     private var pipeline = CommitPipeline()
-    /// Other writers stored batches while this coordinator's own were pending: taken in
-    /// once those have settled.
-    private var absorbPending = false
     /// A task to answer the due `sync`s is on its way (``scheduleDueSyncs()``): at most one
     /// waits for the gate, however many batches are published meanwhile.
     var dueSyncsScheduled = false
@@ -355,19 +352,28 @@ public actor Coordinator {
     /// comes after every batch up to its seq, so nothing of `seq` is held back.
     func publishCommitted(through seq: Int) {
         let (ready, fences) = pipeline.takeCommitted(through: seq)
-        for fence in fences { answers.settle(fence.address, order: fence.order, fence.answer) }
-        publish(ready)
+        publishTaken(ready, fences: fences)
     }
 
-    /// Called on every signal of the store: publishes the committed prefix of the
-    /// waiting batches, and rolls back when a commit failed.
+    /// Answers the committed fences, then publishes the committed batches taken out of the
+    /// pipeline.
+    private func publishTaken(_ batches: [EventBatch], fences: [Unpublished.Fence]) {
+        for fence in fences { answers.settle(fence.address, order: fence.order, fence.answer) }
+        publish(batches)
+    }
+
+    /// Called on every signal of the store: performs what the reports come to
+    /// (``CommitPipeline/reportsArrived()``).
     private func committed() async {
         // Reports after this point signal again; those before it are all seen below.
         commitSignalled.lower()
-        let reported = pipeline.reported
-        if let through = reported.committedThrough { publishCommitted(through: through) }
-        if let failure = reported.failure { await rollBack(failure.error, failed: failure.wait) }
-        else if absorbPending, pipeline.isEmpty { await absorb() }
+        for action in pipeline.reportsArrived() {
+            switch action {
+            case let .publish(batches, fences): publishTaken(batches, fences: fences)
+            case let .rollBack(error, failed): await rollBack(error, failed: failed)
+            case .takeInOthers: await absorb()
+            }
+        }
     }
 
     /// After a failed commit: publishes what did commit, then puts the state back to the
@@ -425,9 +431,7 @@ public actor Coordinator {
     /// command per round trip.
     public func absorb() async {
         await enter(); defer { leave() }
-        guard let durability else { return }
-        if !pipeline.isEmpty { absorbPending = true; return }
-        absorbPending = false
+        guard let durability, pipeline.othersStored() else { return }
         let stored = durability.committedState()
         // The history is in seq order: start at the first batch past this seq (a binary
         // search; the history holds at least the resume window).
