@@ -88,7 +88,10 @@ export class ClientMachine {
   #refs = 0;
   #inFlight = []; // sent on the current connection, in order: {ref, type, id, own}
   #waiting = []; // commands made while not welcomed, sent after the next welcome: {type, fields, id}
-  #awaiting = []; // acks whose seq the state has not reached yet: {seq, id}
+  // Answers that came and are not settled yet, in the order they came: {seq, id, action}.
+  // Each is settled once every answer before it is, no resync is out, and the state holds
+  // `seq` (an ack's; 0 for any other answer): across a resync, a drop and a resume.
+  #awaiting = [];
   #resync = null; // a batch did not fold; a sync of the client's own is out (or due again): {frames held meanwhile, fresh, refused}
   #held = []; // frames held during a resync, to fold after the snapshot (foldHeld)
   #catchUpRef = null; // the ping after a resumed welcome
@@ -211,7 +214,7 @@ export class ClientMachine {
     this.#held = [];
     const actions = [];
     for (const frame of held) {
-      if (this.#resync) this.#resync.frames.push(frame); // refused again: held for the next
+      if (this.#resync) this.#resync.frames.push(frame); // one did not fold: held for the next snapshot
       else actions.push(...this.#fold(frame, true));
     }
     return actions;
@@ -298,10 +301,9 @@ export class ClientMachine {
     this.retryAt = null;
     this.error = error;
     for (const c of this.#inFlight.concat(this.#waiting)) if (c.id !== null) actions.push(reject(c.id, error));
-    for (const a of this.#awaiting) actions.push(reject(a.id, error));
+    actions.push(...this.#settleAll(error));
     this.#inFlight = [];
     this.#waiting = [];
-    this.#awaiting = [];
     actions.push(...this.#setConnection("closed", true), { do: "failed", error });
     return actions;
   }
@@ -366,11 +368,8 @@ export class ClientMachine {
       return { ok: false, actions: this.#violation("a snapshot the client cannot read") };
     }
     const actions = [];
-    if (fresh) {
-      // Acks of another history cannot be waited for.
-      for (const a of this.#awaiting) actions.push(reject(a.id, new TabdError("connection_lost", "the room's history started over")));
-      this.#awaiting = [];
-    }
+    // Acks of another history cannot be waited for.
+    if (fresh) actions.push(...this.#settleAll(new TabdError("connection_lost", "the room's history started over")));
     this.state = state;
     actions.push(publish({ type: "snapshot", state, fresh, reason }), ...this.#settleAwaiting());
     return { ok: true, actions };
@@ -433,7 +432,7 @@ export class ClientMachine {
         this.#catchUpRef = null;
         actions.push(...this.#setConnection("live"));
       }
-      if (c.id !== null) actions.push(reject(c.id, errorOf(f)));
+      if (c.id !== null) actions.push(...this.#hold(0, c.id, reject(c.id, errorOf(f))));
       return actions;
     }
     switch (f.type) {
@@ -445,19 +444,17 @@ export class ClientMachine {
           this.#catchUpRef = null;
           actions.push(...this.#setConnection("live"));
         }
-        if (c.id !== null) actions.push(resolve(c.id, undefined));
+        if (c.id !== null) actions.push(...this.#hold(0, c.id, resolve(c.id, undefined)));
         return actions;
       }
       case "clients": {
         const page = { clients: Array.isArray(f.clients) ? f.clients : [], next: typeof f.next === "string" ? f.next : null };
         if (typeof f.node === "string") page.node = f.node;
-        return [resolve(c.id, page)];
+        return this.#hold(0, c.id, resolve(c.id, page));
       }
       default: { // ack
         const seq = f.seq;
-        if (!Number.isInteger(seq) || !this.state || this.state.seq >= seq) return [resolve(c.id, seq)];
-        this.#awaiting.push({ seq, id: c.id });
-        return [];
+        return this.#hold(Number.isInteger(seq) ? seq : 0, c.id, resolve(c.id, seq));
       }
     }
   }
@@ -495,17 +492,31 @@ export class ClientMachine {
       if (!rebuilt.ok) return [reject(c.id, new TabdError("connection_lost", "tabd answered sync with a snapshot the client cannot read; reconnecting")), ...rebuilt.actions];
       actions.push(...rebuilt.actions);
     }
-    actions.push(resolve(c.id, this.state));
+    actions.push(...this.#hold(0, c.id, resolve(c.id, this.state)));
     return actions;
   }
 
-  // Hands out the acks the state has now reached.
+  // An answer to settle in its turn (see #awaiting), and what can be settled now.
+  #hold(seq, id, action) {
+    this.#awaiting.push({ seq, id, action });
+    return this.#settleAwaiting();
+  }
+
+  // Settles the answers whose turn has come: a prefix of #awaiting.
   #settleAwaiting() {
     if (this.#awaiting.length === 0 || !this.state || this.#resync) return [];
     const seq = this.state.seq;
-    const due = this.#awaiting.filter((a) => a.seq <= seq);
-    this.#awaiting = this.#awaiting.filter((a) => a.seq > seq);
-    return due.map((a) => resolve(a.id, a.seq));
+    let n = 0;
+    while (n < this.#awaiting.length && this.#awaiting[n].seq <= seq) n += 1;
+    return this.#awaiting.splice(0, n).map((a) => a.action);
+  }
+
+  // Settles every answer now: an ack whose seq the state does not hold rejects with `error`.
+  #settleAll(error) {
+    const seq = this.state ? this.state.seq : 0;
+    const actions = this.#awaiting.map((a) => (a.seq > seq ? reject(a.id, error) : a.action));
+    this.#awaiting = [];
+    return actions;
   }
 }
 

@@ -108,10 +108,13 @@ package struct ClientMachine: Sendable {
     private var inFlight: [Pending] = []
     /// Commands issued while there was no welcomed connection.
     private var waiting: [Pending] = []
-    /// Answers that came while a resync was due (their command's batch did not fold):
-    /// given once the snapshot is in, so a command never returns before `state` holds
-    /// its events.
-    private var parked: [(RequestID, Result<Reply, TabdClientError>)] = []
+    /// Answers that came and are not handed out yet, in the order they came. Each goes out
+    /// once every answer before it has, no resync is due, and (an ack) `state` holds its
+    /// seq: a command never returns before `state` holds its events, across a resync, a
+    /// drop and a resume, and commands return in the order they were sent.
+    private var held: [(request: RequestID, result: Result<Reply, TabdClientError>)] = []
+    /// tabd broke the protocol: the next connection starts from a snapshot (no resume).
+    private var untrusted = false
     private var nextRef = 0
     private var attempt = 0
     /// `connect` waits for the first welcome.
@@ -199,12 +202,12 @@ package struct ClientMachine: Sendable {
     /// The reconnect's delay is over.
     package mutating func reconnectDue(generation g: Int) -> [Action] {
         guard generation == g, case .reconnecting = connection else { return [] }
-        return open(resume: session.epoch.isEmpty ? nil : (state.seq, session.epoch))
+        return open(resume: session.epoch.isEmpty || untrusted ? nil : (state.seq, session.epoch))
     }
 
     /// The delay after a refused `sync` of the client's own is over: it asks again.
     package mutating func resyncDue(generation g: Int) -> [Action] {
-        guard let link, link.generation == g, link.resync == .refused else { return [] }
+        guard let link, link.generation == g, link.resync == .refused, !closing else { return [] }
         return askForSnapshot()
     }
 
@@ -232,7 +235,7 @@ package struct ClientMachine: Sendable {
         var actions: [Action] = link == nil ? [] : [.closeConnection(code: 1000)]
         link = nil
         generation += 1
-        actions += handOutParked()
+        actions += handOutHeld(failingUnreached: error)
         actions += (inFlight + waiting).compactMap { p in p.request.map { .reply($0, .failure(error)) } }
         inFlight = []
         waiting = []
@@ -254,8 +257,8 @@ package struct ClientMachine: Sendable {
         link = nil
         generation += 1
         if closing { return finish(Self.closedByClient) }
-        var actions = handOutParked()
-        actions += inFlight.compactMap { p in p.request.map { .reply($0, .failure(.connectionLost)) } }
+        // Held answers stay: the resume (or a snapshot) brings the state to their seqs.
+        var actions: [Action] = inFlight.compactMap { p in p.request.map { .reply($0, .failure(.connectionLost)) } }
         inFlight = []
         if awaitingFirstWelcome {
             awaitingFirstWelcome = false
@@ -300,17 +303,20 @@ package struct ClientMachine: Sendable {
         guard link?.welcomed == false else { return violation("a second welcome", jitter: jitter) }
         let sameHistory = welcome.epoch == session.epoch
         if welcome.resumed {
-            guard sameHistory, !session.epoch.isEmpty else { return violation("a resumed welcome for a history this client does not have", jitter: jitter) }
+            guard sameHistory, !session.epoch.isEmpty, !untrusted else { return violation("a resumed welcome for a history this client does not have", jitter: jitter) }
         } else {
             guard let snapshot = welcome.snapshot else { return violation("a welcome with neither snapshot nor resume", jitter: jitter) }
             state = snapshot
         }
+        untrusted = false
         link?.welcomed = true
         session = TabdClient.Session(client: welcome.client.id, room: welcome.room ?? endpoint.room ?? "main",
                                      role: welcome.role ?? "control", epoch: welcome.epoch, server: server)
         connection = .connected
         attempt = 0
         var actions: [Action] = [.publish(.connected(session, resumed: welcome.resumed))]
+        // A new history: the acks held cannot be waited for.
+        if !sameHistory { actions += handOutHeld(failingUnreached: .connectionLost) }
         if welcome.resumed {
             // The missed batches follow: replays, until the pong of this ping.
             nextRef += 1
@@ -318,6 +324,7 @@ package struct ClientMachine: Sendable {
                                         request: nil, own: .catchUp))
         } else {
             actions.append(.publish(.snapshot(state)))
+            actions += releaseHeld()
         }
         let queued = waiting
         waiting = []
@@ -343,7 +350,7 @@ package struct ClientMachine: Sendable {
             return askForSnapshot()
         }
         state = next
-        return [.publish(.events(batch))]
+        return [.publish(.events(batch))] + releaseHeld()
     }
 
     /// Sends a `sync` of the client's own; until its snapshot comes, batches are skipped
@@ -371,34 +378,48 @@ package struct ClientMachine: Sendable {
         guard let request = pending.request else {
             // The catch-up ping: answered (or refused, rate_limited), the replays are over.
             if pending.own == .catchUp { return [.publish(.caughtUp)] }
-            // The client's own sync after a batch that did not fold. Refused (rate_limited):
-            // it asks again after a while, and what came meanwhile stays held; the answers go
-            // out once a snapshot holds their seqs, as in the JavaScript client.
+            // The client's own sync after a batch that did not fold. Refused (rate_limited,
+            // or any other error): it asks again after a while, and what came meanwhile stays
+            // held; the answers go out once a snapshot holds their seqs, as in the JavaScript
+            // client.
             guard case let .success(.snapshot(snapshot)) = result else {
                 link?.resync = .refused
                 return [.scheduleResync(generation: generation, after: settings.resyncRetry)]
             }
             state = snapshot
             link?.resync = nil
-            return [.publish(.snapshot(snapshot))] + handOutParked()
+            return [.publish(.snapshot(snapshot))] + releaseHeld()
         }
-        if link?.resync != nil {
-            parked.append((request, result))
-            return []
-        }
-        return [.reply(request, result)]
+        held.append((request, result))
+        return releaseHeld()
     }
 
-    private mutating func handOutParked() -> [Action] {
-        defer { parked = [] }
-        return parked.map { .reply($0.0, $0.1) }
+    /// The seq `state` must hold before `result` goes out: an ack's, else 0.
+    private static func awaitedSeq(_ result: Result<Reply, TabdClientError>) -> Int {
+        if case let .success(.ack(seq)) = result { seq } else { 0 }
+    }
+
+    /// The held answers that can go out now, in order (see ``held``).
+    private mutating func releaseHeld() -> [Action] {
+        guard !held.isEmpty, link?.resync == nil else { return [] }
+        var n = 0
+        while n < held.count, Self.awaitedSeq(held[n].result) <= state.seq { n += 1 }
+        defer { held.removeFirst(n) }
+        return held.prefix(n).map { .reply($0.request, $0.result) }
+    }
+
+    /// Every held answer, now: an ack whose seq `state` does not hold fails with `error`
+    /// (the client closed, or the room's history started over).
+    private mutating func handOutHeld(failingUnreached error: TabdClientError) -> [Action] {
+        defer { held = [] }
+        return held.map { Self.awaitedSeq($0.result) > state.seq ? .reply($0.request, .failure(error)) : .reply($0.request, $0.result) }
     }
 
     /// tabd broke the protocol: this connection cannot be trusted. Drop it; the reconnect
     /// starts over from a snapshot.
     private mutating func violation(_ message: String, jitter: Double) -> [Action] {
         guard link != nil else { return [] }
-        session.epoch = "" // no resume: the state may be wrong
+        untrusted = true // no resume: the state may be wrong
         return [.closeConnection(code: 1002)]
             + lost(TransportClose(code: 1002, reason: "protocol violation: \(message)", wasOpen: true), timedOut: false, jitter: jitter)
     }
