@@ -176,12 +176,16 @@ public actor TabdClient {
     /// A subscription made while the client catches up after a resume hears
     /// `connected(session, resumed: true)` right after its snapshot: the events up to
     /// ``Update/caughtUp`` are replays.
-    public func updates() -> AsyncStream<Update> {
+    public func updates() -> AsyncStream<Update> { follow().updates }
+
+    /// ``updates()``, and what the client was when it subscribed, read in the same turn.
+    package func follow() -> (updates: AsyncStream<Update>, session: Session, connection: ConnectionState, catchingUp: Bool) {
         let (stream, continuation) = AsyncStream.makeStream(of: Update.self)
         continuation.yield(.snapshot(state))
-        if machine.isCatchingUp { continuation.yield(.connected(session, resumed: true)) }
+        let catchingUp = machine.isCatchingUp
+        if catchingUp { continuation.yield(.connected(session, resumed: true)) }
         subscribe(stream: continuation) { continuation.yield($0) }
-        return stream
+        return (stream, session, connection, catchingUp)
     }
 
     /// The room's events from now on, one by one (each batch's events in seq order). Ends

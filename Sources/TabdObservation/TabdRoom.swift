@@ -141,10 +141,13 @@ public final class TabdRoom {
     /// Follows the room of a connected `client`; returns once the model holds its state.
     public init(following client: TabdClient) async {
         self.client = client
-        let updates = await client.updates()
-        session = await client.session
-        switch await client.connection {
-        case .connected: connection = .live
+        let (updates, session, current, catchingUp) = await client.follow()
+        self.session = session
+        // Catching up: the stream's `connected(resumed: true)` after its snapshot says so
+        // too, and the replays follow it.
+        replaying = catchingUp
+        switch current {
+        case .connected: connection = catchingUp ? .catchingUp : .live
         case let .reconnecting(attempt): connection = .reconnecting(attempt: attempt)
         case let .closed(error): connection = .closed(error)
         }

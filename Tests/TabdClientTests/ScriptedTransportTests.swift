@@ -235,6 +235,7 @@ struct ScriptedTransportTests {
         #expect(ping["type"]?.stringValue == "ping", "the catch-up ping is out: the client is catching up")
         let updates = await client.updates()
         let room = await TabdRoom(following: client)
+        #expect(await MainActor.run { room.connection } == .catchingUp, "the model starts as the client is: catching up")
         let scrolls = await room.scrollsToTop()
         // A replay (the missed batch), the pong, then a live batch.
         second.reply(Frames.scrollToTop(seq: 6, count: 1))

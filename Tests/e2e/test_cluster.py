@@ -90,10 +90,16 @@ async def sync_everyone(clients, at_least=0):
     (and seq `at_least`), and returns it. A node answers `sync` from its own copy of the
     room, which may trail a batch another node already delivered: the first client first
     reads as far as the others got."""
-    await clients[0].until_seq(max([at_least] + [c.last_seq() for c in clients]))
+    async def reach(c, seq, why):
+        try:
+            await c.until_seq(seq)
+        except TimeoutError:
+            raise AssertionError(f"client {c.welcome['client']} stopped at seq {c.last_seq()}, short of {seq} ({why})") from None
+
+    await reach(clients[0], max([at_least] + [c.last_seq() for c in clients]), "what another client holds, or an ack")
     _, sync = await clients[0].command("sync")
     for c in clients:
-        await c.until_seq(sync["snapshot"]["seq"])
+        await reach(c, sync["snapshot"]["seq"], "the sync's snapshot")
     return sync["snapshot"]
 
 
