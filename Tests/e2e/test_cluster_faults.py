@@ -129,6 +129,18 @@ async def audit(url, room, since, until, timeout=30):
     return rec
 
 
+def unanswered(drivers, nodes):
+    """What each driver got so far and the nodes' last log lines (the nodes are stopped)."""
+    where = {n.ws: f"f{i}" for i, n in enumerate(nodes)}
+    said = [f"{d.name}: {len(d.rec.sent)} sent, {len(d.rec.answers)} answered, sessions on {[where[u] for u in d.joined]}"
+            for d in drivers]
+    for i, n in enumerate(nodes):
+        n.stop()
+        text = n.stderr.decode(errors="replace") if isinstance(n.stderr, bytes) else (n.stderr or "")
+        said.append(f"f{i}'s last lines:\n" + "\n".join(text.splitlines()[-25:]))
+    return "\n".join(said)
+
+
 async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
     """One round: three nodes, a driver on each; `fault(nodes)` (a coroutine) runs while they
     send; then the drivers stop sending, every command is answered (bounded), an auditor
@@ -147,7 +159,8 @@ async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
         # Every node has a client with commands answered, and so in flight, when it starts.
         deadline = time.monotonic() + 30
         while not all(d.rec.answers for d in drivers):
-            assert time.monotonic() < deadline, "a driver had no answer before the fault"
+            if time.monotonic() > deadline:
+                raise AssertionError("a driver had no answer before the fault: " + unanswered(drivers, nodes))
             await asyncio.sleep(0.05)
         await fault(nodes, room)
         await asyncio.sleep(1.5)   # load after it
