@@ -302,10 +302,13 @@ package struct ClientMachine: Sendable {
     private mutating func welcomed(_ welcome: Welcome, server: String, jitter: Double) -> [Action] {
         guard link?.welcomed == false else { return violation("a second welcome", jitter: jitter) }
         let sameHistory = welcome.epoch == session.epoch
+        var failed: [Action] = []
         if welcome.resumed {
             guard sameHistory, !session.epoch.isEmpty, !untrusted else { return violation("a resumed welcome for a history this client does not have", jitter: jitter) }
         } else {
             guard let snapshot = welcome.snapshot else { return violation("a welcome with neither snapshot nor resume", jitter: jitter) }
+            // A new history: the acks held cannot be waited for (judged by the old state's seq).
+            if !sameHistory { failed = handOutHeld(failingUnreached: .connectionLost) }
             state = snapshot
         }
         untrusted = false
@@ -314,9 +317,7 @@ package struct ClientMachine: Sendable {
                                      role: welcome.role ?? "control", epoch: welcome.epoch, server: server)
         connection = .connected
         attempt = 0
-        var actions: [Action] = [.publish(.connected(session, resumed: welcome.resumed))]
-        // A new history: the acks held cannot be waited for.
-        if !sameHistory { actions += handOutHeld(failingUnreached: .connectionLost) }
+        var actions: [Action] = [.publish(.connected(session, resumed: welcome.resumed))] + failed
         if welcome.resumed {
             // The missed batches follow: replays, until the pong of this ping.
             nextRef += 1

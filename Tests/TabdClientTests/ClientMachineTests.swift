@@ -23,7 +23,14 @@ import Testing
         JSONValue.object([
             ("type", .string("welcome")), ("protocol", .int(1)), ("server", .string("tabd 0.1.0")), ("client", .string("c1")),
             ("room", .string("kiosk")), ("role", .string("control")), ("epoch", .string(epoch)), ("resumed", .bool(resumed)),
-        ] + (resumed ? [] : [("snapshot", origin.json)])).compactBytes
+        ] + (resumed ? [] : [("snapshot", snapshot(seq: seq).json)])).compactBytes
+    }
+
+    /// The origin's state at `seq`.
+    static func snapshot(seq: Int) -> Snapshot {
+        var s = origin
+        s.seq = seq
+        return s
     }
 
     static func events(_ seq: Int, offset: Double = 1) -> [UInt8] {
@@ -102,6 +109,19 @@ import Testing
         fresh.seq = 8
         #expect(m.received(ServerFrame.snapshot(ref: "3", fresh).bytes, generation: 1)
             == [.publish(.snapshot(fresh)), .reply(1, .success(.ack(7)))])
+    }
+
+    @Test func anAckHeldAcrossADropFailsWhenTheNextWelcomeIsOfANewHistory() throws {
+        var m = try Self.welcomed()
+        _ = m.request(.tap(tab: "home"), id: 1)
+        _ = m.received(Self.events(7), generation: 1)   // a gap: a snapshot is asked for
+        #expect(m.received(Array(#"{"type":"ack","ref":"1","seq":7}"#.utf8), generation: 1).isEmpty, "held for the snapshot")
+        _ = m.closed(TransportClose(code: 1006, reason: "", wasOpen: true), generation: 1, jitter: 1)
+        _ = m.reconnectDue(generation: 2)
+        // Another history, already past seq 7: its seq 7 is not this command's.
+        let welcome = m.received(Self.welcome(epoch: "e2", seq: 20), generation: 3)
+        #expect(welcome.contains(.reply(1, .failure(.connectionLost))), "\(welcome)")
+        #expect(!welcome.contains(.reply(1, .success(.ack(7)))))
     }
 
     @Test func aDropFailsWhatWasInFlightAndResumesAfterABackoff() throws {
