@@ -119,9 +119,8 @@ export class TabdClient {
   #ids = 0;
   #queue = []; // actions not performed yet, in the machine's order
   #performing = false;
-  #retryTimer = null;
+  #timers = { retry: null, resync: null }; // the machine's one-shot timers, by name
   #heartbeatTimer = null;
-  #resyncTimer = null;
   #readyResolve;
   #readyReject;
 
@@ -277,26 +276,14 @@ export class TabdClient {
         try { sock.socket.close(a.code, a.reason); } catch (e) { /* already closing */ }
         break;
       }
-      case "retry":
-        clearTimeout(this.#retryTimer);
-        this.#retryTimer = setTimeout(() => { this.#retryTimer = null; this.#perform(this.#machine.retryDue(a.generation)); }, a.delay);
-        break;
-      case "cancelRetry":
-        clearTimeout(this.#retryTimer);
-        this.#retryTimer = null;
-        break;
+      case "retry": this.#after("retry", a.delay, () => this.#machine.retryDue(a.generation)); break;
+      case "cancelRetry": this.#cancel("retry"); break;
       case "heartbeat":
         clearInterval(this.#heartbeatTimer);
         this.#heartbeatTimer = setInterval(() => this.#perform(this.#machine.heartbeatDue(a.generation)), a.every);
         break;
-      case "resyncLater":
-        clearTimeout(this.#resyncTimer);
-        this.#resyncTimer = setTimeout(() => { this.#resyncTimer = null; this.#perform(this.#machine.resyncDue(a.generation)); }, a.delay);
-        break;
-      case "cancelResync":
-        clearTimeout(this.#resyncTimer);
-        this.#resyncTimer = null;
-        break;
+      case "resyncLater": this.#after("resync", a.delay, () => this.#machine.resyncDue(a.generation)); break;
+      case "cancelResync": this.#cancel("resync"); break;
       case "stopHeartbeat":
         clearInterval(this.#heartbeatTimer);
         this.#heartbeatTimer = null;
@@ -311,6 +298,18 @@ export class TabdClient {
       case "foldHeld": this.#queue.push(...this.#machine.foldHeld()); break;
       default: throw new Error(`tabd.js: an action it does not know: ${a.do}`);
     }
+  }
+
+  // Arms the one-shot timer `name` (replacing it): after `delay` ms, performs what the
+  // machine's input `due()` returns.
+  #after(name, delay, due) {
+    this.#cancel(name);
+    this.#timers[name] = setTimeout(() => { this.#timers[name] = null; this.#perform(due()); }, delay);
+  }
+
+  #cancel(name) {
+    clearTimeout(this.#timers[name]);
+    this.#timers[name] = null;
   }
 
   #open(url, protocols, generation) {

@@ -254,7 +254,7 @@ public final class TabdRoom {
                 preconditionFailure("a batch the client folded does not fold here: \(error)")
             }
             show(state, replaced: false)
-            for case let .scrollToTop(tab, _) in batch.events.map(\.event) where scrolledToTop != tab { scrolledToTop = tab }
+            for e in batch.events { if case let .scrollToTop(tab, _) = e.event, scrolledToTop != tab { scrolledToTop = tab } }
             if !replaying { announce(batch, before: before) }
         case let .connected(session, resumed):
             self.session = session
