@@ -183,19 +183,20 @@ public final class TabdRoom {
     public func push(_ route: String, on tab: TabID? = nil) async throws(TabdClientError) { try await reflect(client.push(route, on: tab)) }
     /// Pops the top page of `tab` (default: the selected tab).
     public func pop(on tab: TabID? = nil) async throws(TabdClientError) { try await reflect(client.pop(on: tab)) }
-    /// Pops `tab` (default: the selected tab) to its first page.
-    public func popToRoot(on tab: TabID? = nil) async throws(TabdClientError) { try await reflect(client.popToRoot(on: tab)) }
     /// Records where `tab`'s (default: the selected tab's) list is scrolled to.
     public func scroll(to offset: Double, on tab: TabID? = nil) async throws(TabdClientError) {
         try await reflect(client.scroll(to: offset, on: tab))
     }
+    /// Any other command (a pop to the root, a value set, the bar's own), through tabd, as the
+    /// intents above: it returns once the model holds its events.
+    public func perform(_ command: Command) async throws(TabdClientError) { try await reflect(client.perform(command)) }
 
     /// Waits until the model holds `seq` (a command's ack): the client has folded it and
     /// handed it to this model's stream, which may not have been read yet.
     private func reflect(_ seq: Int) async {
-        // The client holds the seq (so it is on its way in the stream), unless a refused
-        // resync handed the answer out without its events: then the model cannot get
-        // there sooner than the client, and the intent returns now.
+        // The client returns an ack only once its state holds the seq, so the seq is on its
+        // way in the stream. Should it not hold it, the model could not get there sooner
+        // than the client: the intent returns now rather than wait for nothing.
         guard self.seq < seq, isFollowing, await client.state.seq >= seq, self.seq < seq, isFollowing else { return }
         await withCheckedContinuation { seqWaiters.append((seq, $0)) }
     }

@@ -66,6 +66,10 @@ import Testing
         try await room.select("profile")
         try await room.tap("profile")
         #expect(room.scrollToTop == count + 2 && room.scrolledToTop == "profile")
+        // Any other command goes through `perform`, and returns as the intents do.
+        try await room.push("x", on: "profile")
+        try await room.perform(.popToRoot(tab: "profile"))
+        #expect(room.tab("profile")?.stack.map(\.route) == ["root"])
         await room.close()
     }
 
