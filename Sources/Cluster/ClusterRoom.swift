@@ -25,7 +25,7 @@ public final class ClusterRoom: Durability, Sendable {
     /// on libnats' thread).
     private let publishing: DispatchQueue
     private let caughtUp = DispatchSemaphore(value: 0)
-    private let subscription = Locked<EngineSubscription?>(nil)
+    private let subscription = Locked<OrderedSubscription?>(nil)
     /// Runs the consumer's watch while stored batches wait for it.
     private let watchdog: DispatchQueue
     /// Told (on the engine's thread) when another node's batches arrived.
@@ -191,11 +191,20 @@ public final class ClusterRoom: Durability, Sendable {
     }
 
     /// An ordered consumer of the room's stream from `seq` on, feeding ``received(_:)``.
-    private func follow(from seq: UInt64) throws(EngineError) -> EngineSubscription {
-        try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq,
-                                         headerKeys: [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader,
-                                                     EngineNames.messageIDHeader, EngineNames.forwardsHeader, EngineNames.sealHeader,
-                                                     EngineNames.sealMarkHeader]) { [weak self] message in
+    private func follow(from seq: UInt64) throws(EngineError) -> OrderedSubscription {
+        let node = node, room = room
+        return try node.client.subscribeOrdered(stream: stream, subject: subject, startSeq: seq, headerKeys: Self.headerKeys,
+                                                report: { report in
+            switch report {
+            case let .duplicate(why):
+                // Two messages for one place of the consumer: one was put into its inbox by
+                // someone other than the engine.
+                node.rejected("delivery", "room '\(room)': \(why)")
+            case let .restarted(from, why):
+                node.stats.refollowed()
+                node.log("room '\(room)': following its stream again from \(from): \(why)")
+            }
+        }) { [weak self] message in
             self?.received(message)
         }
     }
@@ -265,6 +274,8 @@ public final class ClusterRoom: Durability, Sendable {
                 node.log(line)
             case let .rejected(kind, why):
                 node.rejected(kind, why)
+            case let .readBack(seq):
+                readBack(seq: seq)
             }
         }
     }
@@ -297,12 +308,26 @@ public final class ClusterRoom: Durability, Sendable {
         }
     }
 
+    /// Reads the message at `seq` from the stream (not from the consumer's inbox) for the
+    /// machine: on the watchdog's queue, asked again while the engine does not answer.
+    private func readBack(seq: UInt64) {
+        watchdog.async { [weak self] in
+            guard let self, !self.state.withLock({ $0.machine.closed }) else { return }
+            do {
+                let found = try self.node.client.message(stream: self.stream, seq: seq, headerKeys: Self.headerKeys)
+                self.step { $0.readBack(seq: seq, found: found.map(self.delivery), now: DispatchTime.now().uptimeNanoseconds) }
+            } catch {
+                self.watchdog.asyncAfter(deadline: .now() + .milliseconds(250)) { [weak self] in self?.readBack(seq: seq) }
+            }
+        }
+    }
+
     /// Replaces the consumer by one from `from` on. Messages both deliver are taken once
     /// (the machine skips what it has seen).
     private func refollow(from: UInt64) {
         guard let sub = try? follow(from: from) else { return }
         node.stats.refollowed()
-        let old = subscription.withLock { current -> EngineSubscription? in
+        let old = subscription.withLock { current -> OrderedSubscription? in
             defer { current = sub }
             return current
         }
@@ -412,20 +437,28 @@ public final class ClusterRoom: Durability, Sendable {
 
     // MARK: The stream
 
-    private func received(_ message: StreamMessage) {
+    /// The headers of a room's stream messages that a node reads.
+    static let headerKeys = [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader, EngineNames.messageIDHeader,
+                             EngineNames.forwardsHeader, EngineNames.sealHeader, EngineNames.sealMarkHeader]
+
+    /// A stream message as the machine takes it, its seal judged.
+    private func delivery(_ message: StreamMessage) -> ClusterRoomMachine.Delivery {
         let verdict = node.trust.judgeStream(seal: message.headers[EngineNames.sealHeader], subject: subject, seq: message.streamSeq,
                                              headers: message.headers, body: message.data)
-        if verdict == .sealed, let seal = message.headers[EngineNames.sealHeader],
+        return ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
+                                           writer: message.headers[EngineNames.nodeHeader],
+                                           incarnation: message.headers[EngineNames.incarnationHeader],
+                                           messageID: message.headers[EngineNames.messageIDHeader],
+                                           forwards: message.headers[EngineNames.forwardsHeader], data: message.data,
+                                           verdict: verdict, sealMark: message.headers[EngineNames.sealMarkHeader] != nil)
+    }
+
+    private func received(_ message: StreamMessage) {
+        let delivery = delivery(message)
+        if delivery.verdict == .sealed, let seal = message.headers[EngineNames.sealHeader],
            node.trust.secret.keyID(of: seal) != node.trust.secret.sealingKeyID, state.withLock({ $0.machine.loading }) {
             readOtherKey.withLock { $0 = true }
         }
-        let delivery = ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
-                                                   writer: message.headers[EngineNames.nodeHeader],
-                                                   incarnation: message.headers[EngineNames.incarnationHeader],
-                                                   messageID: message.headers[EngineNames.messageIDHeader],
-                                                   forwards: message.headers[EngineNames.forwardsHeader], data: message.data,
-                                                   verdict: verdict,
-                                                   sealMark: message.headers[EngineNames.sealMarkHeader] != nil)
         step { $0.delivered(delivery, now: DispatchTime.now().uptimeNanoseconds) }
     }
 

@@ -122,6 +122,13 @@ package struct ClusterRoomMachine: Sendable {
         /// It marks the room sealed: every later message must be sealed.
         package let sealMark: Bool
 
+        /// Whether `other` is this message: the same place, headers and body (what a
+        /// message read back from the stream is compared by).
+        package func isSameMessage(as other: Delivery) -> Bool {
+            streamSeq == other.streamSeq && kind == other.kind && writer == other.writer && incarnation == other.incarnation
+                && messageID == other.messageID && forwards == other.forwards && sealMark == other.sealMark && data == other.data
+        }
+
         package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, messageID: String? = nil,
                      forwards: String? = nil, data: [UInt8], verdict: EngineTrust.Verdict = .sealed, sealMark: Bool = false) {
             self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation
@@ -149,6 +156,9 @@ package struct ClusterRoomMachine: Sendable {
         case log(String)
         /// An engine message of this kind was not believed: count it (and log it, rate-limited).
         case rejected(kind: String, why: String)
+        /// Read the message at this stream sequence from the stream itself (not through the
+        /// consumer) and tell ``readBack(seq:found:now:)`` what is there.
+        case readBack(seq: UInt64)
     }
 
     /// A node stores a snapshot when one of its own batches is delivered this many stream
@@ -220,6 +230,10 @@ package struct ClusterRoomMachine: Sendable {
         var confirmed = false
         /// The engine said another message is at its place: the consumer will show which.
         var contested = false
+        /// The consumer delivered it at its place before the engine said it stored it
+        /// there: the delivery is held (``held``) until the engine's answer or the stream
+        /// read back confirms it.
+        var seenAtPlace = false
     }
 
     package let room: RoomID
@@ -265,6 +279,18 @@ package struct ClusterRoomMachine: Sendable {
     private var awaiting: [UInt64: (messageID: String, waiters: [Waiter])] = [:]
     /// Failures reported once the consumer has delivered past `after`.
     private var heldFailures: [(after: UInt64, waiter: Waiter, error: CommandError)] = []
+    /// Deliveries held, in order, behind one that only the consumer says is in the stream
+    /// (its inbox is open to anyone holding the engine's credentials): this node's message
+    /// at its place before the engine said it stored it there, or a message not believed
+    /// (which, passed over, would move where the room's next message goes). Folded once the
+    /// engine's answer or the stream read back confirms the first; dropped if not.
+    private var held: [Delivery] = []
+    /// The stream position being read back for the first held delivery.
+    private var readingBack: UInt64?
+    /// A stream position the stream, read back, holds the held delivery at: not held again.
+    private var confirmedPlace: UInt64?
+    /// Deliveries the stream, read back, did not hold: put into the consumer's inbox.
+    package private(set) var refutedDeliveries = 0
     /// The stream position of the last snapshot this node loaded or stored.
     private var snapshotSeq: UInt64
     private var published = 0
@@ -443,6 +469,15 @@ package struct ClusterRoomMachine: Sendable {
     package mutating func published(_ publication: Publication, _ outcome: PublishOutcome, now: UInt64) -> [Action] {
         guard !closed, let i = chain.firstIndex(where: { $0.publication.messageID == publication.messageID }),
               chain[i].publication.attempt == publication.attempt else { return [] }
+        // Delivered at its place and held: an answer that does not say it is stored there
+        // leaves the stream itself to say.
+        if chain[i].seenAtPlace, outcome != .stored(seq: publication.expectedLastSeq + 1) {
+            return readBack() + answered(i, publication, outcome, now: now)
+        }
+        return answered(i, publication, outcome, now: now)
+    }
+
+    private mutating func answered(_ i: Int, _ publication: Publication, _ outcome: PublishOutcome, now: UInt64) -> [Action] {
         var actions: [Action] = []
         switch outcome {
         case let .stored(seq) where seq != publication.expectedLastSeq + 1:
@@ -453,6 +488,8 @@ package struct ClusterRoomMachine: Sendable {
                     .publishLater(again, after: .milliseconds(50))]
         case let .stored(seq):
             if chain[i].stored == nil { chain[i].stored = seq }
+            // The engine's answer and the consumer agree: what was held is folded.
+            if chain[i].seenAtPlace { return release(now: now) + settleChain(now: now) + advance() }
         case .wrongLastSequence:
             guard chain[i].sentAsHead else { chain[i].resend = true; break }
             if delivered > publication.expectedLastSeq {
@@ -596,6 +633,30 @@ package struct ClusterRoomMachine: Sendable {
     package mutating func delivered(_ message: Delivery, now: UInt64) -> [Action] {
         guard message.streamSeq > delivered, broken == nil else { return [] } // seen already (a refollow)
         lastDelivery = now
+        if let last = held.last {
+            // Behind a held delivery, in order.
+            if message.streamSeq > last.streamSeq { held.append(message) }
+            return []
+        }
+        if confirmedPlace != message.streamSeq {
+            if message.verdict == .sealed, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
+               chain[i].publication.expectedLastSeq + 1 == message.streamSeq, chain[i].stored != message.streamSeq {
+                // One of this node's messages at its place, which the engine has not said it
+                // stored there: anyone holding the engine's credentials can put a copy of a
+                // message that lost its place into the consumer's inbox. Held until the
+                // engine's answer says so, or (when the answers disputed it or were lost) the
+                // stream read back does.
+                held = [message]
+                chain[i].seenAtPlace = true
+                return chain[i].contested || chain[i].publication.attempt > 0 ? readBack() : []
+            }
+            if message.verdict == .forged || (message.verdict == .unsigned && sealed) {
+                // Passed over, it would move the place the room's next message expects: only
+                // if the stream holds it there.
+                held = [message]
+                return readBack()
+            }
+        }
         let believed: Bool
         switch message.verdict {
         case .sealed: believed = true
@@ -700,6 +761,46 @@ package struct ClusterRoomMachine: Sendable {
         if others { actions.append(.foreignBatches) }
         if let snapshot { actions.append(.storeSnapshot(snapshot)) }
         return actions + advance()
+    }
+
+    /// Asks for the first held delivery's place to be read back from the stream (once at a time).
+    private mutating func readBack() -> [Action] {
+        guard readingBack == nil, let first = held.first else { return [] }
+        readingBack = first.streamSeq
+        return [.readBack(seq: first.streamSeq)]
+    }
+
+    /// What the stream holds at `seq` (nil: nothing), read back for the first held
+    /// delivery. The same message there folds (or passes over) what was held; anything else
+    /// drops it (the delivery was not the engine's), and the stream is followed again
+    /// from where the room was.
+    package mutating func readBack(seq: UInt64, found: Delivery?, now: UInt64) -> [Action] {
+        if readingBack == seq { readingBack = nil }
+        guard !closed, broken == nil, let first = held.first, first.streamSeq == seq else { return [] }
+        if let found, found.isSameMessage(as: first) {
+            confirmedPlace = seq
+            if let id = first.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
+               chain[i].publication.expectedLastSeq + 1 == seq { chain[i].stored = seq }
+            return release(now: now) + settleChain(now: now) + advance()
+        }
+        held = []
+        refutedDeliveries += 1
+        rejected += 1
+        if let id = first.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }) { chain[i].seenAtPlace = false }
+        let what = found.map { "another message (\($0.messageID ?? "no id"), by \($0.writer ?? "no node"))" } ?? "no message"
+        return [
+            .rejected(kind: "delivery", why: "room '\(room)': stream seq \(seq) was delivered as a message (\(first.messageID ?? "no id"), by \(first.writer ?? "no node")) the stream does not hold; it holds \(what) there: passed over"),
+            .refollow(from: delivered + 1),
+        ]
+    }
+
+    /// Folds the held deliveries, in order (one of this node's may be held again).
+    private mutating func release(now: UInt64) -> [Action] {
+        let queued = held
+        held = []
+        var actions: [Action] = []
+        for message in queued { actions += delivered(message, now: now) }
+        return actions
     }
 
     /// The room as delivered, to store as its snapshot.
@@ -869,6 +970,8 @@ package struct ClusterRoomMachine: Sendable {
         awaiting = [:]
         heldFailures = []
         chain = []
+        held = []
+        readingBack = nil
         return waiters.map { .report($0, error) }
     }
 

@@ -98,7 +98,9 @@ public struct EngineTrust: Sendable {
     }
 
     /// What a delivered stream message is (its seal header `seal`, at stream sequence `seq`).
+    /// A stream has no message at 0: one said to be there was not delivered by the engine.
     func judgeStream(seal: String?, subject: String, seq: UInt64, headers: [String: String], body: [UInt8]) -> Verdict {
+        guard seq > 0 else { return .forged }
         guard let seal else { return .unsigned }
         let fields = Self.streamFields(subject: subject, kind: headers[EngineNames.kindHeader], follows: seq - 1,
                                        node: headers[EngineNames.nodeHeader], incarnation: headers[EngineNames.incarnationHeader],

@@ -13,8 +13,8 @@ import Synchronization
 public final class EngineClient: @unchecked Sendable {
     // @unchecked: the pointers are libnats' thread-safe objects, set once in init and
     // released once in close(), guarded by `closed`.
-    private let connection: OpaquePointer
-    private let js: OpaquePointer
+    let connection: OpaquePointer
+    let js: OpaquePointer
     private let closed = Atomic<Bool>(false)
     /// Held while the connection is read from off libnats' calls (``connectedServer()``)
     /// and while ``close()`` destroys it.
@@ -396,36 +396,21 @@ public final class EngineClient: @unchecked Sendable {
     // MARK: Subscribing
 
     /// An ordered consumer of `subject` in `stream` from `startSeq` on: every message,
-    /// once, in stream order, re-created by libnats after any gap or reconnect.
+    /// once, in stream order, made again after any gap or silence (``OrderedSubscription``:
+    /// tabd's own, which obeys nothing that reaches its inbox). `report` hears a second
+    /// message for a place already delivered, and each new consumer.
     public func subscribeOrdered(stream: String, subject: String, startSeq: UInt64, headerKeys: [String],
-                                 handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> EngineSubscription {
-        let box = Unmanaged.passRetained(HandlerBox(handler: handler, headerKeys: headerKeys, ordered: true))
-        var sub: OpaquePointer?
-        var err = jsErrCode(rawValue: 0)
-        var opts = jsSubOptions()
-        jsSubOptions_Init(&opts)
-        let s: natsStatus = stream.withCString { cStream in
-            opts.Stream = cStream
-            opts.Ordered = true
-            // The consumer lives on one server: when it dies, the missing heartbeats are
-            // how the client learns to make a new one (the default 5 s is a long stall).
-            opts.Config.Heartbeat = Self.orderedHeartbeatNanoseconds
-            opts.Config.DeliverPolicy = startSeq <= 1 ? js_DeliverAll : js_DeliverByStartSequence
-            if startSeq > 1 { opts.Config.OptStartSeq = startSeq }
-            return js_Subscribe(&sub, js, subject, Self.deliver, box.toOpaque(), nil, &opts, &err)
-        }
-        guard s == NATS_OK, let sub else {
-            box.release()
-            throw EngineError(s, err, "cannot consume \(subject) of \(stream)")
-        }
-        return EngineSubscription(sub, box)
+                                 report: @escaping @Sendable (OrderedSubscription.Report) -> Void = { _ in },
+                                 handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> OrderedSubscription {
+        try OrderedSubscription(client: self, stream: stream, subject: subject, startSeq: startSeq, headerKeys: headerKeys,
+                                handler: handler, report: report)
     }
 
     static let orderedHeartbeatNanoseconds: Int64 = 1_000_000_000
 
     /// Core NATS subscription (heartbeats, notices).
     public func subscribeCore(subject: String, handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> EngineSubscription {
-        let box = Unmanaged.passRetained(HandlerBox(handler: handler, headerKeys: [], ordered: false))
+        let box = Unmanaged.passRetained(HandlerBox(handler: handler))
         var sub: OpaquePointer?
         let s = natsConnection_Subscribe(&sub, connection, subject, Self.deliver, box.toOpaque())
         guard s == NATS_OK, let sub else {
@@ -435,20 +420,12 @@ public final class EngineClient: @unchecked Sendable {
         return EngineSubscription(sub, box)
     }
 
+    /// A core message (no stream position: nothing that reaches a core subscription
+    /// is taken for one).
     private static let deliver: natsMsgHandler = { _, _, msg, closure in
         guard let msg, let closure else { return }
         let box = Unmanaged<HandlerBox>.fromOpaque(closure).takeUnretainedValue()
-        var seq: UInt64 = 0
-        var pending: UInt64 = 0
-        if box.ordered {
-            var meta: UnsafeMutablePointer<jsMsgMetaData>?
-            if natsMsg_GetMetaData(&meta, msg) == NATS_OK, let meta {
-                seq = meta.pointee.Sequence.Stream
-                pending = meta.pointee.NumPending
-                jsMsgMetaData_Destroy(meta)
-            }
-        }
-        let message = EngineClient.message(msg, headerKeys: box.headerKeys, streamSeq: seq, pending: pending)
+        let message = EngineClient.message(msg, headerKeys: [], streamSeq: 0, pending: 0)
         natsMsg_Destroy(msg)
         box.handler(message)
     }
@@ -509,11 +486,7 @@ public final class EngineSubscription: @unchecked Sendable {
 
 final class HandlerBox: Sendable {
     let handler: @Sendable (StreamMessage) -> Void
-    let headerKeys: [String]
-    let ordered: Bool
-    init(handler: @escaping @Sendable (StreamMessage) -> Void, headerKeys: [String], ordered: Bool) {
-        self.handler = handler; self.headerKeys = headerKeys; self.ordered = ordered
-    }
+    init(handler: @escaping @Sendable (StreamMessage) -> Void) { self.handler = handler }
 }
 
 /// The callbacks of asynchronous publishes waiting for an answer, by message id.

@@ -57,8 +57,11 @@ import Testing
         #expect(m.conflicts == 0)
         // The consumer says nothing for long: it is followed again.
         #expect(m.checkDelivery(now: 2_000_000_000).contains(.refollow(from: 2)))
-        // It delivers the message at its place: committed, and the queued batch follows it.
-        let back = m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 2_000_000_001)
+        // It delivers the message at its place, which the engine disputed: held, and the
+        // stream itself is read at that place.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 2_000_000_001) == [.readBack(seq: 2)])
+        // The stream holds it there: committed, and the queued batch follows it.
+        let back = m.readBack(seq: 2, found: Self.delivery(2, Self.batch(1), id: p.messageID), now: 2_000_000_002)
         #expect(back.contains(.report(1, nil)))
         let next = try #require(Self.publication(back))
         #expect(next.waiters == [2] && next.expectedLastSeq == 2)
@@ -197,14 +200,17 @@ import Testing
             == Set<UInt64>([1, 2, 3]))
     }
 
-    @Test func aBatchAlreadyDeliveredIsReportedAtOnceAndIsNoNewsToTheCoordinator() throws {
+    @Test func aBatchDeliveredBeforeItsAnswerIsHeldUntilTheEngineSaysItIsThereAndIsNoNewsToTheCoordinator() throws {
         var m = try Self.machine()
         let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
-        // The consumer can be quicker than the publish's answer. The message's id says it
-        // is this node's own, at its place: committed, and the coordinator holds its batch
-        // already. The engine's answer after it changes nothing.
-        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 0) == [.report(1, nil)])
-        #expect(m.published(p, .stored(seq: 2), now: 0).isEmpty)
+        // The consumer can be quicker than the publish's answer, and its inbox is open to
+        // whoever holds the engine's credentials: held, not folded, until the answer.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 0).isEmpty)
+        #expect(m.stored.snapshot.seq == 0 && m.delivered == 1, "nothing folded yet")
+        // The engine says it stored it there: committed, and the coordinator holds its
+        // batch already.
+        #expect(m.published(p, .stored(seq: 2), now: 0) == [.report(1, nil)])
+        #expect(m.stored.snapshot.seq == 1 && m.delivered == 2)
         // Another node's message is news.
         #expect(m.delivered(Self.delivery(3, Self.batch(2), writer: "n2", id: "n2-r-y-1"), now: 0) == [.foreignBatches])
     }
@@ -399,13 +405,31 @@ import Testing
     @Test func aMessageWhoseSealDoesNotOpenIsPassedOverAndTheNextBatchFollowsIt() throws {
         var m = try Self.machine()
         let forged = Machine.Delivery(streamSeq: 2, kind: nil, writer: "n2", data: Self.batch(1, offset: 66).frameBytes, verdict: .forged)
-        let actions = m.delivered(forged, now: 0)
+        // Passed over, it moves the room's next place: only once the stream, read back,
+        // holds it there (the consumer's inbox is not the stream).
+        #expect(m.delivered(forged, now: 0) == [.readBack(seq: 2)])
+        #expect(m.delivered == 1)
+        let actions = m.readBack(seq: 2, found: forged, now: 0)
         #expect(Self.rejections(actions) == ["batch"])
         #expect(!actions.contains(.foreignBatches), "nothing for the coordinator to take in")
         #expect(m.stored.snapshot.seq == 0 && m.stored.history.isEmpty && m.delivered == 2 && m.rejected == 1, "not folded, its place passed")
         #expect(m.writer == nil, "a forged writer header names no writer")
         let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
         #expect(p.expectedLastSeq == 2, "the room's next message follows the one passed over")
+    }
+
+    @Test func aMessageNotBelievedThatTheStreamDoesNotHoldMovesNothing() throws {
+        // Put into the consumer's inbox at a place far ahead: passed over there, it would
+        // make the node skip every real message up to it.
+        var m = try Self.machine()
+        let injected = Machine.Delivery(streamSeq: 1_000, kind: nil, writer: "x", data: Self.batch(1).frameBytes, verdict: .forged)
+        #expect(m.delivered(injected, now: 0) == [.readBack(seq: 1_000)])
+        let actions = m.readBack(seq: 1_000, found: nil, now: 0)
+        #expect(Self.rejections(actions) == ["delivery"] && actions.contains(.refollow(from: 2)))
+        #expect(m.delivered == 1 && m.refutedDeliveries == 1)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), writer: "n2"), now: 1) == [.foreignBatches], "the real next message folds")
+        let p = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 1)))
+        #expect(p.expectedLastSeq == 2)
     }
 
     @Test func unsealedMessagesAreHistoryUntilTheRoomsSealMarkAndPassedOverAfterIt() throws {
@@ -415,14 +439,18 @@ import Testing
         let mark = Machine.Delivery(streamSeq: 3, kind: EngineNames.sealMarkKind, writer: "n1", data: [], verdict: .sealed, sealMark: true)
         #expect(m.delivered(mark, now: 0).isEmpty)
         #expect(m.sealed && m.stored.snapshot.seq == 1 && m.delivered == 3)
-        let late = m.delivered(Machine.Delivery(streamSeq: 4, kind: nil, writer: "old", data: Self.batch(2).frameBytes, verdict: .unsigned), now: 0)
+        let unsealed = Machine.Delivery(streamSeq: 4, kind: nil, writer: "old", data: Self.batch(2).frameBytes, verdict: .unsigned)
+        #expect(m.delivered(unsealed, now: 0) == [.readBack(seq: 4)])
+        let late = m.readBack(seq: 4, found: unsealed, now: 0)
         #expect(Self.rejections(late) == ["batch"] && m.stored.snapshot.seq == 1, "unsealed after the mark: passed over")
         #expect(m.delivered(Self.delivery(5, Self.batch(2), writer: "n2"), now: 0) == [.foreignBatches], "sealed: folded")
         #expect(m.stored.snapshot.seq == 2)
         // A mark that does not open marks nothing.
         var n = try Self.machine()
-        _ = n.delivered(Machine.Delivery(streamSeq: 2, kind: EngineNames.sealMarkKind, writer: "x", data: [], verdict: .forged, sealMark: true), now: 0)
-        #expect(!n.sealed)
+        let forgedMark = Machine.Delivery(streamSeq: 2, kind: EngineNames.sealMarkKind, writer: "x", data: [], verdict: .forged, sealMark: true)
+        _ = n.delivered(forgedMark, now: 0)
+        _ = n.readBack(seq: 2, found: forgedMark, now: 0)
+        #expect(!n.sealed && n.delivered == 2)
     }
 
     @Test func aPublishAnswerIsNotACommitUntilTheConsumerDeliversThisNodesMessageThere() throws {
@@ -445,7 +473,51 @@ import Testing
         var again = p
         again.attempt = 1
         #expect(actions.last == .publishLater(again, after: .milliseconds(50)))
-        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 1) == [.report(1, nil)])
+        // Delivered at its place after an answer that was not believed: the stream says.
+        #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 1) == [.readBack(seq: 2)])
+        #expect(m.readBack(seq: 2, found: Self.delivery(2, Self.batch(1), id: p.messageID), now: 2) == [.report(1, nil)])
+    }
+
+    @Test func aCopyOfAMessageThatLostItsPlacePutIntoTheInboxCommitsNothingAndIsNotFolded() throws {
+        // Whoever holds the engine's credentials sees every publish on the room's subject,
+        // a refused one too, and can put a copy of it into the consumer's inbox with a
+        // reply subject naming its expected place.
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1, offset: 5), generation: 0, waiter: 1)))
+        _ = m.published(p, .wrongLastSequence, now: 0)
+        #expect(m.delivered(Self.delivery(2, Self.batch(1, offset: 5), id: p.messageID), now: 1) == [.readBack(seq: 2)])
+        // Deliveries behind it wait, in order.
+        #expect(m.delivered(Self.delivery(3, Self.batch(2, offset: 6), writer: "n2", id: "n2-r-y-2"), now: 1).isEmpty)
+        // The stream holds another node's message there: the copy is passed over, the wait
+        // is not reported, and the stream is followed again from that place.
+        let refuted = m.readBack(seq: 2, found: Self.delivery(2, Self.batch(1, offset: 9), writer: "n2", id: "n2-r-y-1"), now: 2)
+        #expect(Self.rejections(refuted) == ["delivery"])
+        #expect(refuted.contains(.refollow(from: 2)))
+        #expect(!refuted.contains { if case .report = $0 { true } else { false } })
+        #expect(m.stored.snapshot.seq == 0 && m.delivered == 1 && m.refutedDeliveries == 1)
+        // What the stream holds comes again: the other node's message takes the place (a
+        // conflict for this node's batch) and the next follows it.
+        let real = m.delivered(Self.delivery(2, Self.batch(1, offset: 9), writer: "n2", id: "n2-r-y-1"), now: 3)
+        #expect(real.contains(.report(1, .conflict())))
+        _ = m.delivered(Self.delivery(3, Self.batch(2, offset: 6), writer: "n2", id: "n2-r-y-2"), now: 3)
+        #expect(m.stored.snapshot.seq == 2 && m.stored.snapshot.tabs[0].scroll == 6 && m.conflicts == 1)
+    }
+
+    @Test func aHeldDeliveryAndThoseBehindItAreFoldedInOrderOnceTheAnswerComes() throws {
+        var m = try Self.machine()
+        let p = try #require(Self.publication(m.append(Self.batch(1, offset: 5), generation: 0, waiter: 1)))
+        #expect(m.delivered(Self.delivery(2, Self.batch(1, offset: 5), id: p.messageID), now: 0).isEmpty)
+        #expect(m.delivered(Self.delivery(3, Self.batch(2, offset: 7), writer: "n2", id: "n2-r-y-1"), now: 0).isEmpty)
+        #expect(m.delivered(Self.delivery(3, Self.batch(2, offset: 7), writer: "n2", id: "n2-r-y-1"), now: 0).isEmpty, "a second copy is not held twice")
+        // An answer that the engine lost the publish: the stream is read back.
+        #expect(m.published(p, .unknown("timeout"), now: 1).first == .readBack(seq: 2))
+        // The retry's answer says it is there before the read comes back: both folded.
+        var retry = p
+        retry.attempt = 1
+        #expect(m.published(retry, .stored(seq: 2), now: 2) == [.report(1, nil), .foreignBatches])
+        #expect(m.stored.snapshot.seq == 2 && m.stored.snapshot.tabs[0].scroll == 7 && m.delivered == 3)
+        // The read's late answer changes nothing.
+        #expect(m.readBack(seq: 2, found: Self.delivery(2, Self.batch(1, offset: 5), id: p.messageID), now: 3).isEmpty)
     }
 
     @Test func anAlteredCopyOfThisNodesMessageDoesNotCommitIt() throws {
@@ -453,7 +525,8 @@ import Testing
         let p = try #require(Self.publication(m.append(Self.batch(1), generation: 0, waiter: 1)))
         _ = m.published(p, .stored(seq: 2), now: 0)
         let altered = Machine.Delivery(streamSeq: 2, kind: nil, writer: "n1", messageID: p.messageID, data: Self.batch(1, offset: 5).frameBytes, verdict: .forged)
-        let actions = m.delivered(altered, now: 1)
+        #expect(m.delivered(altered, now: 1) == [.readBack(seq: 2)])
+        let actions = m.readBack(seq: 2, found: altered, now: 1)
         #expect(Self.rejections(actions).sorted() == ["ack", "batch"])
         #expect(actions.contains(.report(1, .conflict())) && m.stored.snapshot.seq == 0)
     }
