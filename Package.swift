@@ -104,7 +104,7 @@ let package = Package(
                     swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
-        .testTarget(name: "ClusterTests", dependencies: ["Auth", "Cluster", "Coordinator", "Conformance", "Locking"], swiftSettings: strict),
+        .testTarget(name: "ClusterTests", dependencies: ["Auth", "Cluster", "Coordinator", "Conformance", "JetStream", "Locking"], swiftSettings: strict),
         .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
         .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking", "Conformance"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).

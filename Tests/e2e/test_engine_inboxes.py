@@ -1,0 +1,206 @@
+"""A node's consumer inboxes are engine input too.
+
+Each node follows a room's stream through a consumer whose inbox is a plain subject: anyone
+holding the engine's account learns it (`$JS.API.CONSUMER.LIST` names it) and can publish
+into it, as if the engine had delivered. Three NATS servers without permissions, three nodes,
+clients of a room on every node, and a bare NATS connection (no tabd credential) that puts
+into every inbox it finds what a hostile peer would: a sealed message without a stream
+position, flow-control requests and heartbeats that name subjects to publish on, messages at
+a stream position of 0 or far ahead, copies of real messages at places they do not hold, and
+copies of batches that lost their compare-and-set at the place they expected. After each
+round: every node still runs and answers, no node published on a subject a message named, no
+stream was purged, and no client was acknowledged a command the stream does not hold.
+"""
+import asyncio
+import base64
+import json
+import random
+import sys
+import os
+import time
+
+import pytest
+
+from conftest import ROOT, Client
+from test_engine_trust import engine, node, trio, room_name, room_on, probe, rejected, stream_messages  # noqa: F401
+from test_cluster import sync_everyone
+
+sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
+from natsproto import Nats  # noqa: E402
+
+
+def inboxes(nc, room):
+    """Every consumer of the room's stream: (name, its inbox)."""
+    got = nc.js(f"CONSUMER.LIST.TABD_ROOM_{room}")
+    return [(c["name"], c["config"]["deliver_subject"]) for c in got.get("consumers", []) if c["config"].get("deliver_subject")]
+
+
+def hpub(nc, subject, first_line="NATS/1.0", headers=None, data=b"", reply=None):
+    """A message with headers and, for a status message, its status line (HPUB as a server sends it)."""
+    head = (first_line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()) + "\r\n").encode()
+    r = f" {reply}" if reply else ""
+    nc._send(f"HPUB {subject}{r} {len(head)} {len(head) + len(data)}\r\n".encode() + head + data + b"\r\n")
+
+
+def last_message(nc, room):
+    got = nc.js(f"STREAM.MSG.GET.TABD_ROOM_{room}", {"last_by_subj": f"tabd.room.{room}"})["message"]
+    headers = {}
+    if got.get("hdrs"):
+        for line in base64.b64decode(got["hdrs"]).decode().split("\r\n")[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip()] = v.strip()
+    return got["seq"], headers, base64.b64decode(got.get("data") or "")
+
+
+def alive(ds):
+    for d in ds:
+        assert d.proc.poll() is None, f"a node exited ({d.proc.returncode}): {d._log.decode(errors='replace')[-2000:]}"
+
+
+async def test_what_a_peer_puts_into_every_consumer_inbox_stops_no_node_and_is_obeyed_in_nothing(make_daemon, engine):
+    ds = trio(make_daemon, engine)
+    room = room_name()
+    clients = await room_on(ds, room)
+    with Nats(engine.urls[0]) as nc, Nats(engine.urls[1]) as spy:
+        # Whatever a node might be made to publish: on the peer's own subjects, on the
+        # JetStream API (a purge or a deletion of the room's stream).
+        spy.sub("attacker.>")
+        spy.sub("$JS.API.STREAM.PURGE.>")
+        spy.sub("$JS.API.STREAM.DELETE.>")
+        consumers = inboxes(nc, room)
+        assert len(consumers) >= 3, consumers
+        for _, inbox in consumers:
+            nc.sub(inbox)
+        before = stream_messages(nc, room)
+        await probe(clients, clients[0])
+        # What reaches an inbox keeps its stream subject; the reply subject names the consumer.
+        delivered = [m for m in nc.drain() if m.reply and m.reply.startswith(f"$JS.ACK.TABD_ROOM_{room}.")]
+        assert delivered, "the peer saw nothing delivered into the inboxes it subscribed to"
+        last_seq, headers, data = last_message(nc, room)
+        assert "Tabd-Seal" in headers, headers
+        kept = {k: v for k, v in headers.items() if not k.startswith("Nats-Expected")}
+        frame = json.dumps({"type": "events", "by": "ghost", "events": [
+            {"seq": 10_000, "type": "valueSet", "tab": "home", "key": "ghost", "value": 1}]}).encode()
+        for i, (name, inbox) in enumerate(consumers):
+            # A sealed message with no reply subject, so no stream position at all (it
+            # stopped every node it reached), and a copy of the last real message with a
+            # reply subject of the peer's own.
+            hpub(nc, inbox, headers={"Tabd-Seal": "v1." + "0" * 16 + "." + "ab" * 32, "Tabd-Node": "n1"}, data=b"x")
+            hpub(nc, inbox, headers=kept, data=data, reply=f"attacker.reply.{i}")
+            hpub(nc, inbox, headers=kept, data=data)
+            # Flow control asking for an answer on the peer's subject, and heartbeats naming
+            # a subject to publish on (libnats' push subscriptions obeyed both).
+            hpub(nc, inbox, "NATS/1.0 100 FlowControl Request", reply=f"attacker.fc.{i}")
+            hpub(nc, inbox, "NATS/1.0 100 Idle Heartbeat", headers={"Nats-Consumer-Stalled": f"attacker.stalled.{i}"})
+            hpub(nc, inbox, "NATS/1.0 100 Idle Heartbeat", headers={"Nats-Consumer-Stalled": f"$JS.API.STREAM.PURGE.TABD_ROOM_{room}"})
+            # An unsealed batch with a reply subject that is not a consumer's.
+            hpub(nc, inbox, headers={"Tabd-Node": "n1"}, data=frame, reply=f"$JS.API.STREAM.PURGE.TABD_ROOM_{room}")
+        # The place a delivery is at is in its reply subject (`$JS.ACK.…`): the engine's
+        # servers refuse that from a client. If a server ever took it, the nodes still hold
+        # (the read-back of ClusterRoomMachine), but the boundary the docs describe moved.
+        with Nats(engine.urls[2]) as forger:
+            name, inbox = consumers[0]
+            hpub(forger, inbox, headers=kept, data=data, reply=f"$JS.ACK.TABD_ROOM_{room}.{name}.1.{last_seq + 1}.99.0.0")
+            with pytest.raises(Exception, match="Permissions Violation"):
+                forger.flush()
+        nc.flush()
+        # Every node keeps serving: a probe on each node is all any client sees.
+        alive(ds)
+        for k in range(3):
+            await probe(clients, clients[k])
+        alive(ds)
+        spy.flush()
+        obeyed = [m.subject for m in spy.pending]
+        assert obeyed == [], f"a node published where a message said: {obeyed}"
+        assert stream_messages(nc, room) >= before + 4, "the room's stream lost messages"
+        snapshot = await sync_everyone(clients)
+        assert snapshot["seq"] >= clients[0].last_seq()
+    for c in clients:
+        await c.close()
+
+
+async def test_copies_of_batches_that_lost_their_place_put_into_the_inboxes_are_never_acknowledged(make_daemon, engine):
+    # Every node appends (no forwarding), so that batches race for places and lose; the peer
+    # sees every publish on the room's subject, a refused one too, and puts copies of each
+    # into every consumer's inbox: with the publish's own reply subject and with none (the
+    # engine refuses a consumer's `$JS.ACK.` reply subject from a client, see above). No
+    # node stops, and no client is acknowledged a command the stream does not hold.
+    ds = trio(make_daemon, engine, "--cluster-forwarding", "off")
+    room = room_name()
+    clients = [await Client.connect(ds[k % 3].ws, room=room, name=f"c{k}") for k in range(6)]
+    for c in clients:
+        await c.until_seq(max(x.last_seq() for x in clients))
+    stream = f"TABD_ROOM_{room}"
+    with Nats(engine.urls[0]) as nc:
+        assert len(inboxes(nc, room)) >= 3
+    stop = False
+    injected = [0]
+
+    def forge():
+        with Nats(engine.urls[0]) as nc:
+            consumers = [inbox for _, inbox in inboxes(nc, room)]
+            nc.sub(f"tabd.room.{room}")
+            while not stop:
+                m = nc.next(timeout=0.2)
+                if m is None or not m.reply or "Tabd-Seal" not in m.headers:
+                    continue
+                headers = {k: v for k, v in m.headers.items() if not k.startswith("Nats-Expected")}
+                for inbox in consumers:
+                    hpub(nc, inbox, headers=headers, data=m.data, reply=m.reply)
+                    hpub(nc, inbox, headers=headers, data=m.data)
+                    injected[0] += 2
+
+    loop = asyncio.get_running_loop()
+    forger = loop.run_in_executor(None, forge)
+    try:
+        await asyncio.sleep(0)  # the forger subscribes before the storm (it reads what comes)
+        rng = random.Random(11)
+        answers, caused = {}, {}
+
+        async def storm(k, c, n):
+            sent = set()
+            for _ in range(n):
+                sent.add(await c.send("set", key=rng.choice("xyz"), value=rng.randint(0, 99)))
+            got = 0
+            while got < n:
+                f = await c.recv(timeout=60)
+                if f["type"] == "events" and f.get("ref") in sent and f["by"] == c.welcome["client"]:
+                    caused[(k, f["ref"])] = f
+                elif f["type"] in ("ack", "error") and f.get("ref") in sent:
+                    answers[(k, f["ref"])] = f
+                    got += 1
+
+        await asyncio.gather(*(storm(k, c, 30) for k, c in enumerate(clients)))
+    finally:
+        stop = True
+        await forger
+    alive(ds)
+    assert injected[0] > 0, "the peer put nothing into the inboxes"
+    # The stream itself, read from the engine: every acknowledged command's batch is there,
+    # at the seq its ack names, as the client that sent it saw it.
+    with Nats(engine.urls[2]) as nc:
+        info = nc.js(f"STREAM.INFO.{stream}")["state"]
+        stored = {}
+        for seq in range(info["first_seq"], info["last_seq"] + 1):
+            got = nc.js(f"STREAM.MSG.GET.{stream}", {"seq": seq})["message"]
+            for line in base64.b64decode(got.get("data") or "").split(b"\n"):
+                try:
+                    frame = json.loads(line)
+                except ValueError:
+                    continue
+                if frame.get("type") == "events":
+                    stored[frame["events"][-1]["seq"]] = frame
+    acked = [(ref, f) for ref, f in answers.items() if f["type"] == "ack"]
+    assert acked, "no command was acknowledged"
+    for ref, f in acked:
+        assert ref in caused, f"acknowledged {ref} without its events"
+        batch = stored.get(f["seq"])
+        assert batch is not None and batch["by"] == caused[ref]["by"] and batch.get("ref") == caused[ref].get("ref"), \
+            f"the ack of {ref} names seq {f['seq']}, where the stream holds {batch and (batch['by'], batch.get('ref'))}"
+    # Every node still serves the room: one order for all, and a probe is all anyone sees.
+    await sync_everyone(clients)
+    await probe(clients, clients[1])
+    print(f"copies put into the inboxes: {injected[0]}")
+    for c in clients:
+        await c.close()
