@@ -16,8 +16,11 @@ import Foundation
 ///   not a copy moved elsewhere), each length-prefixed so that no two lists of fields
 ///   read alike, and the body.
 ///
-/// A seal reads `v1.KEYID.MAC`: KEYID names the key (16 hex digits, derived from it, so
-/// the secret is not revealed) and MAC is the 64 hex digits of the HMAC.
+/// A seal reads `VERSION.KEYID.MAC`: KEYID names the key (16 hex digits, derived from it,
+/// so the secret is not revealed) and MAC is the 64 hex digits of the HMAC. The version
+/// names what the fields are (the caller's) and is in the MAC's label, so a seal of one
+/// version never opens as another: `v1` for everything until room lives were bound, `v2`
+/// for a room's stream messages from then on (``lifeBoundVersion``).
 public struct ClusterSecret: Sendable {
     /// What a sealed message is: each has its own key.
     public enum Purpose: String, Sendable, CaseIterable {
@@ -45,9 +48,17 @@ public struct ClusterSecret: Sendable {
         let purposes: [Purpose: [UInt8]]
     }
 
-    /// How every seal begins.
+    /// How every seal begins unless another version is asked for.
     public static let version = "v1"
+    /// The version of a room's stream messages whose fields bind the room's life (its
+    /// epoch) and tell an absent field from an empty one.
+    public static let lifeBoundVersion = "v2"
+    /// The versions this build seals and opens.
+    public static let versions: Set<String> = [version, lifeBoundVersion]
     static let label = "tabd cluster seal v1"
+
+    /// The MAC's label of a version (v1's is also the key derivation's salt).
+    static func label(_ version: String) -> String { "tabd cluster seal \(version)" }
 
     /// The first seals; all open.
     let keys: [Key]
@@ -99,33 +110,41 @@ public struct ClusterSecret: Sendable {
     public var sealingKeyID: String { keys[0].id }
 
     /// The seal of a message for `purpose`, over `fields` and `body`, with the first key.
-    public func seal(_ purpose: Purpose, fields: [String], body: [UInt8]) -> String {
+    public func seal(_ purpose: Purpose, fields: [String], body: [UInt8], version: String = ClusterSecret.version) -> String {
         let key = keys[0]
-        return "\(Self.version).\(key.id).\(Self.hex(Self.mac(key, purpose, fields, body)))"
+        return "\(version).\(key.id).\(Self.hex(Self.mac(key, purpose, fields, body, version: version)))"
+    }
+
+    /// The version a seal names, if it is one this build opens.
+    public func version(of seal: String) -> String? {
+        guard let dot = seal.firstIndex(of: ".") else { return nil }
+        let version = String(seal[..<dot])
+        return Self.versions.contains(version) ? version : nil
     }
 
     /// Whether `seal` is one of this secret's keys' seal of the same purpose, fields and
     /// body. Compared in constant time; a malformed seal or an unknown key opens nothing.
-    public func opens(_ seal: String, _ purpose: Purpose, fields: [String], body: [UInt8]) -> Bool {
+    /// The seal must be of `version`.
+    public func opens(_ seal: String, _ purpose: Purpose, fields: [String], body: [UInt8], version: String = ClusterSecret.version) -> Bool {
         let parts = seal.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == Self.version, let given = Self.bytes(hex: parts[2]), given.count == 32,
+        guard parts.count == 3, parts[0] == version, Self.versions.contains(version), let given = Self.bytes(hex: parts[2]), given.count == 32,
               let key = keys.first(where: { $0.id == parts[1] }) else { return false }
-        return Crypto.constantTimeEqual(Self.mac(key, purpose, fields, body), given)
+        return Crypto.constantTimeEqual(Self.mac(key, purpose, fields, body, version: version), given)
     }
 
     /// Which key sealed `seal` (its id), if it is one of this secret's: for logs and for
     /// knowing when every node seals with a new key.
     public func keyID(of seal: String) -> String? {
         let parts = seal.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[0] == Self.version else { return nil }
+        guard parts.count == 3, Self.versions.contains(String(parts[0])) else { return nil }
         return keys.first { $0.id == parts[1] }?.id
     }
 
     /// HMAC-SHA256 under the key's `purpose` key of: the label, the purpose, the number of
     /// fields, each field's length and bytes, the body's length and bytes (lengths as 8
     /// big-endian bytes).
-    static func mac(_ key: Key, _ purpose: Purpose, _ fields: [String], _ body: [UInt8]) -> [UInt8] {
-        var message = Array(Self.label.utf8)
+    static func mac(_ key: Key, _ purpose: Purpose, _ fields: [String], _ body: [UInt8], version: String = ClusterSecret.version) -> [UInt8] {
+        var message = Array(Self.label(version).utf8)
         func append(_ bytes: [UInt8]) {
             withUnsafeBytes(of: UInt64(bytes.count).bigEndian) { message.append(contentsOf: $0) }
             message.append(contentsOf: bytes)

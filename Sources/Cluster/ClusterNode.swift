@@ -148,7 +148,7 @@ public final class ClusterNode: Sendable {
         case .unsigned where trust.acceptUnsigned:
             let said = String(decoding: message.data, as: UTF8.self)
             seen.withLock { $0[node] = (Self.now(), said == node ? nil : said, $0[node]?.sealedAt) }
-        case .unsigned, .forged:
+        case .unsigned, .forged, .sealedUnbound:
             rejected("heartbeat", "a heartbeat of '\(node)': \(why)")
         }
     }
@@ -260,7 +260,7 @@ public final class ClusterNode: Sendable {
                     guard let created = opened?.args.first.flatMap({ Int64($0) }) else { return rejected("deletion", "a deletion notice of '\(room)' without its stream") }
                     handler(room, created)
                 case .unsigned where trust.acceptUnsigned: handler(room, nil)
-                case .unsigned, .forged: rejected("deletion", "a deletion notice of '\(room)': \(why)")
+                case .unsigned, .forged, .sealedUnbound: rejected("deletion", "a deletion notice of '\(room)': \(why)")
                 }
             }
             subscriptions.withLock { $0.append(sub) }
@@ -307,7 +307,7 @@ public final class ClusterNode: Sendable {
                 case .unsigned where trust.acceptUnsigned:
                     parsed = Self.lines(message.data).compactMap { try? ForwardRequest(bytes: $0) }
                         .filter { EngineNames.isForwardReply($0.reply) }
-                case .unsigned, .forged:
+                case .unsigned, .forged, .sealedUnbound:
                     return rejected("forward", "forwarded commands: \(why)")
                 }
                 if !parsed.isEmpty { requests(parsed) }
@@ -320,7 +320,7 @@ public final class ClusterNode: Sendable {
                 switch verdict {
                 case .sealed: body = opened?.payload ?? []
                 case .unsigned where trust.acceptUnsigned: body = message.data
-                case .unsigned, .forged: return rejected("answer", "answers to forwarded commands: \(why)")
+                case .unsigned, .forged, .sealedUnbound: return rejected("answer", "answers to forwarded commands: \(why)")
                 }
                 let parsed = Self.lines(body).compactMap { try? ForwardAnswer(bytes: $0) }
                 if !parsed.isEmpty { answers(parsed) }
@@ -438,8 +438,9 @@ public final class ClusterNode: Sendable {
             let msgID = "genesis-\(id)-\(genesis.epoch)"
             // Sealed; and, on a node that requires seals, the room's seal mark: every later
             // message of the room must be sealed too.
-            let mark: String? = trust.acceptUnsigned ? nil : "1"
-            let seal = trust.sealStream(subject: EngineNames.subject(id), kind: "genesis", follows: 0, node: name, incarnation: incarnation,
+            // A node that seals bound to the room's life marks it so from the start.
+            let mark: String? = trust.acceptUnsigned ? nil : EngineNames.lifeMarkValue
+            let seal = trust.sealStream(subject: EngineNames.subject(id), life: genesis.epoch, kind: "genesis", follows: 0, node: name, incarnation: incarnation,
                                         messageID: msgID, forwards: nil, sealMark: mark, body: genesis.bytes)
             var headers = [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name), (EngineNames.incarnationHeader, incarnation),
                            (EngineNames.sealHeader, seal)]

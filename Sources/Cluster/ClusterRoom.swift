@@ -20,6 +20,8 @@ public final class ClusterRoom: Durability, Sendable {
     let resumeWindow: Int
     /// The stream's creation time: snapshots name it, so none outlives its incarnation.
     let streamCreated: Int64
+    /// The room's life (its epoch): every message this node seals for the room binds it.
+    let life: String
     private let state: Locked<Shell>
     /// Sends publications in the order the machine asks for them (their answers come back
     /// on libnats' thread).
@@ -61,6 +63,7 @@ public final class ClusterRoom: Durability, Sendable {
         var incarnations: [String: String] = [:]
         var from: UInt64
         var sealed = false
+        var lifeBound = false
         /// Why the room cannot be loaded here, whatever the engine answers next.
         var refused: ClusterNode.Failure?
         /// Loaded from an unsealed snapshot or first message (phase one of the move to seals).
@@ -87,7 +90,7 @@ public final class ClusterRoom: Durability, Sendable {
                         readOtherKey.withLock { $0 = true }
                     }
                 case .unsigned where trust.acceptUnsigned: snapshot = try? SnapshotRecord(bytes: message.data)
-                case .unsigned, .forged:
+                case .unsigned, .forged, .sealedUnbound:
                     node.rejected("snapshot", "room '\(room)': its snapshot \(snapshotVerdict == .forged ? "has a seal that does not open" : "is not sealed"); loaded from its stream instead")
                 }
             }
@@ -97,6 +100,7 @@ public final class ClusterRoom: Durability, Sendable {
                 incarnations = record.incarnations
                 from = record.streamSeq
                 sealed = record.sealed && snapshotVerdict == .sealed
+                lifeBound = record.lifeBound && snapshotVerdict == .sealed
                 unsealedStart = snapshotVerdict != .sealed
             } else {
                 let keys = [EngineNames.sealHeader, EngineNames.kindHeader, EngineNames.nodeHeader, EngineNames.incarnationHeader,
@@ -104,9 +108,11 @@ public final class ClusterRoom: Durability, Sendable {
                 guard let first = try client.message(stream: stream, seq: 1, headerKeys: keys), let genesis = try? Genesis(bytes: first.data) else {
                     throw ClusterNode.Failure("room '\(room)' has neither a snapshot nor its first message")
                 }
-                switch trust.judgeStream(seal: first.headers[EngineNames.sealHeader], subject: subject, seq: 1, headers: first.headers, body: first.data) {
-                case .sealed:
+                switch trust.judgeStream(seal: first.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch, seq: 1,
+                                         headers: first.headers, body: first.data) {
+                case let verdict where verdict.isNodeSeal:
                     sealed = first.headers[EngineNames.sealMarkHeader] != nil
+                    lifeBound = verdict == .sealed && first.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue
                     if let seal = first.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
                         readOtherKey.withLock { $0 = true }
                     }
@@ -115,7 +121,7 @@ public final class ClusterRoom: Durability, Sendable {
                 case .unsigned:
                     node.rejected("batch", "room '\(room)': its first message is not sealed, and it has no sealed snapshot")
                     refused = ClusterNode.Failure("room '\(room)' holds nothing sealed to load from: open it once on a node started with --cluster-unsigned accept (docs/CLUSTER.md)")
-                case .forged:
+                default:
                     node.rejected("batch", "room '\(room)': its first message has a seal that does not open")
                     refused = ClusterNode.Failure("room '\(room)': its first message has a seal that does not open (another cluster secret?)")
                 }
@@ -135,10 +141,11 @@ public final class ClusterRoom: Durability, Sendable {
         }
         if let refused { throw refused }
         streamCreated = info.created
+        life = start.epoch
         let machine = ClusterRoomMachine(room: room, start: start, owners: owners, incarnations: incarnations, from: from, streamEnd: info.lastSeq,
                                          streamCreated: info.created, resumeWindow: resumeWindow,
                                          messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))",
-                                         sealed: sealed)
+                                         sealed: sealed, lifeBound: lifeBound)
         state = Locked(Shell(machine: machine))
         if !machine.loading { caughtUp.signal() }
         do {
@@ -150,39 +157,44 @@ public final class ClusterRoom: Durability, Sendable {
             throw ClusterNode.Failure("room '\(room)': the engine did not deliver its batches within 30 s")
         }
         if let broken = state.withLock({ $0.machine.broken }) { close(); throw ClusterNode.Failure(broken) }
-        if !trust.acceptUnsigned, !state.withLock({ $0.machine.sealed }) { markSealed() }
+        if trust.sealsLives, !state.withLock({ $0.machine.lifeBound }) { markLife() }
         // A room loaded from an unsealed start (phase one of the move to seals), or whose
         // history read holds messages of another key (one being rotated out), gets a
         // snapshot sealed with this node's key: nodes load it from there on, without them.
         if unsealedStart || readOtherKey.withLock({ $0 }) { store(state.withLock { $0.machine.snapshotRecord }) }
     }
 
-    /// Appends the room's seal mark (this node requires seals; the room's history so far
-    /// is as stored), and waits until the consumer delivered one. Tried for up to about 15 s;
-    /// without it the room still works, and the next node to load it tries again.
-    private func markSealed() {
+    /// Appends the room's life mark (this node requires seals bound to the room's life; the
+    /// room's history so far is as stored), and waits until the consumer delivered one. A
+    /// life mark holds at any place, so it is appended without a compare-and-set: no one
+    /// appending other messages keeps it out. Tried for up to about 15 s while the engine
+    /// refuses it; without it the room still works, and the next node to load it tries again.
+    private func markLife() {
         let client = node.client, trust = node.trust
+        let msgID = "\(node.name)-\(room)-life-\(node.incarnation)"
+        let seal = trust.sealStream(subject: subject, life: life, kind: EngineNames.sealMarkKind, follows: nil, node: node.name,
+                                    incarnation: node.incarnation, messageID: msgID, forwards: nil, sealMark: EngineNames.lifeMarkValue, body: [])
+        let headers = [(EngineNames.kindHeader, EngineNames.sealMarkKind), (EngineNames.nodeHeader, node.name),
+                       (EngineNames.incarnationHeader, node.incarnation), (EngineNames.sealMarkHeader, EngineNames.lifeMarkValue),
+                       (EngineNames.sealHeader, seal)]
         for attempt in 1...50 {
-            let follows = state.withLock { $0.machine.delivered }
-            let msgID = "\(node.name)-\(room)-sealed-\(node.incarnation)-\(follows)"
-            let seal = trust.sealStream(subject: subject, kind: EngineNames.sealMarkKind, follows: follows, node: node.name,
-                                        incarnation: node.incarnation, messageID: msgID, forwards: nil, sealMark: "1", body: [])
-            let result = client.publish(subject: subject, data: [], headers: [
-                (EngineNames.kindHeader, EngineNames.sealMarkKind), (EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation),
-                (EngineNames.sealMarkHeader, "1"), (EngineNames.sealHeader, seal),
-            ], expectedLastSeq: follows, msgID: msgID)
-            if case .stored = result { node.log("room '\(room)': marked sealed; every later message of it must be sealed") }
-            // Whatever the answer, what the consumer delivers decides.
-            let deadline = DispatchTime.now().uptimeNanoseconds + 2_000_000_000
-            while DispatchTime.now().uptimeNanoseconds < deadline {
-                let (sealed, delivered) = state.withLock { ($0.machine.sealed, $0.machine.delivered) }
-                if sealed { return }
-                if case .stored = result {} else if delivered > follows { break }
-                Thread.sleep(forTimeInterval: 0.01)
+            // The same id every time: the engine stores it once.
+            let result = client.publish(subject: subject, data: [], headers: headers, msgID: msgID)
+            if case .stored = result {
+                // What the consumer delivers decides.
+                let deadline = DispatchTime.now().uptimeNanoseconds + 5_000_000_000
+                while DispatchTime.now().uptimeNanoseconds < deadline {
+                    if state.withLock({ $0.machine.lifeBound || $0.machine.broken != nil }) {
+                        node.log("room '\(room)': marked bound to its life; every later message of it must be sealed so")
+                        return
+                    }
+                    Thread.sleep(forTimeInterval: 0.01)
+                }
             }
-            if attempt % 10 == 0 { node.log("room '\(room)': cannot mark it sealed yet; trying again") }
+            if attempt % 10 == 0 { node.log("room '\(room)': cannot mark it bound to its life yet; trying again") }
+            Thread.sleep(forTimeInterval: 0.3)
         }
-        node.log("room '\(room)': could not mark it sealed; its unsealed messages are still taken until a node does")
+        node.log("room '\(room)': could not mark it bound to its life; its messages sealed without it are still taken until a node does")
     }
 
     /// Called with every later batch of other nodes (on the engine's thread; quick).
@@ -289,7 +301,7 @@ public final class ClusterRoom: Durability, Sendable {
         let body = publication.data
         var headers = [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)]
         if let forwards = publication.forwardsHeader { headers.append((EngineNames.forwardsHeader, forwards)) }
-        headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, kind: nil, follows: publication.expectedLastSeq, node: node.name,
+        headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, life: life, kind: nil, follows: publication.expectedLastSeq, node: node.name,
                                                                       incarnation: node.incarnation, messageID: publication.messageID,
                                                                       forwards: publication.forwardsHeader, sealMark: nil, body: body)))
         node.client.publishAsync(subject: subject, data: body, headers: headers,
@@ -443,19 +455,20 @@ public final class ClusterRoom: Durability, Sendable {
 
     /// A stream message as the machine takes it, its seal judged.
     private func delivery(_ message: StreamMessage) -> ClusterRoomMachine.Delivery {
-        let verdict = node.trust.judgeStream(seal: message.headers[EngineNames.sealHeader], subject: subject, seq: message.streamSeq,
+        let verdict = node.trust.judgeStream(seal: message.headers[EngineNames.sealHeader], subject: subject, life: life, seq: message.streamSeq,
                                              headers: message.headers, body: message.data)
         return ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
                                            writer: message.headers[EngineNames.nodeHeader],
                                            incarnation: message.headers[EngineNames.incarnationHeader],
                                            messageID: message.headers[EngineNames.messageIDHeader],
                                            forwards: message.headers[EngineNames.forwardsHeader], data: message.data,
-                                           verdict: verdict, sealMark: message.headers[EngineNames.sealMarkHeader] != nil)
+                                           verdict: verdict, sealMark: message.headers[EngineNames.sealMarkHeader] != nil,
+                                           lifeMark: message.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue)
     }
 
     private func received(_ message: StreamMessage) {
         let delivery = delivery(message)
-        if delivery.verdict == .sealed, let seal = message.headers[EngineNames.sealHeader],
+        if delivery.verdict.isNodeSeal, let seal = message.headers[EngineNames.sealHeader],
            node.trust.secret.keyID(of: seal) != node.trust.secret.sealingKeyID, state.withLock({ $0.machine.loading }) {
             readOtherKey.withLock { $0 = true }
         }

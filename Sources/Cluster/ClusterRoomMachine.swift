@@ -121,18 +121,24 @@ package struct ClusterRoomMachine: Sendable {
         package let verdict: EngineTrust.Verdict
         /// It marks the room sealed: every later message must be sealed.
         package let sealMark: Bool
+        /// It marks the room's messages bound to its life: every later message must be
+        /// sealed so (a life mark is a seal mark too).
+        package let lifeMark: Bool
 
         /// Whether `other` is this message: the same place, headers and body (what a
         /// message read back from the stream is compared by).
         package func isSameMessage(as other: Delivery) -> Bool {
             streamSeq == other.streamSeq && kind == other.kind && writer == other.writer && incarnation == other.incarnation
-                && messageID == other.messageID && forwards == other.forwards && sealMark == other.sealMark && data == other.data
+                && messageID == other.messageID && forwards == other.forwards && sealMark == other.sealMark && lifeMark == other.lifeMark
+                && data == other.data
         }
 
         package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, messageID: String? = nil,
-                     forwards: String? = nil, data: [UInt8], verdict: EngineTrust.Verdict = .sealed, sealMark: Bool = false) {
+                     forwards: String? = nil, data: [UInt8], verdict: EngineTrust.Verdict = .sealed, sealMark: Bool = false,
+                     lifeMark: Bool = false) {
             self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation
-            self.messageID = messageID; self.forwards = forwards; self.data = data; self.verdict = verdict; self.sealMark = sealMark
+            self.messageID = messageID; self.forwards = forwards; self.data = data; self.verdict = verdict
+            self.sealMark = sealMark || lifeMark; self.lifeMark = lifeMark
         }
     }
 
@@ -298,6 +304,11 @@ package struct ClusterRoomMachine: Sendable {
     /// The room's seal mark was delivered (or is behind where it was loaded from): every
     /// message from here on must be sealed.
     package private(set) var sealed: Bool
+    /// The room's life mark was delivered (or is behind where it was loaded from): every
+    /// message from here on must be sealed bound to the room's life; one sealed by a build
+    /// before lives were bound (``EngineTrust/Verdict/sealedUnbound``) may be of an earlier
+    /// life, and is passed over.
+    package private(set) var lifeBound: Bool
     /// Messages passed over: without a valid seal, or unsealed after the seal mark.
     package private(set) var rejected = 0
     /// Publications another node's batch got ahead of.
@@ -334,9 +345,10 @@ package struct ClusterRoomMachine: Sendable {
     /// 1), whose stream ended at `streamEnd` when it was opened.
     package init(room: RoomID, start: StoredState, owners: [ClientID: String], incarnations: [String: String] = [:],
                  from: UInt64, streamEnd: UInt64, streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String,
-                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth, sealed: Bool = false) {
+                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth, sealed: Bool = false, lifeBound: Bool = false) {
         self.room = room
-        self.sealed = sealed
+        self.sealed = sealed || lifeBound
+        self.lifeBound = lifeBound
         self.publishedThrough = start.snapshot.seq
         self.stored = start
         self.owners = owners
@@ -639,7 +651,8 @@ package struct ClusterRoomMachine: Sendable {
             return []
         }
         if confirmedPlace != message.streamSeq {
-            if message.verdict == .sealed, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
+            if believes(message), message.verdict.isNodeSeal, let id = message.messageID,
+               let i = chain.firstIndex(where: { $0.publication.messageID == id }),
                chain[i].publication.expectedLastSeq + 1 == message.streamSeq, chain[i].stored != message.streamSeq {
                 // One of this node's messages at its place, which the engine has not said it
                 // stored there: anyone holding the engine's credentials can put a copy of a
@@ -650,19 +663,14 @@ package struct ClusterRoomMachine: Sendable {
                 chain[i].seenAtPlace = true
                 return chain[i].contested || chain[i].publication.attempt > 0 ? readBack() : []
             }
-            if message.verdict == .forged || (message.verdict == .unsigned && sealed) {
+            if !believes(message) {
                 // Passed over, it would move the place the room's next message expects: only
                 // if the stream holds it there.
                 held = [message]
                 return readBack()
             }
         }
-        let believed: Bool
-        switch message.verdict {
-        case .sealed: believed = true
-        case .unsigned: believed = !sealed
-        case .forged: believed = false
-        }
+        let believed = believes(message)
         if !believed || message.kind == "genesis" || message.kind == EngineNames.sealMarkKind {
             return passedOver(message, believed: believed)
         }
@@ -715,7 +723,7 @@ package struct ClusterRoomMachine: Sendable {
             // One of this node's messages, back at its place: committed. It may come before
             // the engine's answer (a link of the chain) or after it (awaited).
             var committedHere = false
-            if message.verdict == .sealed, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
+            if message.verdict.isNodeSeal, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
                chain[i].publication.expectedLastSeq + 1 == message.streamSeq {
                 if chain[i].contested {
                     contestedStored += 1
@@ -729,7 +737,7 @@ package struct ClusterRoomMachine: Sendable {
                 settled = placeTaken(message.streamSeq)
             }
             if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
-                if message.verdict == .sealed, message.messageID == awaited.messageID {
+                if message.verdict.isNodeSeal, message.messageID == awaited.messageID {
                     reports += awaited.waiters.map { .report($0, nil) }
                     committedHere = true
                 } else {
@@ -805,7 +813,18 @@ package struct ClusterRoomMachine: Sendable {
 
     /// The room as delivered, to store as its snapshot.
     package var snapshotRecord: SnapshotRecord {
-        SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners, incarnations: incarnations, sealed: sealed)
+        SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners, incarnations: incarnations,
+                       sealed: sealed, lifeBound: lifeBound)
+    }
+
+    /// Whether a message is believed, by its seal and the room's marks.
+    private func believes(_ message: Delivery) -> Bool {
+        switch message.verdict {
+        case .sealed: true
+        case .sealedUnbound: !lifeBound
+        case .unsigned: !sealed
+        case .forged: false
+        }
     }
 
     /// A message that holds no batch to fold: the room's first message, its seal mark, or
@@ -813,11 +832,16 @@ package struct ClusterRoomMachine: Sendable {
     /// of this node's that the engine said is there is not.
     private mutating func passedOver(_ message: Delivery, believed: Bool) -> [Action] {
         var actions: [Action] = []
-        if believed, message.verdict == .sealed, message.sealMark { sealed = true }
+        if believed, message.verdict.isNodeSeal, message.sealMark { sealed = true }
+        // A life mark is believed only bound to the room's life itself.
+        if believed, message.verdict == .sealed, message.lifeMark { lifeBound = true }
         if !believed {
             rejected += 1
-            let why = message.verdict == .forged ? "its seal does not open (forged, altered, moved or replayed)"
-                : "it is not sealed, and the room's messages are since its seal mark"
+            let why = switch message.verdict {
+            case .forged: "its seal does not open (forged, altered, moved, replayed, or of another life of the room)"
+            case .sealedUnbound: "it is sealed without the room's life, and the room's messages are bound to its life since its life mark"
+            default: "it is not sealed, and the room's messages are since its seal mark"
+            }
             actions.append(.rejected(kind: "batch", why: "room '\(room)': stream message \(message.streamSeq) passed over: \(why)"))
         }
         delivered = message.streamSeq

@@ -40,6 +40,10 @@ enum EngineNames {
     static let sealMarkHeader = "Tabd-Mark"
     /// The kind of the message that marks a room sealed, when its first message does not.
     static let sealMarkKind = "sealed"
+    /// The `Tabd-Mark` value of a seal mark ("every later message must be sealed"), and of
+    /// a life mark ("… sealed bound to the room's life", which is a seal mark too).
+    static let sealMarkValue = "1"
+    static let lifeMarkValue = "2"
     /// JetStream's own: the id a message was published with (deduplication).
     static let messageIDHeader = "Nats-Msg-Id"
 }
@@ -81,6 +85,9 @@ package struct SnapshotRecord: Equatable, Sendable {
     package var incarnations: [String: String] = [:]
     /// The room's seal mark is at or before `streamSeq`: every message after it must be sealed.
     package var sealed = false
+    /// The room's life mark is at or before `streamSeq`: every message after it must be
+    /// sealed bound to the room's life (``EngineTrust/Verdict/sealed``).
+    package var lifeBound = false
 
     var bytes: [UInt8] {
         JSONValue.object([
@@ -90,13 +97,14 @@ package struct SnapshotRecord: Equatable, Sendable {
             ("incarnations", .object(incarnations.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })),
             ("snapshot", state.snapshot.json(capped: false)),
             ("sealed", .bool(sealed)),
+            ("lifeBound", .bool(lifeBound)),
         ]).compactBytes
     }
 
     package init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String],
-                 incarnations: [String: String] = [:], sealed: Bool = false) {
+                 incarnations: [String: String] = [:], sealed: Bool = false, lifeBound: Bool = false) {
         self.streamCreated = streamCreated; self.streamSeq = streamSeq; self.state = state; self.owners = owners
-        self.incarnations = incarnations; self.sealed = sealed
+        self.incarnations = incarnations; self.sealed = sealed; self.lifeBound = lifeBound
     }
 
     /// Whether it is a snapshot of this stream (`info`) that the stream's messages follow on from.
@@ -121,6 +129,8 @@ package struct SnapshotRecord: Equatable, Sendable {
         self.owners = Dictionary(owners.compactMap { k, v in v.stringValue.map { (k, $0) } }, uniquingKeysWith: { _, last in last })
         // A record of a tabd before incarnations has none: nodes are then judged by name.
         sealed = json["sealed"]?.boolValue ?? false
+        // A record of a tabd before room lives were bound has no life mark.
+        lifeBound = json["lifeBound"]?.boolValue ?? false
         incarnations = Dictionary((json["incarnations"]?.objectValue ?? []).compactMap { k, v in v.stringValue.map { (k, $0) } },
                                   uniquingKeysWith: { _, last in last })
     }

@@ -25,12 +25,21 @@ public struct EngineTrust: Sendable {
 
     /// What a message's seal says of it.
     package enum Verdict: Equatable, Sendable {
-        /// Sealed by a node of this cluster, for this place.
+        /// Sealed by a node of this cluster, for this place (and, for a room's stream
+        /// message, this life of the room).
         case sealed
+        /// A room's stream message sealed by a node of this cluster for this place with the
+        /// seal of a build before room lives were bound (`v1`): it may come from an earlier
+        /// life of the room, so it is believed only in a room's history before its life
+        /// mark, as unsealed messages are before its seal mark.
+        case sealedUnbound
         /// No seal at all (a node of a tabd that does not seal, or anyone).
         case unsigned
         /// A seal that does not open: forged, altered, moved or replayed elsewhere.
         case forged
+
+        /// Sealed by a node of this cluster, with either version.
+        package var isNodeSeal: Bool { self == .sealed || self == .sealedUnbound }
     }
 
     // MARK: Core messages (heartbeats, forwards, answers, deletion notices)
@@ -90,23 +99,59 @@ public struct EngineTrust: Sendable {
         [subject, kind ?? "", String(follows), node ?? "", incarnation ?? "", messageID ?? "", forwards ?? "", sealMark ?? ""]
     }
 
-    /// The seal of a stream message (see ``streamFields(subject:kind:follows:node:incarnation:messageID:forwards:sealMark:)``).
-    func sealStream(subject: String, kind: String?, follows: UInt64, node: String, incarnation: String, messageID: String?,
-                    forwards: String?, sealMark: String?, body: [UInt8]) -> String {
-        secret.seal(.batch, fields: Self.streamFields(subject: subject, kind: kind, follows: follows, node: node, incarnation: incarnation,
-                                                      messageID: messageID, forwards: forwards, sealMark: sealMark), body: body)
+    /// The fields of a life-bound (`v2`) seal: the room's life (its epoch) besides the `v1`
+    /// fields, each optional one as `-` when absent and `+` and its value when present (so
+    /// an absent header and an empty one differ), and the place as `*` for a message that
+    /// holds at any place (a life mark: moving it only makes the room stricter).
+    static func lifeBoundFields(subject: String, life: String, kind: String?, follows: UInt64?, node: String?, incarnation: String?,
+                                messageID: String?, forwards: String?, sealMark: String?) -> [String] {
+        func optional(_ value: String?) -> String { value.map { "+" + $0 } ?? "-" }
+        return [subject, life, optional(kind), follows.map(String.init) ?? "*", optional(node), optional(incarnation),
+                optional(messageID), optional(forwards), optional(sealMark)]
     }
 
-    /// What a delivered stream message is (its seal header `seal`, at stream sequence `seq`).
-    /// A stream has no message at 0: one said to be there was not delivered by the engine.
-    func judgeStream(seal: String?, subject: String, seq: UInt64, headers: [String: String], body: [UInt8]) -> Verdict {
+    /// Whether this node seals a room's stream messages bound to the room's life (`v2`):
+    /// not in phase one of a move (``acceptUnsigned``), where nodes of an earlier build,
+    /// which read only `v1`, may still be running.
+    var sealsLives: Bool { !acceptUnsigned }
+
+    /// The seal of a stream message of the room's life `life` (its epoch), at the place
+    /// after `follows` (nil: any place, for a life mark only). `v2` when ``sealsLives``,
+    /// else `v1` (see ``streamFields(subject:kind:follows:node:incarnation:messageID:forwards:sealMark:)``).
+    func sealStream(subject: String, life: String, kind: String?, follows: UInt64?, node: String, incarnation: String, messageID: String?,
+                    forwards: String?, sealMark: String?, body: [UInt8]) -> String {
+        guard sealsLives else {
+            return secret.seal(.batch, fields: Self.streamFields(subject: subject, kind: kind, follows: follows ?? 0, node: node, incarnation: incarnation,
+                                                                 messageID: messageID, forwards: forwards, sealMark: sealMark), body: body)
+        }
+        return secret.seal(.batch, fields: Self.lifeBoundFields(subject: subject, life: life, kind: kind, follows: follows, node: node,
+                                                                incarnation: incarnation, messageID: messageID, forwards: forwards,
+                                                                sealMark: sealMark),
+                           body: body, version: ClusterSecret.lifeBoundVersion)
+    }
+
+    /// What a delivered stream message is (its seal header `seal`, at stream sequence `seq`,
+    /// in the room's life `life`). A stream has no message at 0: one said to be there was
+    /// not delivered by the engine. A life mark's `v2` seal holds at any place.
+    func judgeStream(seal: String?, subject: String, life: String, seq: UInt64, headers: [String: String], body: [UInt8]) -> Verdict {
         guard seq > 0 else { return .forged }
         guard let seal else { return .unsigned }
-        let fields = Self.streamFields(subject: subject, kind: headers[EngineNames.kindHeader], follows: seq - 1,
-                                       node: headers[EngineNames.nodeHeader], incarnation: headers[EngineNames.incarnationHeader],
-                                       messageID: headers[EngineNames.messageIDHeader], forwards: headers[EngineNames.forwardsHeader],
-                                       sealMark: headers[EngineNames.sealMarkHeader])
-        return secret.opens(seal, .batch, fields: fields, body: body) ? .sealed : .forged
+        let kind = headers[EngineNames.kindHeader], node = headers[EngineNames.nodeHeader], incarnation = headers[EngineNames.incarnationHeader]
+        let messageID = headers[EngineNames.messageIDHeader], forwards = headers[EngineNames.forwardsHeader]
+        let sealMark = headers[EngineNames.sealMarkHeader]
+        switch secret.version(of: seal) {
+        case ClusterSecret.lifeBoundVersion?:
+            let follows: UInt64? = kind == EngineNames.sealMarkKind ? nil : seq - 1
+            let fields = Self.lifeBoundFields(subject: subject, life: life, kind: kind, follows: follows, node: node, incarnation: incarnation,
+                                              messageID: messageID, forwards: forwards, sealMark: sealMark)
+            return secret.opens(seal, .batch, fields: fields, body: body, version: ClusterSecret.lifeBoundVersion) ? .sealed : .forged
+        case ClusterSecret.version?:
+            let fields = Self.streamFields(subject: subject, kind: kind, follows: seq - 1, node: node, incarnation: incarnation,
+                                           messageID: messageID, forwards: forwards, sealMark: sealMark)
+            return secret.opens(seal, .batch, fields: fields, body: body) ? .sealedUnbound : .forged
+        default:
+            return .forged
+        }
     }
 
     /// A snapshot's seal: over its subject (its room) and its body (which names the

@@ -19,6 +19,9 @@ public final class EngineClient: @unchecked Sendable {
     /// Held while the connection is read from off libnats' calls (``connectedServer()``)
     /// and while ``close()`` destroys it.
     private let destroying = Locked(())
+    /// Calls in progress through ``whileOpen(_:)``: ``close()`` destroys the connection only
+    /// once none is left.
+    private let users = Locked(0)
     private let status: StatusBox
     /// Asynchronous publishes waiting for their answer, by message id.
     private let pending: PendingAcks
@@ -157,12 +160,29 @@ public final class EngineClient: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` with the connection and its JetStream context unless the client is
+    /// closed (then nil): what runs off the caller's own calls (a consumer made again by a
+    /// timer, a deletion on a queue) cannot reach them after ``close()`` destroyed them.
+    func whileOpen<T>(_ body: (_ connection: OpaquePointer, _ js: OpaquePointer) -> T) -> T? {
+        let entered = users.withLock { n -> Bool in
+            guard !closed.load(ordering: .acquiring) else { return false }
+            n += 1
+            return true
+        }
+        guard entered else { return nil }
+        defer { users.withLock { $0 -= 1 } }
+        return body(connection, js)
+    }
+
     /// Closes the connection (subscriptions stop). Idempotent.
     public func close() {
-        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // Taken under `users`' lock, so that no ``whileOpen(_:)`` enters after it.
+        guard !users.withLock({ _ in closed.exchange(true, ordering: .acquiringAndReleasing) }) else { return }
         status.closing.store(true, ordering: .releasing)
-        jsCtx_Destroy(js)
+        // Calls in progress end within their timeouts (the connection's close fails them).
         natsConnection_Close(connection)
+        while users.withLock({ $0 }) > 0 { usleep(1000) }
+        jsCtx_Destroy(js)
         destroying.withLock { _ in natsConnection_Destroy(connection) }
     }
 

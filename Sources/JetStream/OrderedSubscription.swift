@@ -90,7 +90,7 @@ public final class OrderedSubscription: @unchecked Sendable {
         let inbox = "_INBOX." + Self.newName()
         let box = Unmanaged.passRetained(InboxBox(owner: self, generation: generation))
         var sub: OpaquePointer?
-        var s = natsConnection_Subscribe(&sub, client.connection, inbox, Self.deliver, box.toOpaque())
+        var s = client.whileOpen { connection, _ in natsConnection_Subscribe(&sub, connection, inbox, Self.deliver, box.toOpaque()) } ?? NATS_CONNECTION_CLOSED
         guard s == NATS_OK, let sub else {
             box.release()
             throw EngineError(s, jsErrCode(rawValue: 0), "cannot subscribe to a consumer's inbox")
@@ -100,7 +100,7 @@ public final class OrderedSubscription: @unchecked Sendable {
         jsConsumerConfig_Init(&cfg)
         var info: UnsafeMutablePointer<jsConsumerInfo>?
         var err = jsErrCode(rawValue: 0)
-        s = name.withCString { cName in
+        s = client.whileOpen { _, js in name.withCString { cName in
             inbox.withCString { cInbox in
                 subject.withCString { cSubject in
                     cfg.Name = cName
@@ -114,10 +114,10 @@ public final class OrderedSubscription: @unchecked Sendable {
                     cfg.MaxDeliver = 1
                     cfg.MemoryStorage = true
                     cfg.Replicas = 1
-                    return js_AddConsumer(&info, client.js, stream, &cfg, nil, &err)
+                    return js_AddConsumer(&info, js, stream, &cfg, nil, &err)
                 }
             }
-        }
+        } } ?? NATS_CONNECTION_CLOSED
         if let info { jsConsumerInfo_Destroy(info) }
         guard s == NATS_OK else {
             Self.retire(sub)
@@ -167,7 +167,7 @@ public final class OrderedSubscription: @unchecked Sendable {
         let client = client, stream = stream
         DispatchQueue.global().async {
             var err = jsErrCode(rawValue: 0)
-            _ = js_DeleteConsumer(client.js, stream, name, nil, &err)
+            _ = client.whileOpen { _, js in js_DeleteConsumer(js, stream, name, nil, &err) }
         }
     }
 

@@ -432,6 +432,25 @@ import Testing
         #expect(p.expectedLastSeq == 2)
     }
 
+    @Test func messagesSealedWithoutTheRoomsLifeAreHistoryUntilItsLifeMarkAndPassedOverAfterIt() throws {
+        var m = try Self.machine()
+        let unbound = Machine.Delivery(streamSeq: 2, kind: nil, writer: "n2", data: Self.batch(1).frameBytes, verdict: .sealedUnbound)
+        #expect(m.delivered(unbound, now: 0) == [.foreignBatches], "sealed by a build before lives were bound, before the mark: folded")
+        // A life mark not bound to the room's life marks it sealed (as that build's mark
+        // did) but not bound to its life.
+        let oldMark = Machine.Delivery(streamSeq: 3, kind: EngineNames.sealMarkKind, writer: "x", data: [], verdict: .sealedUnbound, lifeMark: true)
+        #expect(m.delivered(oldMark, now: 0).isEmpty)
+        #expect(m.sealed && !m.lifeBound)
+        let mark = Machine.Delivery(streamSeq: 4, kind: EngineNames.sealMarkKind, writer: "n1", data: [], verdict: .sealed, lifeMark: true)
+        #expect(m.delivered(mark, now: 0).isEmpty)
+        #expect(m.lifeBound && m.delivered == 4 && m.snapshotRecord.lifeBound)
+        let late = Machine.Delivery(streamSeq: 5, kind: nil, writer: "n2", data: Self.batch(2).frameBytes, verdict: .sealedUnbound)
+        #expect(m.delivered(late, now: 0) == [.readBack(seq: 5)])
+        #expect(Self.rejections(m.readBack(seq: 5, found: late, now: 0)) == ["batch"], "after the life mark: passed over")
+        #expect(m.stored.snapshot.seq == 1 && m.delivered == 5)
+        #expect(m.delivered(Self.delivery(6, Self.batch(2), writer: "n2"), now: 0) == [.foreignBatches])
+    }
+
     @Test func unsealedMessagesAreHistoryUntilTheRoomsSealMarkAndPassedOverAfterIt() throws {
         var m = try Self.machine()
         #expect(m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "old", data: Self.batch(1).frameBytes, verdict: .unsigned), now: 0) == [.foreignBatches])

@@ -204,3 +204,60 @@ async def test_copies_of_batches_that_lost_their_place_put_into_the_inboxes_are_
     print(f"copies put into the inboxes: {injected[0]}")
     for c in clients:
         await c.close()
+
+
+# --- a room's lives ---------------------------------------------------------------------------
+
+def message_at(nc, room, seq):
+    got = nc.js(f"STREAM.MSG.GET.TABD_ROOM_{room}", {"seq": seq})["message"]
+    headers = {}
+    if got.get("hdrs"):
+        for line in base64.b64decode(got["hdrs"]).decode().split("\r\n")[1:]:
+            if ":" in line:
+                k, v = line.split(":", 1)
+                headers[k.strip()] = v.strip()
+    return headers, base64.b64decode(got.get("data") or "")
+
+
+def values_of(snapshot):
+    return {k: v for t in snapshot["tabs"] for k, v in (t.get("values") or {}).items()}
+
+
+async def test_a_batch_of_a_rooms_earlier_life_is_not_taken_in_its_new_life(make_daemon, engine):
+    # A room and a batch of it (its stream: the first message, the first pages' appearing,
+    # the batch), the room deleted and created again under the same id: the old batch,
+    # appended to the new stream at the very place its seal names, is of another life.
+    # Every node passes it over.
+    from test_rooms import call
+    ds = trio(make_daemon, engine)
+    room = room_name()
+    assert call(ds[0], "PUT", f"/api/rooms/{room}")[0] == 201
+    status, ack, _ = call(ds[0], "POST", f"/api/rooms/{room}/commands", {"type": "set", "key": "old-life", "value": 1})
+    assert status == 200 and ack["type"] == "ack", ack
+    with Nats(engine.urls[0]) as nc:
+        headers, data = message_at(nc, room, 3)
+        assert b"old-life" in data and headers.get("Tabd-Seal", "").startswith("v2."), (headers, data)
+        status, body, _ = call(ds[0], "DELETE", f"/api/rooms/{room}")
+        assert status == 204, body
+        status, created, _ = call(ds[2], "PUT", f"/api/rooms/{room}")
+        assert status == 201, created
+        deadline = time.monotonic() + 30
+        while nc.js(f"STREAM.INFO.TABD_ROOM_{room}")["state"]["last_seq"] < 2:
+            assert time.monotonic() < deadline, "the new life's first pages did not appear"
+            time.sleep(0.02)
+        kept = {k: v for k, v in headers.items() if not k.startswith("Nats-Expected")}
+        stored = nc.publish(f"tabd.room.{room}", data, headers=dict(kept, **{"Nats-Expected-Last-Sequence": "2"}))
+        assert stored.get("seq") == 3, stored
+        bases = [rejected(d, "batch") for d in ds]
+        for d in ds:
+            status, got, _ = call(d, "GET", f"/api/rooms/{room}")
+            assert status == 200 and got["epoch"] == created["epoch"], got
+        clients = [await Client.connect(d.ws, room=room, name=f"c{i}") for i, d in enumerate(ds)]
+        for c in clients:
+            await c.until_seq(max(x.last_seq() for x in clients))
+            assert "old-life" not in values_of(c.welcome["snapshot"]), "a batch of the room's earlier life was taken"
+        await probe(clients, clients[0])
+        assert sum(rejected(d, "batch") for d in ds) > sum(bases), "no node counted the batch of another life"
+        for c in clients:
+            assert "old-life" not in values_of((await c.command("sync"))[1]["snapshot"])
+            await c.close()
