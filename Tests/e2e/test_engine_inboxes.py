@@ -261,3 +261,61 @@ async def test_a_batch_of_a_rooms_earlier_life_is_not_taken_in_its_new_life(make
         for c in clients:
             assert "old-life" not in values_of((await c.command("sync"))[1]["snapshot"])
             await c.close()
+
+
+async def test_a_room_sealed_without_lives_moves_to_life_bound_seals_keeping_its_history(make_daemon, engine):
+    # Nodes of phase one (`--cluster-unsigned accept`) seal as the tabd before room lives
+    # were bound did (`v1`): a room written so is such a tabd's room. Then every node
+    # restarted without it: the room keeps its history, gets a life mark, and a message
+    # sealed without the room's life after that mark is passed over by every node.
+    from conftest import cluster_secret_file
+    from clusterseal import Key
+    room = room_name()
+    ds = trio(make_daemon, engine, "--cluster-unsigned", "accept", prefix="q")
+    clients = await room_on(ds, room)
+    await clients[1].command("set", key="phase-one", value=1)
+    with Nats(engine.urls[0]) as nc:
+        seals = set()
+        last = nc.js(f"STREAM.INFO.TABD_ROOM_{room}")["state"]["last_seq"]
+        for seq in range(1, last + 1):
+            headers, _ = message_at(nc, room, seq)
+            seals.add(headers.get("Tabd-Seal", "")[:3])
+        assert seals == {"v1."}, f"phase one sealed {seals}"
+        for i in range(3):
+            ds[i].stop()
+            ds[i] = node(make_daemon, engine, f"q{i}")
+            await clients[i].close()
+            clients[i] = await Client.connect(ds[i].ws, room=room, name=f"c{i}")
+            for c in clients:
+                await c.until_seq(max(x.last_seq() for x in clients))
+            await probe(clients, clients[i])
+        marks = []
+        last = nc.js(f"STREAM.INFO.TABD_ROOM_{room}")["state"]["last_seq"]
+        for seq in range(1, last + 1):
+            headers, _ = message_at(nc, room, seq)
+            if headers.get("Tabd-Mark") == "2":
+                marks.append((seq, headers["Tabd-Seal"][:3]))
+        assert marks and all(v == "v2." for _, v in marks), f"no life mark sealed bound to the room's life: {marks}"
+        _, sync = await clients[0].command("sync")
+        assert values_of(sync["snapshot"]).get("phase-one") == 1, "the room's history of phase one is kept"
+        # A batch sealed with the real key, as phase one seals, at the room's next place.
+        key = Key(open(cluster_secret_file()).read().strip())
+        headers, data = last_message(nc, room)[1:]
+        end = nc.js(f"STREAM.INFO.TABD_ROOM_{room}")["state"]["last_seq"]
+        seq = max(c.last_seq() for c in clients) + 1
+        frame = json.dumps({"type": "events", "by": "old", "ref": None, "events": [
+            {"seq": seq, "kind": "valueSet", "tab": "home", "key": "unbound", "value": 1}]}, separators=(",", ":")).encode()
+        old = {"Tabd-Node": "q0", "Tabd-Incarnation": "0123456789abcdef", "Nats-Msg-Id": f"unbound-{room}"}
+        old["Tabd-Seal"] = key.seal_stream(f"tabd.room.{room}", old, end, frame)
+        bases = [rejected(d, "batch") for d in ds]
+        stored = nc.publish(f"tabd.room.{room}", frame, headers=dict(old, **{"Nats-Expected-Last-Sequence": str(end)}))
+        assert stored.get("seq") == end + 1, stored
+        deadline = time.monotonic() + 30
+        while any(rejected(d, "batch") <= b for d, b in zip(ds, bases)):
+            assert time.monotonic() < deadline, "a node did not pass over the batch sealed without the room's life"
+            time.sleep(0.02)
+        await probe(clients, clients[2])
+        _, sync = await clients[1].command("sync")
+        assert "unbound" not in values_of(sync["snapshot"])
+    for c in clients:
+        await c.close()
