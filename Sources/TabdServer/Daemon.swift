@@ -75,7 +75,7 @@ public final class Daemon: Sendable {
                 let node = try ClusterNode(urls: options.cluster, name: name, trust: trust, security: security, log: { log.info("cluster: \($0)") })
                 cluster = node
                 stored = try node.roomIDs(waitingUpTo: 15)
-                log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ","))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+                log.info("node '\(name)' of a cluster on \(EngineURL.redacted(options.cluster))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
             } catch {
                 cluster?.close()
                 throw StartError("\(error)")

@@ -176,3 +176,21 @@ async def test_tabd_says_which_event_loop_it_runs_and_serves_on_either(make_daem
         await c.close()
         assert d.stop() == 0
         assert named in d.stderr, d.stderr
+
+
+def test_credentials_in_a_cluster_url_are_refused_and_never_repeated():
+    # As --cluster-password is: a password on the command line or in the environment is seen
+    # by every user (ps, /proc) and, in a URL, was written to the log when the node started.
+    import os
+    from conftest import ROOT, cluster_secret_file
+    how = ("give the engine's user with --cluster-user NAME and its password in a file with --cluster-password-file FILE, "
+           "or a NATS credentials file with --cluster-creds FILE")
+    for args, env, name, shown in (
+            (("--cluster", "nats://tabd:hunter2@127.0.0.1:1"), None, "--cluster", "nats://***@127.0.0.1:1"),
+            (("--cluster", "nats://127.0.0.1:1,tls://hunter2@127.0.0.1:2"), None, "--cluster", "tls://***@127.0.0.1:2"),
+            ((), {"TABD_CLUSTER": "nats://tabd:hunter2@127.0.0.1:1"}, "TABD_CLUSTER", "nats://***@127.0.0.1:1")):
+        proc = subprocess.run([TABD, "--port", "0", "--cluster-secret-file", cluster_secret_file(), *args], capture_output=True,
+                              text=True, timeout=30, cwd=ROOT, env={**os.environ, **(env or {})})
+        assert proc.returncode == 2, (args, env, proc.returncode, proc.stderr)
+        assert f"tabd: {name} takes URLs without credentials, got '{shown}': {how}" in proc.stderr, proc.stderr
+        assert "hunter2" not in proc.stderr + proc.stdout

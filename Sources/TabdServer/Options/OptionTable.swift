@@ -1,5 +1,6 @@
 import ArgumentParsing
 import Coordinator
+import JetStream
 import WebSockets
 
 /// One of tabd's options, declared once: its name, the value it takes, what it sets (with
@@ -130,9 +131,13 @@ extension Options {
         .int("--max-rooms", \.maxRooms, min: 1, help: "rooms that may exist, stored or loaded; creating more is refused (503)"),
         .int("--room-idle", \.roomIdle, value: "SECS", min: 0, max: 86_400 * 365,
              help: "unload a room from memory after SECS without clients; it stays in the state file; 0 = never"),
-        OptionSpec(name: "--cluster", value: "URLS", help: "be a node of a cluster whose rooms live in NATS JetStream at these comma-separated nats:// URLs (excludes --state); see docs/CLUSTER.md",
+        OptionSpec(name: "--cluster", value: "URLS", help: "be a node of a cluster whose rooms live in NATS JetStream at these comma-separated nats:// or tls:// URLs, without credentials (excludes --state); see docs/CLUSTER.md",
                    defaultText: nil, excludes: ["--state", "--state-sync"]) { (o, text, given) throws(UsageError) in
             let urls = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            // A URL's user, password or token would be visible in ps, the environment and logs.
+            if let url = urls.first(where: EngineURL.hasCredentials) {
+                throw UsageError("\(given) takes URLs without credentials, got '\(EngineURL.redacted(url).prefix(200))': give the engine's user with --cluster-user NAME and its password in a file with --cluster-password-file FILE, or a NATS credentials file with --cluster-creds FILE (TABD_CLUSTER_USER, TABD_CLUSTER_PASSWORD_FILE, TABD_CLUSTER_CREDS)")
+            }
             guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
                 throw UsageError("\(given) takes nats://HOST:PORT URLs separated by commas, got '\(text.prefix(200))'")
             }
