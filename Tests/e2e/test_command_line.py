@@ -178,6 +178,40 @@ async def test_tabd_says_which_event_loop_it_runs_and_serves_on_either(make_daem
         assert named in d.stderr, d.stderr
 
 
+def refused(*args, env=None):
+    """(exit status, stderr) of a tabd that is expected to refuse its options at once; a tabd
+    that starts listening instead is stopped and the test fails."""
+    import os
+    from conftest import ROOT
+    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT)
+    try:
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"tabd {' '.join(args)} {env or ''} started instead of refusing: {out!r} {err!r}")
+    assert "listening" not in out, (args, env, out)
+    return proc.returncode, err
+
+
+def test_an_allow_origin_that_is_not_an_origin_is_refused_naming_the_option_and_the_value():
+    # 'null' is what sandboxed frames and data: pages send: allowing it would allow every site.
+    for value, why in (("null", "'null' is the origin of sandboxed frames"),
+                       ("https://app.example/", "an origin has no path, not even a trailing /"),
+                       ("app.example", "it has no http:// or https://"),
+                       ("https://app.example:0", "its port must be a number from 1 to 65535")):
+        code, err = refused("--allow-origin", value)
+        assert code == 2, (value, code, err)
+        assert f"tabd: --allow-origin takes an origin, http(s)://HOST[:PORT] as browsers send it" in err, err
+        assert f"got '{value}': {why}" in err, err
+    code, err = refused(env={"TABD_ALLOW_ORIGIN": "https://ok.example,null"})
+    assert code == 2 and "tabd: TABD_ALLOW_ORIGIN takes an origin" in err and "got 'null'" in err, err
+    code, err = refused("--allow-origin", "https://user:hunter2@app.example")
+    assert code == 2 and "got 'https://***@app.example': an origin has no user or password" in err, err
+    assert "hunter2" not in err
+
+
 def test_credentials_in_a_cluster_url_are_refused_and_never_repeated():
     # As --cluster-password is: a password on the command line or in the environment is seen
     # by every user (ps, /proc) and, in a URL, was written to the log when the node started.

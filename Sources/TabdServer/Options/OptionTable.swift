@@ -83,6 +83,10 @@ struct OptionSpec: Sendable {
         }
     }
 
+    /// A value to quote in a usage error: at most 80 characters, with any user, password or
+    /// token in it (before its last `@`) shown as `***` (``EngineURL``).
+    static func quoted(_ text: String) -> String { String(EngineURL.redacted(text).prefix(80)) }
+
     /// `a`, `a or b`, `a, b or c`.
     static func either(_ words: [String]) -> String {
         words.count < 2 ? words.joined() : words.dropLast().joined(separator: ", ") + " or " + words.last!
@@ -195,8 +199,14 @@ extension Options {
               help: "serve HTTPS and WSS only, with the certificate in FILE (PEM, the chain after it, as Let's Encrypt's fullchain.pem); with --tls-key; SIGHUP reads both again"),
         .text("--tls-key", "FILE", \.tlsKey, help: "the certificate's private key (PEM, not encrypted)"),
         OptionSpec(name: "--allow-origin", value: "ORIGIN",
-                   help: "also accept browsers from this origin (repeatable): its pages may open /ws and import tabd.js and tabd-tab-bar.js; the HTTP API refuses (403) a browser of any other origin than tabd's own, and answers no CORS preflight",
-                   defaultText: nil, repeatable: true) { (o, text, _) throws(UsageError) in o.allowOrigins.append(text) },
+                   help: "also accept browsers from this origin, http(s)://HOST[:PORT] and nothing more (repeatable; not null): its pages may open /ws and import tabd.js and tabd-tab-bar.js; the HTTP API refuses (403) a browser of any other origin than tabd's own, and answers no CORS preflight",
+                   defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
+            switch AllowedOrigin.canonical(text) {
+            case let .success(origin): o.allowOrigins.append(origin)
+            case let .failure(problem):
+                throw UsageError("\(given) takes an origin, http(s)://HOST[:PORT] as browsers send it (https://app.example, http://localhost:3000), got '\(OptionSpec.quoted(text))': \(problem)")
+            }
+        },
         OptionSpec(name: "--allow-host", value: "NAME",
                    help: "while no token or key is set, also answer requests for the host NAME (repeatable; .NAME: it and every name under it); tabd answers IP addresses, localhost, *.localhost, --host, its certificate's names and the hosts of --allow-origin, and refuses other Host headers with 421 (a defence against DNS rebinding)",
                    defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
