@@ -80,11 +80,11 @@ def test_a_state_file_in_a_missing_directory_is_refused_and_named(tmp_path):
 
 def test_a_number_out_of_range_says_the_range_allowed():
     p = run("--rate-limit", "-1")
-    assert p.returncode == 2 and "--rate-limit must be a whole number 0 or more, got '-1'" in p.stderr
+    assert p.returncode == 2 and "--rate-limit must be a whole number from 0 to 1000000, got '-1'" in p.stderr
     p = run("--ping-interval", "0")
     assert p.returncode == 2 and "--ping-interval must be a whole number from 1 to 3600, got '0'" in p.stderr
     p = run("--queue-limit", "many")
-    assert p.returncode == 2 and "--queue-limit must be a whole number 1 or more, got 'many'" in p.stderr
+    assert p.returncode == 2 and "--queue-limit must be a whole number from 1 to 1000000, got 'many'" in p.stderr
 
 
 def stderr_of_a_run(*args):
@@ -228,3 +228,31 @@ def test_credentials_in_a_cluster_url_are_refused_and_never_repeated():
         assert proc.returncode == 2, (args, env, proc.returncode, proc.stderr)
         assert f"tabd: {name} takes URLs without credentials, got '{shown}': {how}" in proc.stderr, proc.stderr
         assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_a_number_past_its_options_bound_is_refused_instead_of_trapping():
+    # Each of these used to be taken, then trap (an arithmetic overflow, exit by SIGILL or
+    # SIGTRAP) at start or on the first broadcast, or be kept as a bound nothing can reach.
+    big = str(2 ** 63 - 1)
+    for option, value, shown in (("--max-room-bytes", big, "from 16384 to 268435456"),
+                                 ("--max-room-bytes", str(2 ** 62), "from 16384 to 268435456"),
+                                 ("--queue-limit", big, "from 1 to 1000000"),
+                                 ("--max-clients", big, "from 1 to 1000000"),
+                                 ("--resume-window", big, "from 0 to 1000000"),
+                                 ("--queue-bytes", big, "from 65536 to 1099511627776"),
+                                 ("--queue-bytes-total", big, "from 65536 to 1099511627776"),
+                                 ("--rate-limit", big, "from 0 to 1000000"),
+                                 ("--rate-limit-bytes", big, "from 0 to 1073741824"),
+                                 ("--max-rooms", big, "from 1 to 10000000")):
+        code, err = refused(option, value)
+        assert code == 2 and f"tabd: {option} must be a whole number {shown}, got '{value}'" in err, (option, code, err)
+        variable = "TABD_" + option[2:].upper().replace("-", "_")
+        code, err = refused(env={variable: value})
+        assert code == 2 and f"tabd: {variable} must be a whole number {shown}, got '{value}'" in err, (variable, code, err)
+    # The bounds themselves are taken, all at once.
+    bounds = ["--max-room-bytes", "268435456", "--queue-bytes", "1099511627776", "--queue-bytes-total", "1099511627776",
+              "--queue-limit", "1000000", "--resume-window", "1000000", "--rate-limit", "1000000",
+              "--rate-limit-bytes", "1073741824", "--max-rooms", "10000000"]
+    assert stderr_of_a_run(*bounds) is not None
+    p = run("--help")
+    assert "(default 10000; 1 to 1000000)" in " ".join(p.stdout.split()), "--help gives the range"

@@ -91,6 +91,8 @@ public struct Options: Sendable {
 
     /// `--rate-limit-bytes` when it is not given (and `--rate-limit` is not 0).
     static let defaultByteRate = 1 << 20
+    /// The largest `--rate-limit-bytes`: 1 GiB a second (0 turns the limit off).
+    static let maxByteRate = 1 << 30
 
     public static let version = "0.1.0"
 
