@@ -90,7 +90,7 @@ public final class ClusterNode: Sendable {
                 }
                 if let handler { DispatchQueue.global().async { handler(reason) } }
             }
-        } catch { throw Failure("cannot reach the engine at \(urls.joined(separator: ",")): \(error)") }
+        } catch { throw Failure("cannot reach the engine at \(EngineURL.redacted(urls)): \(error)") }
         // The engine may still be electing its leaders: ask again for up to about 30 s.
         // With three or more servers, three copies; one if the engine cannot keep three.
         var got = 0
@@ -109,7 +109,7 @@ public final class ClusterNode: Sendable {
             }
             Thread.sleep(forTimeInterval: 0.3)
         }
-        guard got > 0 else { client.close(); throw Failure("the engine at \(urls.joined(separator: ",")) refused every stream") }
+        guard got > 0 else { client.close(); throw Failure("the engine at \(EngineURL.redacted(urls)) refused every stream") }
         replicas = got
         Self.reportVersion(client, into: server, log: log, warn: warn)
         versionWatch.withLock { $0 = client }

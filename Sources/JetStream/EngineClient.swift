@@ -46,7 +46,7 @@ public final class EngineClient: @unchecked Sendable {
         defer { cStrings.forEach { free($0) } }
         var pointers = cStrings.map { UnsafePointer<CChar>($0) }
         s = pointers.withUnsafeMutableBufferPointer { natsOptions_SetServers(opts, $0.baseAddress, Int32(urls.count)) }
-        guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "bad NATS URL in \(urls.joined(separator: ","))") }
+        guard s == NATS_OK else { throw EngineError(s, jsErrCode(rawValue: 0), "bad NATS URL in \(EngineURL.redacted(urls))") }
         try Self.apply(security, urls: urls, to: opts)
         natsOptions_SetName(opts, name)
         natsOptions_SetTimeout(opts, timeoutMs)
@@ -78,7 +78,7 @@ public final class EngineClient: @unchecked Sendable {
         guard s == NATS_OK, let nc else {
             box.release()
             let how = security.summary(urls: urls)
-            let error = EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(urls.joined(separator: ","))" + (how.isEmpty ? "" : " \(how)"))
+            let error = EngineError(s, jsErrCode(rawValue: 0), "cannot connect to \(EngineURL.redacted(urls))" + (how.isEmpty ? "" : " \(how)"))
             // With TLS 1.3 a server that refuses the client's certificate (or its absence)
             // says so after the handshake, by closing: libnats sees no answer ("Expected
             // 'PONG', got ''") or a failed write ("SSL_write error: (null)").

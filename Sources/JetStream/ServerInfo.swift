@@ -21,7 +21,7 @@ public struct EngineServerInfo: Sendable, Equatable {
     /// The server's `server_name` (its id when it has none).
     public let serverName: String
     public let jetStream: Bool
-    /// The URL the line was read from.
+    /// The URL the line was read from, without a user or password (``EngineURL``).
     public let url: String
     /// Whether `serverID` is the server libnats is connected to (false: another server
     /// answered at the same address, such as behind a load balancer).
@@ -137,9 +137,11 @@ extension EngineClient {
     /// server's INFO line (see ``EngineServerInfo``); a failure says why it could not be read.
     /// Blocks for up to twice `timeoutMs`: call it off libnats' threads.
     public func connectedServerInfo(timeoutMs: Int = 1000) -> Result<EngineServerInfo, EngineError> {
-        let (url, id) = connectedServer()
-        guard let url else { return .failure(EngineError(invalid: "not connected to an engine server")) }
-        guard let (host, port) = EngineServerInfo.hostAndPort(url) else { return .failure(EngineError(invalid: "cannot read the address in \(url)")) }
+        let (connected, id) = connectedServer()
+        guard let connected else { return .failure(EngineError(invalid: "not connected to an engine server")) }
+        // Said in logs and errors: without a user or password libnats may give with it.
+        let url = EngineURL.redacted(connected)
+        guard let (host, port) = EngineServerInfo.hostAndPort(connected) else { return .failure(EngineError(invalid: "cannot read the address in \(url)")) }
         // Another server may answer at the same address (a load balancer): asked up to 3 times.
         var seen: EngineServerInfo?
         for _ in 1...3 {

@@ -49,6 +49,7 @@ public final class Daemon: Sendable {
 
         let authenticator: Authenticator
         do { authenticator = try options.authenticator(warn: { log.warn($0) }) } catch { throw StartError(error.message) }
+        if let tlsKey = options.tlsKey { options.warnIfOpenToEveryone(tlsKey, "TLS key") { log.warn($0) } }
 
         let webRoot: String
         switch options.resolvedWebRoot() {
@@ -75,12 +76,14 @@ public final class Daemon: Sendable {
                 let node = try ClusterNode(urls: options.cluster, name: name, trust: trust, security: security, log: { log.info("cluster: \($0)") })
                 cluster = node
                 stored = try node.roomIDs(waitingUpTo: 15)
-                log.info("node '\(name)' of a cluster on \(options.cluster.joined(separator: ","))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+                log.info("node '\(name)' of a cluster on \(EngineURL.redacted(options.cluster))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
             } catch {
                 cluster?.close()
                 throw StartError("\(error)")
             }
         } else if let path = options.resolvedStatePath(webRoot: webRoot) {
+            // One that exists already keeps its mode (an older tabd's may be open to all).
+            options.warnIfOpenToEveryone(path, "state", also: " (and its -wal and -shm files, if any)") { log.warn($0) }
             do {
                 // Only the default place (`.tabd/`) is created; a directory named by --state must exist.
                 let opened = try StateStore(options: .init(path: path, resumeWindow: options.resumeWindow, createsDirectory: options.state == nil,

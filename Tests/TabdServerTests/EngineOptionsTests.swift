@@ -96,6 +96,63 @@ import Testing
         }
     }
 
+    /// A URL's user, password or token (`nats://user:pass@host`, `nats://token@host`) is
+    /// refused like `--cluster-password`, saying how credentials are given, and the refusal
+    /// never repeats them.
+    @Test func credentialsInAClusterURLAreRefusedSayingHowToGiveThem() {
+        let how = ": give the engine's user with --cluster-user NAME and its password in a file with --cluster-password-file FILE, "
+            + "or a NATS credentials file with --cluster-creds FILE (TABD_CLUSTER_USER, TABD_CLUSTER_PASSWORD_FILE, TABD_CLUSTER_CREDS)"
+        let cases: [([String], [String: String], String)] = [
+            (["--cluster", "nats://tabd:hunter2@n1:4222"], [:], "tabd: --cluster takes URLs without credentials, got 'nats://***@n1:4222'"),
+            (["--cluster", "nats://n1:4222, tls://hunter2@n2:4222"], [:], "tabd: --cluster takes URLs without credentials, got 'tls://***@n2:4222'"),
+            (["--cluster", "nats://tabd:p@ss:hunter2@n1"], [:], "tabd: --cluster takes URLs without credentials, got 'nats://***@n1'"),
+            (["--cluster", "tabd:hunter2@n1:4222"], [:], "tabd: --cluster takes URLs without credentials, got '***@n1:4222'"),
+            ([], ["TABD_CLUSTER": "nats://tabd:hunter2@n1:4222,nats://n2:4222"],
+             "tabd: TABD_CLUSTER takes URLs without credentials, got 'nats://***@n1:4222'"),
+        ]
+        for (args, environment, message) in cases {
+            guard case let .exit(text, code) = Options.parse(args, environment: environment) else {
+                Issue.record("\(args) \(environment) accepted"); continue
+            }
+            #expect(code == 2)
+            #expect(text.split(separator: "\n").first.map(String.init) == message + how, "\(text)")
+            #expect(!text.contains("hunter2"))
+        }
+    }
+
+    @Test func aURLsCredentialsNeverReachALogLine() {
+        #expect(EngineURL.redacted("nats://tabd:hunter2@n1:4222") == "nats://***@n1:4222")
+        #expect(EngineURL.redacted("tls://token@[::1]:4222") == "tls://***@[::1]:4222")
+        #expect(EngineURL.redacted("nats://a@b@n1") == "nats://***@n1")
+        #expect(EngineURL.redacted("u:p@n1:4222") == "***@n1:4222")
+        #expect(EngineURL.redacted("x:y@z://n1@n2") == "***@n2", "a scheme is only letters")
+        #expect(EngineURL.redacted("nats://n1:4222") == "nats://n1:4222")
+        #expect(EngineURL.redacted(["nats://n1:4222", "nats://u:hunter2@n2:4222"]) == "nats://n1:4222,nats://***@n2:4222")
+        // What libnats refuses to connect to is said without the password.
+        do {
+            _ = try EngineClient(urls: ["nats://tabd:hunter2@127.0.0.1:1"], name: "redaction test")
+            Issue.record("connected to port 1")
+        } catch {
+            #expect("\(error)".contains("nats://***@127.0.0.1:1") && !"\(error)".contains("hunter2"), "\(error)")
+        }
+    }
+
+    /// A daemon given such a URL anyway (in process, past the parser) says why it cannot
+    /// start without the password: the engine's refusal names the redacted URL.
+    @Test func aNodeThatCannotReachTheEngineNamesTheURLWithoutItsPassword() async throws {
+        var o = DaemonTests.options()
+        o.state = nil
+        o.cluster = ["nats://tabd:hunter2@127.0.0.1:1"]
+        o.clusterSecretFile = try file(String(repeating: "k", count: 40) + "\n")
+        do {
+            let daemon = try await Daemon.start(o, log: Log(level: .error))
+            await daemon.stop(closeTimeout: .seconds(1))
+            Issue.record("started without an engine")
+        } catch {
+            #expect(error.description.contains("nats://***@127.0.0.1:1") && !error.description.contains("hunter2"), "\(error)")
+        }
+    }
+
     @Test func forwardingIsOnUnlessTurnedOff() throws {
         #expect(try #require(parsed(Self.cluster)).clusterForwarding == true)
         #expect(try #require(parsed(Self.cluster + ["--cluster-forwarding", "off"])).clusterForwarding == false)

@@ -18,9 +18,12 @@ import Testing
         let defaults = Options()
         for spec in Options.table where !spec.hidden {
             #expect(help.contains("  \(spec.name)\(spec.value.isEmpty ? "" : " " + spec.value)"), "\(spec.name) is not in --help")
+            let flat = help.replacingOccurrences(of: "\n", with: " ").replacingOccurrences(of: #" +"#, with: " ", options: .regularExpression)
+            let range = spec.range.map { "\($0.lowerBound) to \($0.upperBound))" }
             if let text = spec.defaultText?(defaults) {
-                #expect(help.replacingOccurrences(of: "\n", with: " ").replacingOccurrences(of: #" +"#, with: " ", options: .regularExpression)
-                    .contains("(default \(text))"), "\(spec.name)'s default \(text) is not in --help")
+                #expect(flat.contains("(default \(text)" + (range.map { "; " + $0 } ?? ")")), "\(spec.name)'s default \(text) is not in --help")
+            } else if let range {
+                #expect(flat.contains("(" + range), "\(spec.name)'s range is not in --help")
             }
         }
         for line in help.split(separator: "\n") { #expect(line.count <= 100, "a help line of \(line.count) columns: \(line)") }
@@ -64,6 +67,67 @@ import Testing
             Issue.record("refused"); return
         }
         #expect(o.rateLimit == 7 && o.roomIdle == 12, "the command line wins over its variable; other variables are read")
+    }
+
+    /// Every numeric option is bounded far below `Int.max`, so that what tabd computes from
+    /// a value it took (twice `--max-room-bytes`, `--queue-limit` and an eighth more,
+    /// `--max-clients` and the file descriptors kept in reserve) cannot overflow and trap.
+    @Test func everyNumericOptionHasABoundNoArithmeticOnItCanOverflow() {
+        let numeric = Options.table.filter { $0.range != nil }
+        #expect(numeric.map(\.name).sorted() == [
+            "--max-clients", "--max-room-bytes", "--max-rooms", "--ping-interval", "--port", "--presence-interval",
+            "--presence-limit", "--queue-bytes", "--queue-bytes-total", "--queue-limit", "--rate-limit", "--rate-limit-bytes",
+            "--request-timeout", "--resume-window", "--room-idle",
+        ], "a numeric option without a range, or a range on an option that takes no number")
+        for spec in numeric { #expect(spec.range!.upperBound <= 1 << 40, "\(spec.name) may reach \(spec.range!.upperBound)") }
+    }
+
+    /// Past its bound a value is refused naming the option (or its variable), the value and
+    /// the range, the numbers that used to trap included.
+    @Test(arguments: Options.table.filter { $0.range != nil }.map(\.name))
+    func aNumberPastItsBoundIsRefusedWithTheRange(_ name: String) throws {
+        let spec = try #require(Options.spec(name)), range = try #require(spec.range)
+        // (An unbounded option fails everyNumericOptionHasABound…: it must not trap here.)
+        let past = range.upperBound < Int.max ? [String(range.upperBound + 1), String(Int.max)] : []
+        for value in past + [String(Int.max / 2 + 1), "99999999999999999999", String(range.lowerBound - 1)] where Int(value) != range.upperBound {
+            for (args, environment, given) in [([name, value], [String: String](), name), ([], [spec.variable: value], spec.variable)] {
+                guard case let .exit(text, code) = Options.parse(args, environment: environment) else {
+                    Issue.record("\(given) \(value) accepted"); continue
+                }
+                #expect(code == 2)
+                #expect(text.hasPrefix("tabd: \(given) must be a whole number from \(range.lowerBound) to \(range.upperBound), got '\(value)'"), "\(text)")
+            }
+        }
+        // The bound itself is taken (with the byte bounds it must not exceed raised to match).
+        let room = name == "--max-room-bytes" ? ["--queue-bytes", String(2 * range.upperBound)] : []
+        let total = name == "--queue-bytes" || name == "--max-room-bytes" ? ["--queue-bytes-total", String(1 << 40)] : []
+        let args = [name, String(range.upperBound)] + room + total
+        guard case .run = Options.parse(args) else { Issue.record("\(args) refused: \(Options.parse(args))"); return }
+    }
+
+    /// Every bound at once still makes a consistent set of options (the largest room fits the
+    /// largest queue), parsed without a trap.
+    @Test func everyNumericOptionAtItsBoundTogetherIsTaken() throws {
+        var args: [String] = []
+        for spec in Options.table { if let range = spec.range { args += [spec.name, String(range.upperBound)] } }
+        guard case let .run(o) = Options.parse(args) else { Issue.record("refused: \(Options.parse(args))"); return }
+        #expect(o.maxRoomBytes == 256 << 20 && o.queueBytes == 1 << 40 && o.queueLimit == 1_000_000 && o.maxClients == 1_000_000)
+        #expect(o.resumeWindow == 1_000_000 && o.rateLimitBytes == 1 << 30 && o.maxRooms == 10_000_000)
+    }
+
+    /// PROTOCOL.md's table of numbers gives each numeric option's range as the table has it.
+    @Test func theDocsGiveEveryNumericOptionsRange() throws {
+        let text = try Self.doc("PROTOCOL.md")
+        let row = try Regex(#"(?m)^\| `(--[a-z-]+)` \| [^|]* \| ([0-9]+) to ([0-9]+)\b"#)
+        var stated: [String: ClosedRange<Int>] = [:]
+        for match in text.matches(of: row) {
+            let low = Int(match.output[2].substring!)!, high = Int(match.output[3].substring!)!
+            stated[String(match.output[1].substring!)] = low...high
+        }
+        for spec in Options.table {
+            guard let range = spec.range else { continue }
+            #expect(stated[spec.name] == range, "PROTOCOL.md gives \(spec.name) \(stated[spec.name].map { "\($0)" } ?? "no range"); the table: \(range)")
+        }
     }
 
     /// The docs give every option, and the synopsis in PROTOCOL.md shows the defaults the

@@ -80,11 +80,11 @@ def test_a_state_file_in_a_missing_directory_is_refused_and_named(tmp_path):
 
 def test_a_number_out_of_range_says_the_range_allowed():
     p = run("--rate-limit", "-1")
-    assert p.returncode == 2 and "--rate-limit must be a whole number 0 or more, got '-1'" in p.stderr
+    assert p.returncode == 2 and "--rate-limit must be a whole number from 0 to 1000000, got '-1'" in p.stderr
     p = run("--ping-interval", "0")
     assert p.returncode == 2 and "--ping-interval must be a whole number from 1 to 3600, got '0'" in p.stderr
     p = run("--queue-limit", "many")
-    assert p.returncode == 2 and "--queue-limit must be a whole number 1 or more, got 'many'" in p.stderr
+    assert p.returncode == 2 and "--queue-limit must be a whole number from 1 to 1000000, got 'many'" in p.stderr
 
 
 def stderr_of_a_run(*args):
@@ -176,3 +176,83 @@ async def test_tabd_says_which_event_loop_it_runs_and_serves_on_either(make_daem
         await c.close()
         assert d.stop() == 0
         assert named in d.stderr, d.stderr
+
+
+def refused(*args, env=None):
+    """(exit status, stderr) of a tabd that is expected to refuse its options at once; a tabd
+    that starts listening instead is stopped and the test fails."""
+    import os
+    from conftest import ROOT
+    proc = subprocess.Popen([TABD, "--port", "0", "--state", ":memory:", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})}, cwd=ROOT)
+    try:
+        out, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"tabd {' '.join(args)} {env or ''} started instead of refusing: {out!r} {err!r}")
+    assert "listening" not in out, (args, env, out)
+    return proc.returncode, err
+
+
+def test_an_allow_origin_that_is_not_an_origin_is_refused_naming_the_option_and_the_value():
+    # 'null' is what sandboxed frames and data: pages send: allowing it would allow every site.
+    for value, why in (("null", "'null' is the origin of sandboxed frames"),
+                       ("https://app.example/", "an origin has no path, not even a trailing /"),
+                       ("app.example", "it has no http:// or https://"),
+                       ("https://app.example:0", "its port must be a number from 1 to 65535")):
+        code, err = refused("--allow-origin", value)
+        assert code == 2, (value, code, err)
+        assert f"tabd: --allow-origin takes an origin, http(s)://HOST[:PORT] as browsers send it" in err, err
+        assert f"got '{value}': {why}" in err, err
+    code, err = refused(env={"TABD_ALLOW_ORIGIN": "https://ok.example,null"})
+    assert code == 2 and "tabd: TABD_ALLOW_ORIGIN takes an origin" in err and "got 'null'" in err, err
+    code, err = refused("--allow-origin", "https://user:hunter2@app.example")
+    assert code == 2 and "got 'https://***@app.example': an origin has no user or password" in err, err
+    assert "hunter2" not in err
+
+
+def test_credentials_in_a_cluster_url_are_refused_and_never_repeated():
+    # As --cluster-password is: a password on the command line or in the environment is seen
+    # by every user (ps, /proc) and, in a URL, was written to the log when the node started.
+    import os
+    from conftest import ROOT, cluster_secret_file
+    how = ("give the engine's user with --cluster-user NAME and its password in a file with --cluster-password-file FILE, "
+           "or a NATS credentials file with --cluster-creds FILE")
+    for args, env, name, shown in (
+            (("--cluster", "nats://tabd:hunter2@127.0.0.1:1"), None, "--cluster", "nats://***@127.0.0.1:1"),
+            (("--cluster", "nats://127.0.0.1:1,tls://hunter2@127.0.0.1:2"), None, "--cluster", "tls://***@127.0.0.1:2"),
+            ((), {"TABD_CLUSTER": "nats://tabd:hunter2@127.0.0.1:1"}, "TABD_CLUSTER", "nats://***@127.0.0.1:1")):
+        proc = subprocess.run([TABD, "--port", "0", "--cluster-secret-file", cluster_secret_file(), *args], capture_output=True,
+                              text=True, timeout=30, cwd=ROOT, env={**os.environ, **(env or {})})
+        assert proc.returncode == 2, (args, env, proc.returncode, proc.stderr)
+        assert f"tabd: {name} takes URLs without credentials, got '{shown}': {how}" in proc.stderr, proc.stderr
+        assert "hunter2" not in proc.stderr + proc.stdout
+
+
+def test_a_number_past_its_options_bound_is_refused_instead_of_trapping():
+    # Each of these used to be taken, then trap (an arithmetic overflow, exit by SIGILL or
+    # SIGTRAP) at start or on the first broadcast, or be kept as a bound nothing can reach.
+    big = str(2 ** 63 - 1)
+    for option, value, shown in (("--max-room-bytes", big, "from 16384 to 268435456"),
+                                 ("--max-room-bytes", str(2 ** 62), "from 16384 to 268435456"),
+                                 ("--queue-limit", big, "from 1 to 1000000"),
+                                 ("--max-clients", big, "from 1 to 1000000"),
+                                 ("--resume-window", big, "from 0 to 1000000"),
+                                 ("--queue-bytes", big, "from 65536 to 1099511627776"),
+                                 ("--queue-bytes-total", big, "from 65536 to 1099511627776"),
+                                 ("--rate-limit", big, "from 0 to 1000000"),
+                                 ("--rate-limit-bytes", big, "from 0 to 1073741824"),
+                                 ("--max-rooms", big, "from 1 to 10000000")):
+        code, err = refused(option, value)
+        assert code == 2 and f"tabd: {option} must be a whole number {shown}, got '{value}'" in err, (option, code, err)
+        variable = "TABD_" + option[2:].upper().replace("-", "_")
+        code, err = refused(env={variable: value})
+        assert code == 2 and f"tabd: {variable} must be a whole number {shown}, got '{value}'" in err, (variable, code, err)
+    # The bounds themselves are taken, all at once.
+    bounds = ["--max-room-bytes", "268435456", "--queue-bytes", "1099511627776", "--queue-bytes-total", "1099511627776",
+              "--queue-limit", "1000000", "--resume-window", "1000000", "--rate-limit", "1000000",
+              "--rate-limit-bytes", "1073741824", "--max-rooms", "10000000"]
+    assert stderr_of_a_run(*bounds) is not None
+    p = run("--help")
+    assert "(default 10000; 1 to 1000000)" in " ".join(p.stdout.split()), "--help gives the range"

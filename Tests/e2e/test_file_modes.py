@@ -1,8 +1,10 @@
 """The state file, the files SQLite makes beside it (-wal, -shm) and the directory tabd
 creates for it are its user's alone (0600, 0700), whatever the umask; a file that exists
-keeps the mode it has."""
+keeps the mode it has. A state file or a TLS key that every user of the machine can read
+is warned of in tabd's log at start, with its mode and the chmod that fixes it."""
 import os
 import stat
+import subprocess
 import time
 
 import pytest
@@ -83,3 +85,41 @@ def test_a_strict_umask_still_leaves_the_state_file_writable_by_tabd(tmp_path):
         assert mode(tmp_path / "state.sqlite") == 0o600
     finally:
         d.stop()
+
+
+def warnings_of(*args):
+    """The WARN lines tabd logs from its start to a SIGTERM once it listens."""
+    d = Daemon(*args)
+    d.stop()
+    return [line for line in d.stderr.splitlines() if " WARN " in line]
+
+
+def test_an_existing_state_file_every_user_can_read_is_warned_of_at_start(tmp_path, umask_022):
+    state = tmp_path / "state.sqlite"
+    assert warnings_of("--state", str(state)) == [], "a file tabd creates is its user's alone"
+    os.chmod(state, 0o644)  # as an older tabd, or a copy made by hand, may have left it
+    assert [w.split(" WARN ", 1)[1] for w in warnings_of("--state", str(state))] == [
+        f"the state file '{state}' can be read by every user of this machine (mode 644); chmod 600 it "
+        "(and its -wal and -shm files, if any)"]
+    assert mode(state) == 0o644, "warned of, not changed"
+    # Its group's access is the operator's choice: no warning.
+    os.chmod(state, 0o640)
+    assert warnings_of("--state", str(state)) == []
+
+
+def test_a_tls_key_every_user_can_read_is_warned_of_at_start(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"], check=True, capture_output=True)
+    os.chmod(key, 0o600)
+    assert warnings_of("--tls-cert", str(cert), "--tls-key", str(key)) == []
+    os.chmod(key, 0o644)
+    found = warnings_of("--tls-cert", str(cert), "--tls-key", str(key))
+    assert [w.split(" WARN ", 1)[1] for w in found] == [
+        f"the TLS key file '{key}' can be read by every user of this machine (mode 644); chmod 600 it"], found
+    # Through a link (as Let's Encrypt's live/ files are), the file's own mode is judged.
+    link = tmp_path / "privkey.pem"
+    os.symlink(key, link)
+    os.chmod(key, 0o640)
+    assert warnings_of("--tls-cert", str(cert), "--tls-key", str(link)) == []

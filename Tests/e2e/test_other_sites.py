@@ -167,6 +167,21 @@ def test_an_allow_origin_page_is_not_refused_but_gets_no_cors_from_the_api(make_
         assert status == 403, (origin, body)
 
 
+def test_an_allow_origin_is_compared_as_browsers_send_origins(make_daemon):
+    # Browsers send the scheme and host in lower case and leave out :443 and :80: an
+    # --allow-origin written otherwise still names that page (it used to match nothing).
+    d = make_daemon("--allow-origin", "HTTPS://App.Example:443", "--allow-origin", "http://LAN.example:80")
+    for origin in ("https://app.example", "http://lan.example"):
+        line, head = upgrade(d, d.host, origin=origin)
+        assert line.startswith("HTTP/1.1 101"), (origin, head)
+        status, _, body = request(d, "POST", "/api/rooms/main/commands", SELECT, {"Content-Type": "text/plain", "Origin": origin})
+        assert status == 200, (origin, body)
+    # Only those: another scheme or port of the same host, and the sandboxed pages' null, are refused.
+    for origin in ("http://app.example", "https://app.example:8443", "null"):
+        line, head = upgrade(d, d.host, origin=origin)
+        assert line.startswith("HTTP/1.1 403"), (origin, head)
+
+
 def test_a_cross_site_origin_is_refused_before_the_credentials(make_daemon):
     d = make_daemon("--token", "sesame")
     status, _, body = request(d, "POST", "/api/rooms/main/commands", SELECT, {"Content-Type": "text/plain", "Origin": EVIL})

@@ -1,5 +1,6 @@
 import ArgumentParsing
 import Coordinator
+import JetStream
 import WebSockets
 
 /// One of tabd's options, declared once: its name, the value it takes, what it sets (with
@@ -25,6 +26,10 @@ struct OptionSpec: Sendable {
     var excludes: [String] = []
     /// Not shown in `--help` (an option that is refused with a reason).
     var hidden = false
+    /// The whole numbers a numeric option takes, shown in `--help` after its default. Every
+    /// one has an upper bound far below `Int.max`, so that no arithmetic on a value taken
+    /// (twice a bound, a bound plus a reserve) can overflow.
+    var range: ClosedRange<Int>?
     /// Sets the option from one value; `given` is how it was given (`--port`, `TABD_PORT`).
     let set: @Sendable (inout Options, _ value: String, _ given: String) throws(UsageError) -> Void
 
@@ -32,13 +37,14 @@ struct OptionSpec: Sendable {
     /// underscores (`--web-root`: `TABD_WEB_ROOT`).
     var variable: String { "TABD_" + name.dropFirst(2).uppercased().replacingOccurrences(of: "-", with: "_") }
 
-    /// A whole number in `min...max`.
-    static func int(_ name: String, _ path: Field<Int>, value: String = "N", min: Int, max: Int = .max,
+    /// A whole number in `range`.
+    static func int(_ name: String, _ path: Field<Int>, value: String = "N", _ range: ClosedRange<Int>,
                     excludes: [String] = [], help: String) -> OptionSpec {
         nonisolated(unsafe) let path = path
         let shown: @Sendable (Options) -> String = { (o: Options) -> String in String(o[keyPath: path]) }
-        return OptionSpec(name: name, value: value, help: help, defaultText: shown, excludes: excludes) {
-            (o, text, given) throws(UsageError) in o[keyPath: path] = try Arguments.int(text, as: given, min: min, max: max)
+        return OptionSpec(name: name, value: value, help: help, defaultText: shown, excludes: excludes, range: range) {
+            (o, text, given) throws(UsageError) in
+            o[keyPath: path] = try Arguments.int(text, as: given, min: range.lowerBound, max: range.upperBound)
         }
     }
 
@@ -82,6 +88,10 @@ struct OptionSpec: Sendable {
         }
     }
 
+    /// A value to quote in a usage error: at most 80 characters, with any user, password or
+    /// token in it (before its last `@`) shown as `***` (``EngineURL``).
+    static func quoted(_ text: String) -> String { String(EngineURL.redacted(text).prefix(80)) }
+
     /// `a`, `a or b`, `a, b or c`.
     static func either(_ words: [String]) -> String {
         words.count < 2 ? words.joined() : words.dropLast().joined(separator: ", ") + " or " + words.last!
@@ -92,7 +102,12 @@ struct OptionSpec: Sendable {
     func helpLines(defaults: Options) -> [String] {
         let head = "  " + name + (value.isEmpty ? "" : " " + value)
         var text = help
-        if let defaultText { text += " (default \(defaultText(defaults)))" }
+        switch (defaultText, range) {
+        case let (shown?, range?): text += " (default \(shown(defaults)); \(range.lowerBound) to \(range.upperBound))"
+        case let (shown?, nil): text += " (default \(shown(defaults)))"
+        case let (nil, range?): text += " (\(range.lowerBound) to \(range.upperBound))"
+        case (nil, nil): break
+        }
         let indent = 25
         var lines: [String] = []
         var line = head.count < indent - 1 ? head + String(repeating: " ", count: indent - head.count) : ""
@@ -116,7 +131,7 @@ extension Options {
     /// Every option that takes a value, in the order `--help` lists them.
     static let table: [OptionSpec] = [
         .string("--host", "HOST", \.host, help: "address to listen on"),
-        .int("--port", \.port, value: "PORT", min: 0, max: 65535, help: "port to listen on; 0 picks a free one"),
+        .int("--port", \.port, value: "PORT", 0...65535, help: "port to listen on; 0 picks a free one"),
         .text("--web-root", "PATH", \.webRoot, nonEmpty: false,
               help: "the web client's files (default: PREFIX/share/tabd/web of an installed tabd, else the checkout's web/)"),
         .text("--tabs", "FILE", \.tabsFile, nonEmpty: false,
@@ -127,12 +142,16 @@ extension Options {
                help: "on: every commit is synced to disk before its commands are acknowledged, so an ack survives a power cut or a kernel crash; off: commits are written but not synced, faster, and a power cut or kernel crash may lose the last acknowledged commands (tabd's own crash loses none); logged as a warning at start"),
         .choice("--rooms", "auto|api", \.rooms,
                 help: "auto: joining (or an API command to) an unknown room creates it; api: only PUT /api/rooms/ID does"),
-        .int("--max-rooms", \.maxRooms, min: 1, help: "rooms that may exist, stored or loaded; creating more is refused (503)"),
-        .int("--room-idle", \.roomIdle, value: "SECS", min: 0, max: 86_400 * 365,
+        .int("--max-rooms", \.maxRooms, 1...10_000_000, help: "rooms that may exist, stored or loaded; creating more is refused (503)"),
+        .int("--room-idle", \.roomIdle, value: "SECS", 0...86_400 * 365,
              help: "unload a room from memory after SECS without clients; it stays in the state file; 0 = never"),
-        OptionSpec(name: "--cluster", value: "URLS", help: "be a node of a cluster whose rooms live in NATS JetStream at these comma-separated nats:// URLs (excludes --state); see docs/CLUSTER.md",
+        OptionSpec(name: "--cluster", value: "URLS", help: "be a node of a cluster whose rooms live in NATS JetStream at these comma-separated nats:// or tls:// URLs, without credentials (excludes --state); see docs/CLUSTER.md",
                    defaultText: nil, excludes: ["--state", "--state-sync"]) { (o, text, given) throws(UsageError) in
             let urls = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            // A URL's user, password or token would be visible in ps, the environment and logs.
+            if let url = urls.first(where: EngineURL.hasCredentials) {
+                throw UsageError("\(given) takes URLs without credentials, got '\(EngineURL.redacted(url).prefix(200))': give the engine's user with --cluster-user NAME and its password in a file with --cluster-password-file FILE, or a NATS credentials file with --cluster-creds FILE (TABD_CLUSTER_USER, TABD_CLUSTER_PASSWORD_FILE, TABD_CLUSTER_CREDS)")
+            }
             guard !urls.isEmpty, urls.allSatisfy({ $0.hasPrefix("nats://") || $0.hasPrefix("tls://") }) else {
                 throw UsageError("\(given) takes nats://HOST:PORT URLs separated by commas, got '\(text.prefix(200))'")
             }
@@ -168,30 +187,37 @@ extension Options {
         OptionSpec(name: "--cluster-password", value: "", help: "", defaultText: nil, hidden: true) { (_, _, given) throws(UsageError) in
             throw UsageError("\(given) is not taken: the engine's password is read from a file (--cluster-password-file)")
         },
-        .int("--resume-window", \.resumeWindow, min: 0, help: "events kept per room for clients that resume"),
-        .int("--presence-limit", \.presenceLimit, min: 1, max: Limits.maxClientsInSnapshot,
-             help: "a room of more than N clients counts them instead of listing each join and leave (1-\(Limits.maxClientsInSnapshot))"),
-        .int("--presence-interval", \.presenceInterval, value: "MS", min: 1, max: 3_600_000,
+        .int("--resume-window", \.resumeWindow, 0...1_000_000, help: "events kept per room for clients that resume"),
+        .int("--presence-limit", \.presenceLimit, 1...Limits.maxClientsInSnapshot,
+             help: "a room of more than N clients counts them instead of listing each join and leave"),
+        .int("--presence-interval", \.presenceInterval, value: "MS", 1...3_600_000,
              help: "a counted room reports its changed count at most every MS milliseconds"),
-        .int("--queue-limit", \.queueLimit, min: 1, help: "frames queued for one connection before it is closed as too slow, code 1008"),
-        .int("--queue-bytes", \.queueBytes, min: 65_536,
+        .int("--queue-limit", \.queueLimit, 1...1_000_000, help: "frames queued for one connection before it is closed as too slow, code 1008"),
+        .int("--queue-bytes", \.queueBytes, 65_536...(1 << 40),
              help: "bytes queued for one connection (events, answers, snapshots) before it is closed as too slow, code 1008; at least 2 x --max-room-bytes"),
-        .int("--queue-bytes-total", \.queueBytesTotal, min: 65_536,
+        .int("--queue-bytes-total", \.queueBytesTotal, 65_536...(1 << 40),
              help: "bytes queued for all connections together; past it the connections that are not reading and hold the most are closed as too slow"),
-        .int("--max-room-bytes", \.maxRoomBytes, min: 16_384,
+        .int("--max-room-bytes", \.maxRoomBytes, 16_384...(256 << 20),
              help: "what a room's tabs, page stacks and values may weigh together, as its snapshot does; a command that would pass it is refused invalid"),
-        .int("--rate-limit", \.rateLimit, min: 0, help: "commands per second per connection, bursts of 2N; 0 = no limit"),
+        .int("--rate-limit", \.rateLimit, 0...1_000_000, help: "commands per second per connection, bursts of 2N; 0 = no limit"),
         OptionSpec(name: "--rate-limit-bytes", value: "N", help: "bytes per second per connection, bursts of 2N; 0 = no limit",
-                   defaultText: { _ in "\(Options.defaultByteRate), or no limit when --rate-limit is 0" }) { (o, text, given) throws(UsageError) in
-            o.rateLimitBytes = try Arguments.int(text, as: given, min: 0)
+                   defaultText: { _ in "\(Options.defaultByteRate), or no limit when --rate-limit is 0" }, range: 0...Options.maxByteRate) {
+            (o, text, given) throws(UsageError) in
+            o.rateLimitBytes = try Arguments.int(text, as: given, min: 0, max: Options.maxByteRate)
         },
-        .int("--max-clients", \.maxClients, min: 1, help: "connections beyond it are refused with 503"),
+        .int("--max-clients", \.maxClients, 1...1_000_000, help: "connections beyond it are refused with 503"),
         .text("--tls-cert", "FILE", \.tlsCertificate,
               help: "serve HTTPS and WSS only, with the certificate in FILE (PEM, the chain after it, as Let's Encrypt's fullchain.pem); with --tls-key; SIGHUP reads both again"),
         .text("--tls-key", "FILE", \.tlsKey, help: "the certificate's private key (PEM, not encrypted)"),
         OptionSpec(name: "--allow-origin", value: "ORIGIN",
-                   help: "also accept browsers from this origin (repeatable): its pages may open /ws and import tabd.js and tabd-tab-bar.js; the HTTP API refuses (403) a browser of any other origin than tabd's own, and answers no CORS preflight",
-                   defaultText: nil, repeatable: true) { (o, text, _) throws(UsageError) in o.allowOrigins.append(text) },
+                   help: "also accept browsers from this origin, http(s)://HOST[:PORT] and nothing more (repeatable; not null): its pages may open /ws and import tabd.js and tabd-tab-bar.js; the HTTP API refuses (403) a browser of any other origin than tabd's own, and answers no CORS preflight",
+                   defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
+            switch AllowedOrigin.canonical(text) {
+            case let .success(origin): o.allowOrigins.append(origin)
+            case let .failure(problem):
+                throw UsageError("\(given) takes an origin, http(s)://HOST[:PORT] as browsers send it (https://app.example, http://localhost:3000), got '\(OptionSpec.quoted(text))': \(problem)")
+            }
+        },
         OptionSpec(name: "--allow-host", value: "NAME",
                    help: "while no token or key is set, also answer requests for the host NAME (repeatable; .NAME: it and every name under it); tabd answers IP addresses, localhost, *.localhost, --host, its certificate's names and the hosts of --allow-origin, and refuses other Host headers with 421 (a defence against DNS rebinding)",
                    defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
@@ -211,8 +237,8 @@ extension Options {
         .text("--token", "TOKEN", \.token, excludes: ["--token-file"],
               help: "an admin token for every room, required (as ?token= or 'Authorization: Bearer') unless a signed token is given; visible in ps: prefer --token-file or TABD_TOKEN"),
         .text("--token-file", "FILE", \.tokenFile, nonEmpty: false, excludes: ["--token"], help: "the same, read from FILE"),
-        .int("--ping-interval", \.pingInterval, value: "SECS", min: 1, max: 3600, help: "ping a silent peer after SECS, drop it after 2×SECS"),
-        .int("--request-timeout", \.requestTimeout, value: "SECS", min: 1, max: 3600,
+        .int("--ping-interval", \.pingInterval, value: "SECS", 1...3600, help: "ping a silent peer after SECS, drop it after 2×SECS"),
+        .int("--request-timeout", \.requestTimeout, value: "SECS", 1...3600,
              help: "an HTTP request's head must arrive within SECS of the connection's start (or of the previous answer), its body within SECS more, else 408; an idle connection is closed after SECS"),
         .choice("--event-loop", "LOOP", \.eventLoop,
                 help: "libuv, or poll (libwebsockets' own loop, whose every pass costs every open socket: for comparison)"),

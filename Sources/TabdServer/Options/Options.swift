@@ -91,6 +91,8 @@ public struct Options: Sendable {
 
     /// `--rate-limit-bytes` when it is not given (and `--rate-limit` is not 0).
     static let defaultByteRate = 1 << 20
+    /// The largest `--rate-limit-bytes`: 1 GiB a second (0 turns the limit off).
+    static let maxByteRate = 1 << 30
 
     public static let version = "0.1.0"
 
@@ -295,10 +297,30 @@ extension Options {
         return Authenticator(operatorToken: operatorToken, signingKey: key)
     }
 
+    /// Warns when a secret's file (a token, a key) is open to any user but its owner.
     func warnIfShared(_ path: String, _ what: String, _ warn: (String) -> Void) {
-        if let mode = try? FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int, mode & 0o077 != 0 {
+        if let mode = Self.mode(of: path), mode & 0o077 != 0 {
             warn("the \(what) file '\(path)' can be read by other users (mode \(String(mode & 0o777, radix: 8))); chmod 600 it")
         }
+    }
+
+    /// Warns when the file at `path` exists and every user of the machine may read or write
+    /// it. Its group's access is left to the operator (a TLS key shared with a group of its
+    /// own is one of DEPLOYING.md's ways). `what` names the file, `also` what else to chmod.
+    /// (tabd warns so of `--tls-key`, and of a state file that exists when it starts: one it
+    /// creates is its user's alone.)
+    func warnIfOpenToEveryone(_ path: String, _ what: String, also: String = "", _ warn: (String) -> Void) {
+        guard let mode = Self.mode(of: path), mode & 0o006 != 0 else { return }
+        let how = mode & 0o004 != 0 ? "read" : "written"
+        warn("the \(what) file '\(path)' can be \(how) by every user of this machine (mode \(String(mode & 0o777, radix: 8))); chmod 600 it\(also)")
+    }
+
+    /// The permission bits of the file at `path`, links followed (a link's own are always
+    /// 777); nil when there is none or it cannot be looked at.
+    static func mode(of path: String) -> Int? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return Int(info.st_mode & 0o7777)
     }
 
     /// The state file: the option, else `.tabd/state.sqlite` beside the web root's
