@@ -10,6 +10,10 @@ a stream position of 0 or far ahead, copies of real messages at places they do n
 copies of batches that lost their compare-and-set at the place they expected. After each
 round: every node still runs and answers, no node published on a subject a message named, no
 stream was purged, and no client was acknowledged a command the stream does not hold.
+
+And a room's lives: a batch of a room deleted and created again is not taken in the new
+room, and a room whose messages were sealed without its life (by a tabd before seals bound
+it, or in phase one of the move) keeps its history when its nodes move to life-bound seals.
 """
 import asyncio
 import base64
