@@ -119,6 +119,6 @@ let package = Package(
 // ordinary builds never see it.
 if Context.environment["TABD_FUZZ"] == "1" {
     package.targets.append(.executableTarget(name: "tabdfuzz", dependencies: ["Auth", "Conformance", "Coordinator", "StateStore", "CSQLite", "CCrypto",
-                                                                         "WebSockets", "WebSocketEngine", "TabdServer", "Cluster"],
+                                                                         "WebSockets", "WebSocketEngine", "TabdServer", "Cluster", "JetStream"],
                                              swiftSettings: strict))
 }

@@ -1,6 +1,7 @@
 import Auth
 import Cluster
 import Coordinator
+import JetStream
 
 /// What a cluster node reads from other nodes through the engine, from any bytes: a room's
 /// stream message (its body, one `events` frame per line, and its `Tabd-Forwards` header)
@@ -8,7 +9,9 @@ import Coordinator
 /// NATS brings them. Never a trap. A body that reads is re-encoded to the same bytes'
 /// batches; a message that folds is delivered and its header's forwarded ids are found at
 /// their seqs; one that does not breaks the room (every wait fails) instead. Requests and
-/// answers that read write bytes that read back the same.
+/// answers that read write bytes that read back the same. The header, taken as a reply
+/// subject reaching a consumer's inbox, is delivered only when it names that consumer at
+/// its next position.
 /// Input: the header value, 0x00, the body, 0x00, a forwarded command, 0x00, an answer.
 enum EngineTarget {
     static func run(_ bytes: [UInt8]) {
@@ -19,6 +22,12 @@ enum EngineTarget {
 
         if let batches = ClusterRoomMachine.batches(in: body) {
             require(ClusterRoomMachine.batches(in: ClusterRoomMachine.body(batches)) == batches, "a group body does not read back")
+        }
+        var follow = OrderedFollow(stream: "S", consumer: "c1", startSeq: 3)
+        if case let .deliver(seq, _) = follow.judge(reply: header, status: nil) {
+            let place = OrderedFollow.place(header)
+            require(place?.stream == "S" && place?.consumer == "c1" && place?.consumerSeq == 1 && place?.streamSeq == seq && seq > 2,
+                    "a reply subject that is not the consumer's next was delivered")
         }
         guard var machine = try? machine() else { return require(false, "no machine at the genesis") }
         _ = machine.append(EventBatch(by: "c1", ref: nil, events: [SequencedEvent(seq: 1, event: .scrolled(tab: "home", offset: 1))]),
