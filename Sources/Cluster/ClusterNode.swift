@@ -440,7 +440,8 @@ public final class ClusterNode: Sendable {
             // message of the room must be sealed too.
             // A node that seals bound to the room's life marks it so from the start.
             let mark: String? = trust.acceptUnsigned ? nil : EngineNames.lifeMarkValue
-            let seal = trust.sealStream(subject: EngineNames.subject(id), life: genesis.epoch, kind: "genesis", follows: 0, node: name, incarnation: incarnation,
+            let seal = trust.sealStream(subject: EngineNames.subject(id), life: genesis.epoch, bound: trust.sealsLives(), kind: "genesis", follows: 0,
+                                        node: name, incarnation: incarnation,
                                         messageID: msgID, forwards: nil, sealMark: mark, body: genesis.bytes)
             var headers = [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name), (EngineNames.incarnationHeader, incarnation),
                            (EngineNames.sealHeader, seal)]

@@ -157,7 +157,7 @@ public final class ClusterRoom: Durability, Sendable {
             throw ClusterNode.Failure("room '\(room)': the engine did not deliver its batches within 30 s")
         }
         if let broken = state.withLock({ $0.machine.broken }) { close(); throw ClusterNode.Failure(broken) }
-        if trust.sealsLives, !state.withLock({ $0.machine.lifeBound }) { markLife() }
+        if trust.sealsLives(), !state.withLock({ $0.machine.lifeBound }) { markLife() }
         // A room loaded from an unsealed start (phase one of the move to seals), or whose
         // history read holds messages of another key (one being rotated out), gets a
         // snapshot sealed with this node's key: nodes load it from there on, without them.
@@ -172,17 +172,18 @@ public final class ClusterRoom: Durability, Sendable {
     private func markLife() {
         let client = node.client, trust = node.trust
         let msgID = "\(node.name)-\(room)-life-\(node.incarnation)"
-        let seal = trust.sealStream(subject: subject, life: life, kind: EngineNames.sealMarkKind, follows: nil, node: node.name,
+        let seal = trust.sealStream(subject: subject, life: life, bound: true, kind: EngineNames.sealMarkKind, follows: nil, node: node.name,
                                     incarnation: node.incarnation, messageID: msgID, forwards: nil, sealMark: EngineNames.lifeMarkValue, body: [])
         let headers = [(EngineNames.kindHeader, EngineNames.sealMarkKind), (EngineNames.nodeHeader, node.name),
                        (EngineNames.incarnationHeader, node.incarnation), (EngineNames.sealMarkHeader, EngineNames.lifeMarkValue),
                        (EngineNames.sealHeader, seal)]
-        for attempt in 1...50 {
+        let deadline = DispatchTime.now().uptimeNanoseconds + 15_000_000_000
+        var attempt = 0
+        while DispatchTime.now().uptimeNanoseconds < deadline {
+            attempt += 1
             // The same id every time: the engine stores it once.
-            let result = client.publish(subject: subject, data: [], headers: headers, msgID: msgID)
-            if case .stored = result {
+            if case .stored = client.publish(subject: subject, data: [], headers: headers, msgID: msgID) {
                 // What the consumer delivers decides.
-                let deadline = DispatchTime.now().uptimeNanoseconds + 5_000_000_000
                 while DispatchTime.now().uptimeNanoseconds < deadline {
                     if state.withLock({ $0.machine.lifeBound || $0.machine.broken != nil }) {
                         node.log("room '\(room)': marked bound to its life; every later message of it must be sealed so")
@@ -190,6 +191,7 @@ public final class ClusterRoom: Durability, Sendable {
                     }
                     Thread.sleep(forTimeInterval: 0.01)
                 }
+                break
             }
             if attempt % 10 == 0 { node.log("room '\(room)': cannot mark it bound to its life yet; trying again") }
             Thread.sleep(forTimeInterval: 0.3)
@@ -301,7 +303,9 @@ public final class ClusterRoom: Durability, Sendable {
         let body = publication.data
         var headers = [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)]
         if let forwards = publication.forwardsHeader { headers.append((EngineNames.forwardsHeader, forwards)) }
-        headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, life: life, kind: nil, follows: publication.expectedLastSeq, node: node.name,
+        let bound = node.trust.sealsLives(roomBound: state.withLock { $0.machine.lifeBound })
+        headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, life: life, bound: bound, kind: nil,
+                                                                      follows: publication.expectedLastSeq, node: node.name,
                                                                       incarnation: node.incarnation, messageID: publication.messageID,
                                                                       forwards: publication.forwardsHeader, sealMark: nil, body: body)))
         node.client.publishAsync(subject: subject, data: body, headers: headers,

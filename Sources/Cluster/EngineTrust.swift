@@ -112,15 +112,17 @@ public struct EngineTrust: Sendable {
 
     /// Whether this node seals a room's stream messages bound to the room's life (`v2`):
     /// not in phase one of a move (``acceptUnsigned``), where nodes of an earlier build,
-    /// which read only `v1`, may still be running.
-    var sealsLives: Bool { !acceptUnsigned }
+    /// which read only `v1`, may still be running — unless the room has its life mark
+    /// (then a node of phase two has written, so every node reads `v2`, and a `v1` seal
+    /// would be passed over).
+    func sealsLives(roomBound: Bool = false) -> Bool { !acceptUnsigned || roomBound }
 
     /// The seal of a stream message of the room's life `life` (its epoch), at the place
-    /// after `follows` (nil: any place, for a life mark only). `v2` when ``sealsLives``,
-    /// else `v1` (see ``streamFields(subject:kind:follows:node:incarnation:messageID:forwards:sealMark:)``).
-    func sealStream(subject: String, life: String, kind: String?, follows: UInt64?, node: String, incarnation: String, messageID: String?,
-                    forwards: String?, sealMark: String?, body: [UInt8]) -> String {
-        guard sealsLives else {
+    /// after `follows` (nil: any place, for a life mark only): `v2` when `bound`, else `v1`
+    /// (see ``streamFields(subject:kind:follows:node:incarnation:messageID:forwards:sealMark:)``).
+    func sealStream(subject: String, life: String, bound: Bool, kind: String?, follows: UInt64?, node: String, incarnation: String,
+                    messageID: String?, forwards: String?, sealMark: String?, body: [UInt8]) -> String {
+        guard bound else {
             return secret.seal(.batch, fields: Self.streamFields(subject: subject, kind: kind, follows: follows ?? 0, node: node, incarnation: incarnation,
                                                                  messageID: messageID, forwards: forwards, sealMark: sealMark), body: body)
         }

@@ -21,8 +21,8 @@ import Testing
 
     static func seal(life: String = "e1", follows: UInt64? = 4, id: String? = "n1-r-1", kind: String? = nil, mark: String? = nil,
                      trust: EngineTrust = Self.trust) -> String {
-        trust.sealStream(subject: subject, life: life, kind: kind, follows: follows, node: "n1", incarnation: "i1", messageID: id,
-                         forwards: nil, sealMark: mark, body: body)
+        trust.sealStream(subject: subject, life: life, bound: trust.sealsLives(), kind: kind, follows: follows, node: "n1", incarnation: "i1",
+                         messageID: id, forwards: nil, sealMark: mark, body: body)
     }
 
     static func judge(_ seal: String, life: String = "e1", seq: UInt64 = 5, headers: [String: String]? = nil) -> EngineTrust.Verdict {
@@ -60,8 +60,10 @@ import Testing
     }
 
     @Test func theSealOfABuildBeforeLivesWereBoundIsReadAsUnbound() {
-        // Phase one of a move (`--cluster-unsigned accept`) seals as that build did.
+        // Phase one of a move (`--cluster-unsigned accept`) seals as that build did, until
+        // the room has its life mark.
         let phaseOne = EngineTrust(secret: Self.secret, acceptUnsigned: true)
+        #expect(!phaseOne.sealsLives() && phaseOne.sealsLives(roomBound: true) && Self.trust.sealsLives())
         let old = Self.seal(trust: phaseOne)
         #expect(old.hasPrefix("v1."))
         #expect(Self.judge(old) == .sealedUnbound)

@@ -275,7 +275,9 @@ async def test_a_room_sealed_without_lives_moves_to_life_bound_seals_keeping_its
     from conftest import cluster_secret_file
     from clusterseal import Key
     room = room_name()
-    ds = trio(make_daemon, engine, "--cluster-unsigned", "accept", prefix="q")
+    # Every node appends its own clients' commands (no forwarding): a node of phase one
+    # writes to the room after another marked it.
+    ds = trio(make_daemon, engine, "--cluster-unsigned", "accept", "--cluster-forwarding", "off", prefix="q")
     clients = await room_on(ds, room)
     await clients[1].command("set", key="phase-one", value=1)
     with Nats(engine.urls[0]) as nc:
@@ -287,12 +289,14 @@ async def test_a_room_sealed_without_lives_moves_to_life_bound_seals_keeping_its
         assert seals == {"v1."}, f"phase one sealed {seals}"
         for i in range(3):
             ds[i].stop()
-            ds[i] = node(make_daemon, engine, f"q{i}")
+            ds[i] = node(make_daemon, engine, f"q{i}", "--cluster-forwarding", "off")
             await clients[i].close()
             clients[i] = await Client.connect(ds[i].ws, room=room, name=f"c{i}")
             for c in clients:
                 await c.until_seq(max(x.last_seq() for x in clients))
-            await probe(clients, clients[i])
+            # Nodes of either phase write to the room, before and after its life mark.
+            for k in range(3):
+                await probe(clients, clients[k])
         marks = []
         last = nc.js(f"STREAM.INFO.TABD_ROOM_{room}")["state"]["last_seq"]
         for seq in range(1, last + 1):
