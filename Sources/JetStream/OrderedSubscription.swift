@@ -68,11 +68,13 @@ public final class OrderedSubscription: @unchecked Sendable {
         timer = DispatchSource.makeTimerSource(queue: queue)
         state = Locked(State(follow: OrderedFollow(stream: stream, consumer: Self.newName(), startSeq: startSeq),
                              lastActivity: DispatchTime.now().uptimeNanoseconds))
-        try start()
         let interval = DispatchTimeInterval.nanoseconds(Int(EngineClient.orderedHeartbeatNanoseconds))
         timer.schedule(deadline: .now() + interval, repeating: interval)
         timer.setEventHandler { [weak self] in self?.checkSilence() }
+        // Resumed before anything can throw: deinit cancels it, and a suspended source
+        // must not be released.
         timer.resume()
+        try start()
     }
 
     /// A consumer name nobody else chose: `tabd_` and 24 random base-36 digits.
