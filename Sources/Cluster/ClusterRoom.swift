@@ -214,9 +214,11 @@ public final class ClusterRoom: Durability, Sendable {
                 // Two messages for one place of the consumer: one was put into its inbox by
                 // someone other than the engine.
                 node.rejected("delivery", "room '\(room)': \(why)")
-            case let .restarted(from, why):
+            case let .restarted(from, why, count):
                 node.stats.refollowed()
-                node.log("room '\(room)': following its stream again from \(from): \(why)")
+                if count == 1 || count % 20 == 0 {
+                    node.log("room '\(room)': following its stream again from \(from): \(why)" + (count > 1 ? " (\(count) times since its last message)" : ""))
+                }
             }
         }) { [weak self] message in
             self?.received(message)

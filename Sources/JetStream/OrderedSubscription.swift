@@ -38,8 +38,10 @@ public final class OrderedSubscription: @unchecked Sendable {
     public enum Report: Sendable {
         /// A second message for a place already delivered: one of them was not the engine's.
         case duplicate(String)
-        /// The consumer was made again (a gap, silence, a reconnect).
-        case restarted(from: UInt64, why: String)
+        /// The consumer was made again (a gap, silence, a reconnect); `count` of them since
+        /// the last message delivered (an engine away for long makes one every three
+        /// heartbeats: a log need not say each).
+        case restarted(from: UInt64, why: String, count: Int)
     }
 
     private struct State {
@@ -49,6 +51,8 @@ public final class OrderedSubscription: @unchecked Sendable {
         var generation = 0
         var cancelled = false
         var restarting = false
+        /// Restarts since the last message delivered.
+        var restarts = 0
         /// When the current consumer last said something (uptime nanoseconds).
         var lastActivity: UInt64
     }
@@ -141,15 +145,16 @@ public final class OrderedSubscription: @unchecked Sendable {
     /// Makes the consumer again from the stream sequence after the last delivered (on the
     /// subscription's queue: a round trip to the engine). The old consumer is deleted.
     private func restart(why: String, generation: Int? = nil) {
-        let (old, from) = state.withLock { s -> (String?, UInt64) in
-            guard !s.cancelled, !s.restarting, generation == nil || generation == s.generation else { return (nil, 0) }
+        let (old, from, count) = state.withLock { s -> (String?, UInt64, Int) in
+            guard !s.cancelled, !s.restarting, generation == nil || generation == s.generation else { return (nil, 0, 0) }
             s.restarting = true
+            s.restarts += 1
             let old = s.follow.consumer
             s.follow.restart(consumer: Self.newName())
-            return (old, s.follow.lastStreamSeq + 1)
+            return (old, s.follow.lastStreamSeq + 1, s.restarts)
         }
         guard let old else { return }
-        report(.restarted(from: from, why: why))
+        report(.restarted(from: from, why: why, count: count))
         deleteConsumer(old)
         do { try start() } catch {
             // The engine is away: the silence check tries again.
@@ -224,7 +229,8 @@ public final class OrderedSubscription: @unchecked Sendable {
                 guard !s.cancelled, s.generation == generation else { return nil }
                 let verdict = s.follow.judge(reply: reply, status: status)
                 switch verdict {
-                case .deliver, .heartbeat: s.lastActivity = DispatchTime.now().uptimeNanoseconds
+                case .deliver: s.lastActivity = DispatchTime.now().uptimeNanoseconds; s.restarts = 0
+                case .heartbeat: s.lastActivity = DispatchTime.now().uptimeNanoseconds
                 default: break
                 }
                 return verdict
