@@ -98,7 +98,14 @@ actor Room: DirectoryRoom {
     private var unrecordedLeaves: [ClientID] = []
     /// HTTP calls waiting for their answer from the publisher, by answer address.
     private let responders = Locked<[UInt64: HTTPResponder]>([:])
-    private var apiLimiter: RateLimiter
+    /// The HTTP API's budgets in this room, shared by every caller: calls per second, and
+    /// bytes per second, the answers' included (a read costs the snapshot it answers).
+    /// Locked: the publisher charges the `clients` pages it answers.
+    private nonisolated let apiLimiter: Locked<RateLimiter>
+    /// The last `GET /api/rooms/ID` answer's body and the snapshot it was made of, reused by
+    /// the reads that find the same snapshot; kept for one turn of the loop only (reads that
+    /// arrive together share one encoding, an idle room holds none).
+    private var lastRead: (snapshot: Snapshot, body: [UInt8])?
     private var nextAPIAddress: UInt64 = 0
     /// The room's timers that run on its loop: a counted room's count report, the check of
     /// forwards in flight. (The idle check is armed by the registry's count of users.)
@@ -144,7 +151,7 @@ actor Room: DirectoryRoom {
         self.template = template
         self.predecessor = predecessor
         origin = registry.clock.now
-        apiLimiter = RateLimiter(rate: registry.settings.rateLimit)
+        apiLimiter = Locked(RateLimiter(rate: registry.settings.rateLimit, byteRate: registry.settings.byteRateLimit))
     }
 
     private nonisolated var log: Log { registry.log }
@@ -238,6 +245,7 @@ actor Room: DirectoryRoom {
                 }
             }
             sendForwards()
+            lastRead = nil
             if !presence.isEmpty { await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves) }
             if retire {
                 log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
@@ -290,7 +298,7 @@ actor Room: DirectoryRoom {
     /// wake-up; answers to HTTP calls go to their responders.
     private func attach(_ coordinator: Coordinator) async {
         let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
-        let (forwardReplies, cluster) = (forwardReplies, registry.cluster)
+        let (forwardReplies, cluster, apiLimiter) = (forwardReplies, registry.cluster, apiLimiter)
         let counter = coordinator.counter
         await coordinator.addPublisher { [weak self] batches, answers in
             if let last = batches.last {
@@ -308,6 +316,8 @@ actor Room: DirectoryRoom {
                 }
                 switch AnswerAddress(rawValue: answer.to) {
                 case let .apiCall(n):
+                    // A page of clients costs what it weighs (a sync was charged when read).
+                    if case .clients = answer.frame { apiLimiter.withLock { $0.charge(bytes: answer.frame.bytes.count) } }
                     responders.withLock { $0.removeValue(forKey: n) }?.respond(RoomsAPI.response(for: answer.frame))
                     answeredCalls += 1
                 case let .forward(n):
@@ -322,7 +332,9 @@ actor Room: DirectoryRoom {
                         forwardAnswers[reply, default: []].append(answer)
                     }
                 case let .connection(connection):
-                    replies.append((connection, OutgoingFrame(answer.frame.bytes)))
+                    let frame = OutgoingFrame(answer.frame.bytes)
+                    if case .clients = answer.frame { registry.gateway?.charge(connection, bytes: frame.count) }
+                    replies.append((connection, frame))
                 }
             }
             for (reply, answers) in forwardAnswers { cluster?.answer(answers, to: reply) }
@@ -450,14 +462,7 @@ actor Room: DirectoryRoom {
     private func handle(_ call: APICall, coordinator: Coordinator) async {
         switch call {
         case let .command(body, responder):
-            guard apiLimiter.allow() else {
-                // Checked before the body is parsed, as a connection's frames are: no ref.
-                let error = CommandError(.rateLimited, "more than \(registry.settings.rateLimit) API commands per second in room '\(id)'")
-                registry.metrics.error(error.code)
-                responder.respond(RoomsAPI.response(for: .error(ref: nil, error)))
-                released(1)
-                return
-            }
+            guard allowAPICall(bytes: body.count, responder) else { return }
             let envelope: CommandEnvelope
             do { envelope = try CommandEnvelope.parse(body) } catch {
                 registry.metrics.error(error.error.code)
@@ -466,16 +471,32 @@ actor Room: DirectoryRoom {
                 return
             }
             registry.metrics.command(envelope.command.type)
+            if case .sync = envelope.command {
+                // Asking costs a few bytes, the answer the whole room (as on a connection).
+                let weight = stateBytes.value - body.count
+                if weight > 0 { apiLimiter.withLock { $0.charge(bytes: weight) } }
+            }
             nextAPIAddress += 1
             responders.withLock { $0[nextAPIAddress] = responder }
             await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: AnswerAddress.apiCall(nextAPIAddress).rawValue)
         case let .read(responder):
+            guard allowAPICall(bytes: 0, responder) else { return }
             let snapshot = await coordinator.snapshot()
-            responder.respond(RoomsAPI.json(200, .object([
-                ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
-            ])))
+            let body: [UInt8]
+            if let last = lastRead, last.snapshot == snapshot {
+                body = last.body
+            } else {
+                body = JSONValue.object([
+                    ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
+                ]).compactBytes
+                lastRead = (snapshot, body)
+            }
+            let answer = HTTPResponse(status: 200, contentType: "application/json", body: body)
+            apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
+            responder.respond(answer)
             released(1)
         case let .clients(after, limit, responder):
+            guard allowAPICall(bytes: 0, responder) else { return }
             let answer: HTTPResponse
             do {
                 guard case let .clients(page) = try await coordinator.execute(.clients(after: after, limit: limit), by: Self.apiClient) else {
@@ -485,6 +506,7 @@ actor Room: DirectoryRoom {
             } catch {
                 answer = RoomsAPI.response(for: .error(ref: nil, error))
             }
+            apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
             responder.respond(answer)
             released(1)
         case let .created(responder):
@@ -497,6 +519,18 @@ actor Room: DirectoryRoom {
             }
             released(1)
         }
+    }
+
+    /// Takes one call of `bytes` from the room's API budgets, or answers 429 `rate_limited`
+    /// (before the body is parsed or anything is built: no ref) and returns false.
+    private func allowAPICall(bytes: Int, _ responder: HTTPResponder) -> Bool {
+        if apiLimiter.withLock({ $0.allow(bytes: bytes) }) { return true }
+        let settings = registry.settings
+        let error = CommandError(.rateLimited, "more than \(settings.rateLimit) API calls or \(settings.byteRateLimit) bytes (answers included) per second in room '\(id)'")
+        registry.metrics.error(error.code)
+        responder.respond(RoomsAPI.response(for: .error(ref: nil, error)))
+        released(1)
+        return false
     }
 
     // MARK: Presence
