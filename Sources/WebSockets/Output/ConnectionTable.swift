@@ -340,6 +340,13 @@ struct ConnectionTable: Sendable {
         return enforceTotal() && requestWake()
     }
 
+    /// The sockets chosen to be dropped for the total since the last `takeWakeWork` (the
+    /// service thread, reporting an answer held, drops them at once rather than a pass later).
+    mutating func takeDroppedAnswers() -> [UInt64] {
+        defer { work.dropAnswers = [] }
+        return work.dropAnswers
+    }
+
     /// The answer held for `socket` is written, or its connection is gone.
     mutating func releaseAnswer(socket: UInt64) {
         guard let bytes = answers.removeValue(forKey: socket) else { return }

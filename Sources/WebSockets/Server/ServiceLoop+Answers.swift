@@ -50,7 +50,14 @@ extension ServiceLoop {
         lws_callback_on_writable(connection.wsi)
         if connection.answerHeld == 0 {
             connection.answerHeld = size
-            update { $0.holdAnswer(socket: connection.socket, bytes: size) }
+            var dropped: [UInt64] = []
+            update { table in
+                let wake = table.holdAnswer(socket: connection.socket, bytes: size)
+                dropped = table.takeDroppedAnswers()
+                return wake
+            }
+            // Now, not a pass later: a pass may read many requests, each answer as large.
+            if !dropped.isEmpty { dropAnswers(dropped) }
         }
         return false
     }
