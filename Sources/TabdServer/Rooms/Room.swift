@@ -45,6 +45,8 @@ actor Room: DirectoryRoom {
         case forwardAnswer(ForwardAnswer)
         /// Cluster: forwards in flight may be late.
         case forwardCheck
+        /// The last read's answer has been kept long enough (``readKept``).
+        case dropRead
     }
 
     enum APICall: Sendable {
@@ -103,14 +105,16 @@ actor Room: DirectoryRoom {
     /// Locked: the publisher charges the `clients` pages it answers.
     private nonisolated let apiLimiter: Locked<RateLimiter>
     /// The last `GET /api/rooms/ID` answer's body and the snapshot it was made of, reused by
-    /// the reads that find the same snapshot; kept for one turn of the loop only (reads that
-    /// arrive together share one encoding, an idle room holds none).
+    /// the reads that find the same snapshot: reads that come together share one encoding.
+    /// Kept for ``readKept`` after it was made, so an idle room holds none.
     private var lastRead: (snapshot: Snapshot, body: [UInt8])?
+    /// How long a read's answer is kept for the reads after it.
+    static let readKept: Duration = .seconds(1)
     private var nextAPIAddress: UInt64 = 0
     /// The room's timers that run on its loop: a counted room's count report, the check of
     /// forwards in flight. (The idle check is armed by the registry's count of users.)
     private var timers = RoomTimers<Timer>()
-    enum Timer: Hashable, Sendable { case presenceReport, forwardCheck }
+    enum Timer: Hashable, Sendable { case presenceReport, forwardCheck, dropRead }
     /// Time for this room (``RoomRegistry/clock``), and when it was loaded: forwarding
     /// counts nanoseconds from there.
     private nonisolated var clock: any RoomClock { registry.clock }
@@ -214,6 +218,8 @@ actor Room: DirectoryRoom {
                 case .absorb:
                     await coordinator.absorb()
                     await armPresenceReport(coordinator)
+                case .dropRead:
+                    if timers.fired(.dropRead, now: clock.now) { lastRead = nil }
                 case .presenceReport:
                     guard timers.fired(.presenceReport, now: clock.now) else { break }
                     do { try await coordinator.reportPresence(now: clock.now) } catch {
@@ -245,7 +251,6 @@ actor Room: DirectoryRoom {
                 }
             }
             sendForwards()
-            lastRead = nil
             if !presence.isEmpty { await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves) }
             if retire {
                 log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
@@ -453,6 +458,7 @@ actor Room: DirectoryRoom {
         let input: Input = switch timer {
         case .presenceReport: .presenceReport
         case .forwardCheck: .forwardCheck
+        case .dropRead: .dropRead
         }
         clock.wake(at: deadline) { inbox.put([input]) }
     }
@@ -490,6 +496,7 @@ actor Room: DirectoryRoom {
                     ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
                 ]).compactBytes
                 lastRead = (snapshot, body)
+                if !timers.isArmed(.dropRead) { arm(.dropRead, at: clock.now + Self.readKept) }
             }
             let answer = HTTPResponse(status: 200, contentType: "application/json", body: body)
             apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
@@ -639,7 +646,7 @@ actor Room: DirectoryRoom {
             case let .forwarded(request):
                 registry.cluster?.answer([ForwardAnswer(id: request.id, room: request.room, refused: "room '\(id)' is not open here")],
                                          to: request.reply)
-            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport, .forwardAnswer, .forwardCheck:
+            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport, .forwardAnswer, .forwardCheck, .dropRead:
                 break
             }
         }
