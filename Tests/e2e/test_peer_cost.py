@@ -263,29 +263,37 @@ async def pings_until(client, done, timeout=120):
         assert time.monotonic() < deadline, f"the flood was not served within {timeout} s"
 
 
-@pytest.mark.parametrize("budget", ["defaults", "no rate limits"])
-async def test_pipelined_api_reads_never_read_stay_within_the_total_and_the_room_keeps_answering(make_daemon, budget):
-    """1,000 connections each send 3 `GET /api/rooms/main` of a ~1 MB room at once and never
-    read. An answer is not read ahead of the one before it, one held for a peer that does not
-    take it counts in `--queue-bytes-total` (256 MiB) and past it the connections holding the
-    most are closed; at the defaults, the room's API byte budget refuses most reads `429`
-    before a snapshot is built. Either way tabd grows by at most the total plus 64 MiB, and a
-    WebSocket client of the room keeps its usual round trip. (Before: +949 MiB.)"""
+@pytest.mark.parametrize("case", ["api, defaults", "api, no rate limits", "a 1 MB file"])
+async def test_pipelined_reads_never_read_stay_within_the_total_and_the_room_keeps_answering(make_daemon, tmp_path, case):
+    """1,000 connections each send 3 GETs of ~1 MB at once and never read: of the room (a
+    ~1 MB snapshot), or of a file of the page. An answer is not read ahead of the one before
+    it, one held for a peer that does not take it counts in `--queue-bytes-total` (256 MiB)
+    and past it the connections holding the most are closed; at the defaults, the room's API
+    byte budget refuses most reads `429` before a snapshot is built. Either way tabd grows by
+    at most the total plus 64 MiB, and a WebSocket client of the room keeps its usual round
+    trip. (Before: +949 MiB, and the client's ping unanswered for seconds.) The file's
+    answers are each read from disk, so each one held is memory of its own."""
     assert os.access(RELEASE, os.X_OK), f"no release build at {RELEASE}: run `make test-e2e`, or set TABD_RELEASE_BIN"
     connections = 1000
     raise_own_file_limit(connections + 512)
-    args = ("--rate-limit", "0") if budget == "no rate limits" else ()
+    path, args = "/api/rooms/main", ()
+    if case == "api, no rate limits":
+        args = ("--rate-limit", "0")
+    elif case == "a 1 MB file":
+        (tmp_path / "index.html").write_text("<!doctype html>")
+        (tmp_path / "big.bin").write_bytes(os.urandom(1_000_000))
+        path, args = "/big.bin", ("--web-root", str(tmp_path))
     d = make_daemon("--log-level", "warn", *args, binary=RELEASE)
     await fill_room(d.ws)
     other = await Client.connect(d.ws)
-    size = answer_bytes(d, "/api/rooms/main")
+    size = answer_bytes(d, path)
     assert size > 1_000_000
     usual = await ping_times(other, 20)
     rss_before = status_kib(d, "VmRSS")
     limited_before = metric(d, RATE_LIMITED)
 
     def served():
-        if budget == "defaults":
+        if case == "api, defaults":
             # Every connection's first read answered: 200 (few) or 429, then its others.
             return metric(d, RATE_LIMITED) - limited_before >= connections - 10
         # Every connection holds its first answer, or was closed for the total.
@@ -295,13 +303,13 @@ async def test_pipelined_api_reads_never_read_stay_within_the_total_and_the_room
     socks = []
     try:
         for _ in range(connections):
-            socks.append(pipelined_reader(d.host, "/api/rooms/main", 3))
+            socks.append(pipelined_reader(d.host, path, 3))
         flood = await pings_until(other, served)
         flood += await ping_times(other, 5)
         queued = metric(d, "tabd_queued_bytes")
         closed = metric(d, "tabd_http_slow_closed_total")
         growth_mib = (status_kib(d, "VmHWM") - rss_before) / 1024
-        print(f"{budget}: {connections} x 3 pipelined reads of {size} bytes: peak growth {growth_mib:.1f} MiB, "
+        print(f"{case}: {connections} x 3 pipelined reads of {size} bytes: peak growth {growth_mib:.1f} MiB, "
               f"tabd_queued_bytes {queued / MIB:.1f} MiB, {closed} closed for the total, "
               f"{metric(d, RATE_LIMITED) - limited_before} refused rate_limited; "
               f"ping max {max(usual) * 1000:.1f} ms before, {max(flood) * 1000:.1f} ms during ({len(flood)} pings)")
