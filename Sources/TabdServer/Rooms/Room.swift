@@ -108,6 +108,10 @@ actor Room: DirectoryRoom {
     /// the reads that find the same snapshot: reads that come together share one encoding.
     /// Kept for ``readKept`` after it was made, so an idle room holds none.
     private var lastRead: (snapshot: Snapshot, body: [UInt8])?
+    /// Nothing but reads came through the loop since `lastRead` was made: the room's state is
+    /// still the one it shows (everything that changes it is an input of the loop), so a read
+    /// reuses it without asking the coordinator.
+    private var readIsCurrent = false
     /// How long a read's answer is kept for the reads after it.
     static let readKept: Duration = .seconds(1)
     private var nextAPIAddress: UInt64 = 0
@@ -186,6 +190,7 @@ actor Room: DirectoryRoom {
                 // A long take (a flood) lets other rooms' work onto the cooperative threads
                 // now and then: a room must not hold a thread for its whole backlog.
                 if n % Self.inputsPerYield == Self.inputsPerYield - 1 { await Task.yield() }
+                if case .api(.read) = input {} else { readIsCurrent = false }
                 switch input {
                 case let .presence(joins, leaves):
                     for join in joins { presence.join(join) }
@@ -251,7 +256,10 @@ actor Room: DirectoryRoom {
                 }
             }
             sendForwards()
-            if !presence.isEmpty { await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves) }
+            if !presence.isEmpty {
+                readIsCurrent = false
+                await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves)
+            }
             if retire {
                 log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
                 await stop(coordinator, closing: [], code: .goingAway, reason: "room unloaded")
@@ -487,16 +495,21 @@ actor Room: DirectoryRoom {
             await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: AnswerAddress.apiCall(nextAPIAddress).rawValue)
         case let .read(responder):
             guard allowAPICall(bytes: 0, responder) else { return }
-            let snapshot = await coordinator.snapshot()
             let body: [UInt8]
-            if let last = lastRead, last.snapshot == snapshot {
+            if readIsCurrent, let last = lastRead {
                 body = last.body
             } else {
-                body = JSONValue.object([
-                    ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
-                ]).compactBytes
+                let snapshot = await coordinator.snapshot()
+                if let last = lastRead, last.snapshot == snapshot {
+                    body = last.body
+                } else {
+                    body = JSONValue.object([
+                        ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
+                    ]).compactBytes
+                    if !timers.isArmed(.dropRead) { arm(.dropRead, at: clock.now + Self.readKept) }
+                }
                 lastRead = (snapshot, body)
-                if !timers.isArmed(.dropRead) { arm(.dropRead, at: clock.now + Self.readKept) }
+                readIsCurrent = true
             }
             let answer = HTTPResponse(status: 200, contentType: "application/json", body: body)
             apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
