@@ -106,7 +106,7 @@ public final class Daemon: Sendable {
         let settings = RoomRegistry.Settings(
             creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
             resumeWindow: options.resumeWindow, rateLimit: options.rateLimit,
-            presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding,
+            byteRateLimit: options.byteRateLimit, presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding,
             maxStateBytes: options.maxRoomBytes)
         let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log,
                                     clock: clock)

@@ -74,8 +74,24 @@ public final class WebSocketServer: Sendable {
     }
 
     /// Bytes waiting for the connections (each broadcast once, the unsent tails lws holds of
-    /// blocked connections' last writes included): what `Configuration.totalQueueBytes` bounds.
+    /// blocked connections' last writes, the HTTP answers held for peers that do not take
+    /// them, and pending connections' early frames included): what
+    /// `Configuration.totalQueueBytes` bounds.
     public var queuedBytes: Int { loop.table.withLock { $0.heldBytes } }
+
+    /// Of ``queuedBytes``, the HTTP answers held for peers that do not take them.
+    public var queuedAnswerBytes: Int { loop.table.withLock { $0.answerBytes } }
+
+    /// HTTP connections dropped because they held some of the largest answers not taken
+    /// when the total passed `Configuration.totalQueueBytes`.
+    public var droppedAnswers: Int { loop.droppedAnswers.load(ordering: .relaxed) }
+
+    /// The handler keeps `bytes` of a pending connection's frames until it is activated: they
+    /// count toward the connection's `Configuration.queueBytes` (past it, it is closed 1008
+    /// `too slow`) and the total, until ``activate(_:on:first:afterSeq:)``.
+    public func holdEarly(_ id: ConnectionID, bytes: Int) {
+        loop.update { $0.holdEarly(id, bytes: bytes) }
+    }
 
     /// Whether frames sent to `id` may still reach it: false once it is closing or gone
     /// (``send(_:to:)`` then ignores them), so work for it can be skipped.

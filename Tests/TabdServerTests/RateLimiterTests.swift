@@ -30,13 +30,14 @@ import Testing
         let paid = limiter.allow(bytes: 30, now: t0 + .milliseconds(1_100)); #expect(paid)
     }
 
-    @Test func aChargeLargerThanTheBurstCostsOneBurstAtMost() {
+    @Test func aChargeLargerThanTheBurstIsChargedInFull() {
         var limiter = RateLimiter(rate: 100, byteRate: 1_000, now: t0)
         let first = limiter.allow(bytes: 10, now: t0); #expect(first)
-        limiter.charge(bytes: 50_000_000, now: t0)
-        let held = limiter.allow(bytes: 10, now: t0 + .milliseconds(1)); #expect(!held)
-        // 50 MB at 1,000 bytes a second would be 14 hours; the debt is one burst at most.
-        let back = limiter.allow(bytes: 10, now: t0 + .seconds(1)); #expect(back)
+        // A 10 KB answer at 1,000 bytes a second: the budget is 10 s in debt (less the burst).
+        limiter.charge(bytes: 10_000, now: t0)
+        let held = limiter.allow(bytes: 10, now: t0 + .seconds(1)); #expect(!held, "one burst is not enough to pay it")
+        let stillHeld = limiter.allow(bytes: 10, now: t0 + .milliseconds(7_900)); #expect(!stillHeld)
+        let back = limiter.allow(bytes: 10, now: t0 + .milliseconds(8_100)); #expect(back)
     }
 
     @Test func withoutAByteRateNothingIsCharged() {

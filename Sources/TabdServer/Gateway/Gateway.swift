@@ -203,14 +203,20 @@ final class Gateway: WebSocketServerHandler {
             guard var c = s.connections[id], let room = c.room, !c.expired else { return .gone }
             guard let client = c.client, c.early.isEmpty else {
                 // Not welcomed yet, or its early frames are still to be read: after them.
-                if c.early.count < Self.maxEarlyFrames { c.early.append(message) } else { c.refusedEarly += 1 }
-                s.connections[id] = c
+                // What is kept counts in the server's bounds on bytes until the welcome.
+                defer { s.connections[id] = c }
+                guard c.early.count < Self.maxEarlyFrames else {
+                    c.refusedEarly += 1
+                    return .gone
+                }
+                c.early.append(message)
                 return .kept
             }
             let allowed = c.limiter.allow(bytes: message.count)
             s.connections[id] = c
             return .read(room, client, c.role, allowed: allowed)
         }
+        if case .kept = arrival { registry.server?.holdEarly(id, bytes: message.count) }
         guard case let .read(room, client, role, allowed) = arrival else { return }
         let input = read(message, from: id, in: room, client: client, role: role, allowed: allowed)
         state.withLock { $0.add(input, for: room) }
@@ -234,6 +240,13 @@ final class Gateway: WebSocketServerHandler {
             if let parsed { metrics.command(parsed) }
             return .refused(id, client, frame)
         }
+    }
+
+    /// From a room: what was sent to the connection in answer to a frame already let through
+    /// (a `clients` page) is charged to its byte budget (`--rate-limit-bytes`): its next
+    /// frames wait until that is paid back.
+    func charge(_ id: ConnectionID, bytes: Int) {
+        state.withLock { $0.connections[id]?.limiter.charge(bytes: bytes) }
     }
 
     /// From a room: the connection is welcomed as `client`; its frames are read from now
@@ -323,7 +336,9 @@ final class Gateway: WebSocketServerHandler {
             case .success: break
             }
             let text = metrics.render(rooms: registry.counts, incompleteRequests: registry.server?.incompleteRequests ?? 0,
-                                      queuedBytes: registry.server?.queuedBytes ?? 0)
+                                      queuedBytes: registry.server?.queuedBytes ?? 0,
+                                      queuedAnswerBytes: registry.server?.queuedAnswerBytes ?? 0,
+                                      droppedAnswers: registry.server?.droppedAnswers ?? 0)
                 + (registry.cluster?.metricsText ?? "")
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:

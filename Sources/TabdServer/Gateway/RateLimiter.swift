@@ -24,11 +24,12 @@ struct RateLimiter: Sendable {
     }
 
     /// Takes `size` more bytes from the byte budget for what a frame already let through
-    /// makes tabd send (a `sync`'s snapshot): the budget may go into debt, by at most one
-    /// burst, and the connection's next frames wait until it is paid back.
+    /// makes tabd send (a `sync`'s snapshot, a `clients` page): all of it, so the budget
+    /// may go into debt by more than a burst, and the connection's next frames wait until
+    /// it is paid back (at the byte rate: a 2 MB snapshot at 1 MB/s, two seconds).
     mutating func charge(bytes size: Int, now: ContinuousClock.Instant = .now) {
         bytes.refill(now)
-        bytes.take(Double(size))
+        bytes.charge(Double(size))
     }
 
     private struct Bucket: Sendable {
@@ -53,5 +54,7 @@ struct RateLimiter: Sendable {
         /// a limit below the message size does not refuse every large frame forever.
         func has(_ n: Double) -> Bool { rate == 0 || tokens >= min(n, rate * 2) }
         mutating func take(_ n: Double) { if rate > 0 { tokens -= min(n, rate * 2) } }
+        /// Takes all of `n`, however far into debt that goes.
+        mutating func charge(_ n: Double) { if rate > 0 { tokens -= n } }
     }
 }

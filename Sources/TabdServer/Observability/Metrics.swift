@@ -37,15 +37,22 @@ final class Metrics: Sendable {
     func authRefused(status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
     func tokenExpired() { state.withLock { $0.tokensExpired += 1 } }
 
-    func render(rooms: (loaded: Int, stored: Int), incompleteRequests: Int, queuedBytes: Int = 0) -> String {
+    func render(rooms: (loaded: Int, stored: Int), incompleteRequests: Int, queuedBytes: Int = 0, queuedAnswerBytes: Int = 0,
+                droppedAnswers: Int = 0) -> String {
         let s = state.withLock { $0 }
         var out = """
         # HELP tabd_incomplete_requests_total Connections that ended before their request was complete (timed out after 5 s, or dropped).
         # TYPE tabd_incomplete_requests_total counter
         tabd_incomplete_requests_total \(incompleteRequests)
-        # HELP tabd_queued_bytes Bytes waiting for WebSocket clients (each broadcast once), bounded by --queue-bytes-total.
+        # HELP tabd_queued_bytes Bytes waiting for clients (each broadcast once; HTTP answers not taken and frames held before a welcome included), bounded by --queue-bytes-total.
         # TYPE tabd_queued_bytes gauge
         tabd_queued_bytes \(queuedBytes)
+        # HELP tabd_queued_http_bytes Of tabd_queued_bytes, the HTTP answers held for clients that do not take them.
+        # TYPE tabd_queued_http_bytes gauge
+        tabd_queued_http_bytes \(queuedAnswerBytes)
+        # HELP tabd_http_slow_closed_total HTTP connections closed because, past --queue-bytes-total, they held the largest answers not taken.
+        # TYPE tabd_http_slow_closed_total counter
+        tabd_http_slow_closed_total \(droppedAnswers)
         # HELP tabd_clients Connected WebSocket clients.
         # TYPE tabd_clients gauge
         tabd_clients \(s.clients)

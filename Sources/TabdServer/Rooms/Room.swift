@@ -45,6 +45,8 @@ actor Room: DirectoryRoom {
         case forwardAnswer(ForwardAnswer)
         /// Cluster: forwards in flight may be late.
         case forwardCheck
+        /// The last read's answer has been kept long enough (``readKept``).
+        case dropRead
     }
 
     enum APICall: Sendable {
@@ -98,12 +100,25 @@ actor Room: DirectoryRoom {
     private var unrecordedLeaves: [ClientID] = []
     /// HTTP calls waiting for their answer from the publisher, by answer address.
     private let responders = Locked<[UInt64: HTTPResponder]>([:])
-    private var apiLimiter: RateLimiter
+    /// The HTTP API's budgets in this room, shared by every caller: calls per second, and
+    /// bytes per second, the answers' included (a read costs the snapshot it answers).
+    /// Locked: the publisher charges the `clients` pages it answers.
+    private nonisolated let apiLimiter: Locked<RateLimiter>
+    /// The last `GET /api/rooms/ID` answer's body and the snapshot it was made of, reused by
+    /// the reads that find the same snapshot: reads that come together share one encoding.
+    /// Kept for ``readKept`` after it was made, so an idle room holds none.
+    private var lastRead: (snapshot: Snapshot, body: [UInt8])?
+    /// Nothing but reads came through the loop since `lastRead` was made: the room's state is
+    /// still the one it shows (everything that changes it is an input of the loop), so a read
+    /// reuses it without asking the coordinator.
+    private var readIsCurrent = false
+    /// How long a read's answer is kept for the reads after it.
+    static let readKept: Duration = .seconds(1)
     private var nextAPIAddress: UInt64 = 0
     /// The room's timers that run on its loop: a counted room's count report, the check of
     /// forwards in flight. (The idle check is armed by the registry's count of users.)
     private var timers = RoomTimers<Timer>()
-    enum Timer: Hashable, Sendable { case presenceReport, forwardCheck }
+    enum Timer: Hashable, Sendable { case presenceReport, forwardCheck, dropRead }
     /// Time for this room (``RoomRegistry/clock``), and when it was loaded: forwarding
     /// counts nanoseconds from there.
     private nonisolated var clock: any RoomClock { registry.clock }
@@ -144,7 +159,7 @@ actor Room: DirectoryRoom {
         self.template = template
         self.predecessor = predecessor
         origin = registry.clock.now
-        apiLimiter = RateLimiter(rate: registry.settings.rateLimit)
+        apiLimiter = Locked(RateLimiter(rate: registry.settings.rateLimit, byteRate: registry.settings.byteRateLimit))
     }
 
     private nonisolated var log: Log { registry.log }
@@ -175,6 +190,7 @@ actor Room: DirectoryRoom {
                 // A long take (a flood) lets other rooms' work onto the cooperative threads
                 // now and then: a room must not hold a thread for its whole backlog.
                 if n % Self.inputsPerYield == Self.inputsPerYield - 1 { await Task.yield() }
+                if case .api(.read) = input {} else { readIsCurrent = false }
                 switch input {
                 case let .presence(joins, leaves):
                     for join in joins { presence.join(join) }
@@ -207,6 +223,8 @@ actor Room: DirectoryRoom {
                 case .absorb:
                     await coordinator.absorb()
                     await armPresenceReport(coordinator)
+                case .dropRead:
+                    if timers.fired(.dropRead, now: clock.now) { lastRead = nil }
                 case .presenceReport:
                     guard timers.fired(.presenceReport, now: clock.now) else { break }
                     do { try await coordinator.reportPresence(now: clock.now) } catch {
@@ -238,7 +256,10 @@ actor Room: DirectoryRoom {
                 }
             }
             sendForwards()
-            if !presence.isEmpty { await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves) }
+            if !presence.isEmpty {
+                readIsCurrent = false
+                await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves)
+            }
             if retire {
                 log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
                 await stop(coordinator, closing: [], code: .goingAway, reason: "room unloaded")
@@ -290,7 +311,7 @@ actor Room: DirectoryRoom {
     /// wake-up; answers to HTTP calls go to their responders.
     private func attach(_ coordinator: Coordinator) async {
         let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
-        let (forwardReplies, cluster) = (forwardReplies, registry.cluster)
+        let (forwardReplies, cluster, apiLimiter) = (forwardReplies, registry.cluster, apiLimiter)
         let counter = coordinator.counter
         await coordinator.addPublisher { [weak self] batches, answers in
             if let last = batches.last {
@@ -308,6 +329,8 @@ actor Room: DirectoryRoom {
                 }
                 switch AnswerAddress(rawValue: answer.to) {
                 case let .apiCall(n):
+                    // A page of clients costs what it weighs (a sync was charged when read).
+                    if case .clients = answer.frame { apiLimiter.withLock { $0.charge(bytes: answer.frame.bytes.count) } }
                     responders.withLock { $0.removeValue(forKey: n) }?.respond(RoomsAPI.response(for: answer.frame))
                     answeredCalls += 1
                 case let .forward(n):
@@ -322,7 +345,9 @@ actor Room: DirectoryRoom {
                         forwardAnswers[reply, default: []].append(answer)
                     }
                 case let .connection(connection):
-                    replies.append((connection, OutgoingFrame(answer.frame.bytes)))
+                    let frame = OutgoingFrame(answer.frame.bytes)
+                    if case .clients = answer.frame { registry.gateway?.charge(connection, bytes: frame.count) }
+                    replies.append((connection, frame))
                 }
             }
             for (reply, answers) in forwardAnswers { cluster?.answer(answers, to: reply) }
@@ -441,6 +466,7 @@ actor Room: DirectoryRoom {
         let input: Input = switch timer {
         case .presenceReport: .presenceReport
         case .forwardCheck: .forwardCheck
+        case .dropRead: .dropRead
         }
         clock.wake(at: deadline) { inbox.put([input]) }
     }
@@ -450,14 +476,7 @@ actor Room: DirectoryRoom {
     private func handle(_ call: APICall, coordinator: Coordinator) async {
         switch call {
         case let .command(body, responder):
-            guard apiLimiter.allow() else {
-                // Checked before the body is parsed, as a connection's frames are: no ref.
-                let error = CommandError(.rateLimited, "more than \(registry.settings.rateLimit) API commands per second in room '\(id)'")
-                registry.metrics.error(error.code)
-                responder.respond(RoomsAPI.response(for: .error(ref: nil, error)))
-                released(1)
-                return
-            }
+            guard allowAPICall(bytes: body.count, responder) else { return }
             let envelope: CommandEnvelope
             do { envelope = try CommandEnvelope.parse(body) } catch {
                 registry.metrics.error(error.error.code)
@@ -466,16 +485,38 @@ actor Room: DirectoryRoom {
                 return
             }
             registry.metrics.command(envelope.command.type)
+            if case .sync = envelope.command {
+                // Asking costs a few bytes, the answer the whole room (as on a connection).
+                let weight = stateBytes.value - body.count
+                if weight > 0 { apiLimiter.withLock { $0.charge(bytes: weight) } }
+            }
             nextAPIAddress += 1
             responders.withLock { $0[nextAPIAddress] = responder }
             await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: AnswerAddress.apiCall(nextAPIAddress).rawValue)
         case let .read(responder):
-            let snapshot = await coordinator.snapshot()
-            responder.respond(RoomsAPI.json(200, .object([
-                ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
-            ])))
+            guard allowAPICall(bytes: 0, responder) else { return }
+            let body: [UInt8]
+            if readIsCurrent, let last = lastRead {
+                body = last.body
+            } else {
+                let snapshot = await coordinator.snapshot()
+                if let last = lastRead, last.snapshot == snapshot {
+                    body = last.body
+                } else {
+                    body = JSONValue.object([
+                        ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
+                    ]).compactBytes
+                    if !timers.isArmed(.dropRead) { arm(.dropRead, at: clock.now + Self.readKept) }
+                }
+                lastRead = (snapshot, body)
+                readIsCurrent = true
+            }
+            let answer = HTTPResponse(status: 200, contentType: "application/json", body: body)
+            apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
+            responder.respond(answer)
             released(1)
         case let .clients(after, limit, responder):
+            guard allowAPICall(bytes: 0, responder) else { return }
             let answer: HTTPResponse
             do {
                 guard case let .clients(page) = try await coordinator.execute(.clients(after: after, limit: limit), by: Self.apiClient) else {
@@ -485,6 +526,7 @@ actor Room: DirectoryRoom {
             } catch {
                 answer = RoomsAPI.response(for: .error(ref: nil, error))
             }
+            apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
             responder.respond(answer)
             released(1)
         case let .created(responder):
@@ -497,6 +539,18 @@ actor Room: DirectoryRoom {
             }
             released(1)
         }
+    }
+
+    /// Takes one call of `bytes` from the room's API budgets, or answers 429 `rate_limited`
+    /// (before the body is parsed or anything is built: no ref) and returns false.
+    private func allowAPICall(bytes: Int, _ responder: HTTPResponder) -> Bool {
+        if apiLimiter.withLock({ $0.allow(bytes: bytes) }) { return true }
+        let settings = registry.settings
+        let error = CommandError(.rateLimited, "more than \(settings.rateLimit) API calls or \(settings.byteRateLimit) bytes (answers included) per second in room '\(id)'")
+        registry.metrics.error(error.code)
+        responder.respond(RoomsAPI.response(for: .error(ref: nil, error)))
+        released(1)
+        return false
     }
 
     // MARK: Presence
@@ -605,7 +659,7 @@ actor Room: DirectoryRoom {
             case let .forwarded(request):
                 registry.cluster?.answer([ForwardAnswer(id: request.id, room: request.room, refused: "room '\(id)' is not open here")],
                                          to: request.reply)
-            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport, .forwardAnswer, .forwardCheck:
+            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport, .forwardAnswer, .forwardCheck, .dropRead:
                 break
             }
         }

@@ -48,8 +48,10 @@ final class RoomRegistry: Sendable {
         /// The tabs of a new room.
         var template: [TabInfo] = TabInfo.defaults
         var resumeWindow = 10_000
-        /// Commands per second over the HTTP API, per room (0 = no limit).
+        /// Calls per second over the HTTP API, per room (0 = no limit).
         var rateLimit = 100
+        /// Bytes per second over the HTTP API, per room, the answers' included (0 = no limit).
+        var byteRateLimit = 0
         /// `--presence-limit` and `--presence-interval` (milliseconds).
         var presenceLimit = Limits.maxClientsInSnapshot
         var presenceIntervalMS = 1_000

@@ -14,6 +14,14 @@ enum ResponseBytes {
     /// `content-length` and without a body, as HTTP requires; header values lose any CR or
     /// LF (a response can never be split).
     static func of(_ response: HTTPResponse, headOnly: Bool, persistence: Persistence, extraHeaders: [(String, String)] = []) -> [UInt8] {
+        let (head, body) = parts(response, headOnly: headOnly, persistence: persistence, extraHeaders: extraHeaders)
+        return body.isEmpty ? head : head + body
+    }
+
+    /// The same, as the head and the body that follows it (the response's own storage, not a
+    /// copy; empty when none is sent).
+    static func parts(_ response: HTTPResponse, headOnly: Bool, persistence: Persistence,
+                      extraHeaders: [(String, String)] = []) -> (head: [UInt8], body: [UInt8]) {
         let bodiless = response.status == 204 || response.status == 304 || (100..<200).contains(response.status)
         var head = "HTTP/1.1 \(response.status) \(reasonPhrase(response.status))\r\n"
         if !bodiless {
@@ -28,9 +36,7 @@ enum ResponseBytes {
         case .close: head += "connection: close\r\n"
         }
         head += "\r\n"
-        var bytes = Array(head.utf8)
-        if !bodiless && !headOnly { bytes += response.body }
-        return bytes
+        return (Array(head.utf8), bodiless || headOnly ? [] : response.body)
     }
 
     /// The interim answer to `expect: 100-continue`.

@@ -73,6 +73,8 @@ extension ConnectionTable {
         /// Bytes the service thread handed to the socket layer that it holds unsent (at most
         /// the last write), counted with what the table holds.
         var inFlight = 0
+        /// Bytes of its frames the handler keeps until its welcome (`holdEarly`); 0 once active.
+        var earlyBytes = 0
         /// Broadcasts with `seq` up to this are skipped (the welcome already covered them).
         var skipThrough = Int.min
         /// Listed in the pending `WakeWork.writable`.
@@ -129,6 +131,9 @@ extension ConnectionTable {
         var writable: [ConnectionID] = []
         /// These connections just started closing: bound how long that may take.
         var closing: [ConnectionID] = []
+        /// Drop these sockets now: each held an HTTP answer its peer did not take, and the
+        /// total was past its bound (their answers are no longer counted).
+        var dropAnswers: [UInt64] = []
     }
 
     /// What a connection's writable callback must do.

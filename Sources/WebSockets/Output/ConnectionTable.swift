@@ -41,6 +41,14 @@
 /// take nothing more (`setBlocked`) are closed, the one with the most bytes waiting first,
 /// until it is back under. A connection whose socket takes what it is sent is never closed
 /// for the total.
+///
+/// HTTP answers and early input count too. An HTTP answer its peer does not take
+/// (`holdAnswer`, by socket: HTTP connections have no `ConnectionID`) is part of `heldBytes`
+/// until it is written (`releaseAnswer`), and such a socket is a candidate for the total like
+/// a blocked WebSocket (the service thread drops it: `WakeWork.dropAnswers`); one answer per
+/// socket, since a connection's next request is not read before its answer is out. What the
+/// handler keeps of a pending connection's frames until its welcome (`holdEarly`) counts
+/// toward its `byteLimit` and the total until `activate`.
 struct ConnectionTable: Sendable {
     static let tooSlowReason = "too slow"
 
@@ -50,8 +58,13 @@ struct ConnectionTable: Sendable {
     /// Bytes that may wait for every connection together.
     let totalByteLimit: Int
     /// Bytes of every frame the table holds: each channel's log once, every direct queue,
-    /// and what the socket layer holds of blocked connections' last writes.
+    /// what the socket layer holds of blocked connections' last writes, the HTTP answers
+    /// held for sockets that do not take them, and pending connections' early input.
     private(set) var heldBytes = 0
+    /// The HTTP answers held for sockets that take no more, by socket: their bytes.
+    private var answers: [UInt64: Int] = [:]
+    /// Bytes of `answers` (part of `heldBytes`).
+    private(set) var answerBytes = 0
     /// False once a look for connections to close for the total found none: it looks again
     /// when a connection is reported blocked, or once the total was back under its bound.
     private var totalCheckArmed = true
@@ -126,9 +139,9 @@ struct ConnectionTable: Sendable {
         }
         for c in connections.values {
             for i in 0..<c.direct.count { bytes += c.direct[i].frame.wire.count }
-            bytes += c.inFlight
+            bytes += c.inFlight + c.earlyBytes
         }
-        return bytes
+        return bytes + answers.values.reduce(0, +)
     }
 
     // MARK: Connections coming and going (service thread)
@@ -151,7 +164,7 @@ struct ConnectionTable: Sendable {
     /// Forgets a closed connection; returns the close this server had decided on, if any.
     mutating func remove(_ id: ConnectionID) -> (code: CloseCode, reason: String)? {
         guard let connection = connections.removeValue(forKey: id) else { return nil }
-        heldBytes -= connection.direct.bytes + connection.inFlight
+        heldBytes -= connection.direct.bytes + connection.inFlight + connection.earlyBytes
         if let key = connection.channel, let ci = channels.index(forKey: key) {
             channels.values[ci].members.remove(id)
             settleIfMemberless(ci, holding: true)
@@ -248,7 +261,8 @@ struct ConnectionTable: Sendable {
             direct.append(entry)
         }
         channels.values[ci].members.insert(id)
-        heldBytes += direct.bytes - connections.values[index].direct.bytes
+        heldBytes += direct.bytes - connections.values[index].direct.bytes - connections.values[index].earlyBytes
+        connections.values[index].earlyBytes = 0
         connections.values[index].direct = direct
         connections.values[index].uncountedDirect = first.count
         connections.values[index].uncountedBytes = firstBytes
@@ -295,6 +309,49 @@ struct ConnectionTable: Sendable {
         guard blocked else { return false }
         totalCheckArmed = true
         return enforceTotal() && requestWake()
+    }
+
+    /// The handler keeps `bytes` more of a pending connection's frames until its welcome: they
+    /// count toward its `byteLimit` (past it, it is closed 1008 `too slow`) and the total,
+    /// until `activate`. Ignored for a connection that is not pending.
+    mutating func holdEarly(_ id: ConnectionID, bytes: Int) -> Bool {
+        guard phase != .stopped, let index = connections.index(forKey: id), case .pending = connections.values[index].state
+        else { return false }
+        connections.values[index].earlyBytes += bytes
+        heldBytes += bytes
+        if connections.values[index].earlyBytes > byteLimit {
+            heldBytes -= connections.values[index].earlyBytes
+            connections.values[index].earlyBytes = 0
+            beginClosing(at: index, code: .policyViolation, reason: Self.tooSlowReason, drain: false)
+            return requestWake()
+        }
+        return enforceTotal() && requestWake()
+    }
+
+    /// The service thread holds an HTTP answer of `bytes` for `socket`, whose peer takes no
+    /// more of it now: counted with what the table holds until `releaseAnswer`; past the
+    /// total, the socket may be chosen to be dropped (`WakeWork.dropAnswers`).
+    mutating func holdAnswer(socket: UInt64, bytes: Int) -> Bool {
+        guard phase != .stopped else { return false }
+        let before = answers.updateValue(bytes, forKey: socket) ?? 0
+        answerBytes += bytes - before
+        heldBytes += bytes - before
+        totalCheckArmed = true
+        return enforceTotal() && requestWake()
+    }
+
+    /// The sockets chosen to be dropped for the total since the last `takeWakeWork` (the
+    /// service thread, reporting an answer held, drops them at once rather than a pass later).
+    mutating func takeDroppedAnswers() -> [UInt64] {
+        defer { work.dropAnswers = [] }
+        return work.dropAnswers
+    }
+
+    /// The answer held for `socket` is written, or its connection is gone.
+    mutating func releaseAnswer(socket: UInt64) {
+        guard let bytes = answers.removeValue(forKey: socket) else { return }
+        answerBytes -= bytes
+        heldBytes -= bytes
     }
 
     /// Closes a connection after what was queued for it before this call.
@@ -418,7 +475,7 @@ struct ConnectionTable: Sendable {
     }
 
     private static func pendingBytes(_ c: Connection, broadcasts: Int) -> Int {
-        broadcasts + c.direct.bytes + c.inFlight
+        broadcasts + c.direct.bytes + c.inFlight + c.earlyBytes
     }
 
     /// More than `queueLimit` frames behind, or more than `byteLimit` bytes in more than one
@@ -507,10 +564,11 @@ struct ConnectionTable: Sendable {
         channels.values[ci].logStart += k
     }
 
-    /// Past `totalByteLimit`: closes blocked connections, the one with the most bytes waiting
-    /// first, until the table holds no more than that (what a closed member alone needed of
-    /// its channel's log goes with it). True if it closed one. O(connections) per look; a look
-    /// that finds none is not repeated until a connection is reported blocked.
+    /// Past `totalByteLimit`: closes blocked connections and drops sockets holding an HTTP
+    /// answer, the one with the most bytes waiting first, until the table holds no more than
+    /// that (what a closed member alone needed of its channel's log goes with it). True if it
+    /// closed or dropped one. O(connections + held answers) per look; a look that finds none
+    /// is not repeated until a connection is reported blocked or an answer held.
     @discardableResult
     private mutating func enforceTotal() -> Bool {
         guard heldBytes > totalByteLimit else {
@@ -526,6 +584,14 @@ struct ConnectionTable: Sendable {
                 guard c.blocked, case .active = c.state else { continue }
                 let bytes = pendingBytes(c)
                 if bytes > (victim?.bytes ?? 0) { victim = (index, bytes) }
+            }
+            var answer: (socket: UInt64, bytes: Int)?
+            for (socket, bytes) in answers where bytes > (answer?.bytes ?? 0) { answer = (socket, bytes) }
+            if let answer, answer.bytes > (victim?.bytes ?? 0) {
+                releaseAnswer(socket: answer.socket)
+                work.dropAnswers.append(answer.socket)
+                closed = true
+                continue
             }
             guard let victim else {
                 totalCheckArmed = false

@@ -24,6 +24,10 @@ final class Connection {
     var session: WebSocketSession?
     /// Unread bytes while it speaks HTTP: the request being read and what was sent after it.
     var input = InputBuffer()
+    /// The HTTP answer being written, as the socket takes it (nil: none, or all handed to lws).
+    var answer: AnswerOutput?
+    /// Bytes of an answer reported to the table as held (`ConnectionTable.holdAnswer`); 0: none.
+    var answerHeld = 0
     /// The deadline the timer wheel holds for it (uptime ns; 0: none).
     var deadline: UInt64 = 0
     /// Listed in `ServiceLoop.writesDue`.
@@ -135,6 +139,46 @@ final class WebSocketSession {
         self.id = id
         self.decoder = decoder
         self.lastHeard = now
+    }
+}
+
+/// An HTTP answer on its way out: its head and body, written from their own storage (the
+/// body as the handler made it, not copied) a piece at a time as the socket takes them.
+struct AnswerOutput {
+    private let pieces: [[UInt8]]
+    private var piece = 0
+    private var offset = 0
+    /// Bytes of the whole answer (what holding it costs until it is written).
+    let count: Int
+
+    /// Answers up to `joinBelow` bytes go out as one piece (one write); larger ones as the
+    /// head, then the body.
+    init(head: [UInt8], body: [UInt8], joinBelow: Int) {
+        if body.isEmpty {
+            pieces = [head]
+        } else if head.count + body.count <= joinBelow {
+            pieces = [head + body]
+        } else {
+            pieces = [head, body]
+        }
+        count = head.count + body.count
+    }
+
+    var isDone: Bool { piece == pieces.count }
+
+    /// Calls `write` with the next at most `max` bytes; advances by what it returns
+    /// (negative: failed, nothing advanced). Returns `write`'s result.
+    mutating func writeNext(max: Int, _ write: (UnsafeRawBufferPointer) -> Int) -> Int {
+        guard !isDone else { return 0 }
+        let n = Swift.min(max, pieces[piece].count - offset)
+        let written = pieces[piece].withUnsafeBytes { write(UnsafeRawBufferPointer(rebasing: $0[offset..<(offset + n)])) }
+        guard written > 0 else { return written }
+        offset += written
+        if offset == pieces[piece].count {
+            piece += 1
+            offset = 0
+        }
+        return written
     }
 }
 

@@ -9,8 +9,10 @@ import Foundation
 /// connection's start or of the previous answer, and its body within as long again after
 /// the head (else 408). A malformed head, an untrustworthy body framing or a bad chunk is
 /// answered with its error and the connection closed (where the next request starts can no
-/// longer be known). While the handler has an answer to give, what arrives is kept (up to
-/// `maxUnreadInput`, then reading pauses).
+/// longer be known). While the handler has an answer to give, or an answer is not all
+/// written (ServiceLoop+Answers.swift), what arrives is kept (up to `maxUnreadInput`, then
+/// reading pauses) and not read: a client that does not read its answers is not answered
+/// ahead.
 extension ServiceLoop {
     /// Reads as many requests from the connection's unread bytes as can be answered now.
     func readRequests(_ connection: Connection) {
@@ -19,8 +21,8 @@ extension ServiceLoop {
             case .head:
                 guard !connection.input.isEmpty else { return }
                 // A client that sends requests without reading the answers gets no more read
-                // until lws has written what it holds for it (then `httpWriteable` goes on).
-                if lws_partial_buffered(connection.wsi) != 0 {
+                // until its answer is written and no longer counted (`httpWriteable` goes on).
+                if connection.answer != nil || connection.answerHeld > 0 || lws_partial_buffered(connection.wsi) != 0 {
                     setReading(connection, paused: true)
                     lws_callback_on_writable(connection.wsi)
                     if !connection.waitingForOutput {
@@ -193,7 +195,7 @@ extension ServiceLoop {
         }
         let persistence: ResponseBytes.Persistence =
             closeAfter ? .close : request.head.minorVersion == 0 ? .keepAliveHTTP10 : .keepAlive
-        write(ResponseBytes.of(response, headOnly: request.isHead, persistence: persistence), to: connection)
+        sendAnswer(response, headOnly: request.isHead, persistence: persistence, to: connection)
         setReading(connection, paused: false)
         if closeAfter {
             connection.http.stage = .done
@@ -225,8 +227,7 @@ extension ServiceLoop {
 
     func refuse(_ connection: Connection, _ error: HTTPError, headers: [(String, String)] = []) {
         let text = "\(error.status) \(ResponseBytes.reasonPhrase(error.status)): \(error.message)\n"
-        write(ResponseBytes.of(HTTPResponse(status: error.status, text: text, headers: headers), headOnly: false, persistence: .close),
-              to: connection)
+        sendAnswer(HTTPResponse(status: error.status, text: text, headers: headers), headOnly: false, persistence: .close, to: connection)
         connection.http.stage = .done
         closeAfterFlush(connection)
     }
@@ -269,10 +270,10 @@ extension ServiceLoop {
         }
     }
 
-    /// LWS_CALLBACK_RAW_WRITEABLE while it speaks HTTP: lws has written what it held, so the
-    /// requests waiting behind the answers are read.
+    /// LWS_CALLBACK_RAW_WRITEABLE while it speaks HTTP: more of its answer goes out; once it is
+    /// all written, the requests waiting behind it are read.
     func httpWriteable(_ connection: Connection) {
-        guard case .head = connection.http.stage, lws_partial_buffered(connection.wsi) == 0 else { return }
+        guard writeAnswer(connection), case .head = connection.http.stage else { return }
         if connection.waitingForOutput {
             connection.waitingForOutput = false
             setDeadline(connection, after: UInt64(configuration.requestTimeoutSeconds))

@@ -70,6 +70,9 @@ final class ServiceLoop: @unchecked Sendable {
     let incompleteRequests = Atomic<Int>(0)
     /// Sockets open (HTTP and WebSocket), for metrics and tests.
     let openSockets = Atomic<Int>(0)
+    /// HTTP connections dropped because the answer they did not take was among the largest
+    /// held when the total was past `Configuration.totalQueueBytes`.
+    let droppedAnswers = Atomic<Int>(0)
 
     /// Bytes gathered from a connection's queue for one write.
     static let writeBudget = 16 * 1024
@@ -300,6 +303,7 @@ final class ServiceLoop: @unchecked Sendable {
                 setDeadline(connection, after: Self.closeTimeoutSeconds, now: now)
             }
         }
+        if !work.dropAnswers.isEmpty { dropAnswers(work.dropAnswers) }
         writeArrivedAnswers()
     }
 
@@ -399,6 +403,11 @@ final class ServiceLoop: @unchecked Sendable {
         connections[connection.socket] = nil
         openSockets.add(-1, ordering: .relaxed)
         connection.input.release()
+        connection.answer = nil
+        if connection.answerHeld > 0 {
+            connection.answerHeld = 0
+            update { $0.releaseAnswer(socket: connection.socket); return false }
+        }
         if !connection.sawRequest { incompleteRequests.add(1, ordering: .relaxed) }
         switch connection.http.stage {
         case let .answering(request), let .body(request):
@@ -450,13 +459,10 @@ final class ServiceLoop: @unchecked Sendable {
         lws_callback_on_writable(connection.wsi)
     }
 
-    /// LWS_CALLBACK_RAW_WRITEABLE for a connection that is flushing: shut it once lws holds
-    /// nothing more for it.
+    /// LWS_CALLBACK_RAW_WRITEABLE for a connection that is flushing: shut it once its last
+    /// answer is written and lws holds nothing more for it.
     func flushed(_ connection: Connection) {
-        guard lws_partial_buffered(connection.wsi) == 0 else {
-            lws_callback_on_writable(connection.wsi)
-            return
-        }
+        guard writeAnswer(connection) else { return }  // it asked for another writable callback
         if tls != nil { tabd_tls_close_notify(UnsafeMutableRawPointer(lws_get_ssl(connection.wsi))) }
         tabd_shutdown_write(connection.wsi)
         connection.phase = .lingering
