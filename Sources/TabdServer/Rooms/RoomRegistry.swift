@@ -200,6 +200,8 @@ final class RoomRegistry: Sendable {
 
     /// Deletes a room: closes its clients with 4404, forgets it, removes its state.
     func delete(_ id: RoomID) async -> Deletion {
+        // A room another node created since this one started is unknown here until asked.
+        if cluster != nil { await offPool { self.learn(id) } }
         let taken = state.withLock { $0.directory.beginDeletion(id) }
         guard let (loaded, retiring) = taken else { return .unknown }
         if let loaded {
