@@ -650,8 +650,9 @@ package struct ClusterRoomMachine: Sendable {
             if message.streamSeq > last.streamSeq { held.append(message) }
             return []
         }
+        let believed = believes(message)
         if confirmedPlace != message.streamSeq {
-            if believes(message), message.verdict.isNodeSeal, let id = message.messageID,
+            if believed, message.verdict.isNodeSeal, let id = message.messageID,
                let i = chain.firstIndex(where: { $0.publication.messageID == id }),
                chain[i].publication.expectedLastSeq + 1 == message.streamSeq, chain[i].stored != message.streamSeq {
                 // One of this node's messages at its place, which the engine has not said it
@@ -663,14 +664,13 @@ package struct ClusterRoomMachine: Sendable {
                 chain[i].seenAtPlace = true
                 return chain[i].contested || chain[i].publication.attempt > 0 ? readBack() : []
             }
-            if !believes(message) {
+            if !believed {
                 // Passed over, it would move the place the room's next message expects: only
                 // if the stream holds it there.
                 held = [message]
                 return readBack()
             }
         }
-        let believed = believes(message)
         if !believed || message.kind == "genesis" || message.kind == EngineNames.sealMarkKind {
             return passedOver(message, believed: believed)
         }

@@ -483,25 +483,31 @@ public final class EngineSubscription: @unchecked Sendable {
         }, box.toOpaque())
     }
 
-    /// Stops deliveries now; frees the subscription a few seconds later. libnats 3.4's
-    /// reader thread can still be inside a delivery to a subscription it has just looked
-    /// up when another thread destroys it (nats.c issue #637, a crash seen here when a
-    /// stalled consumer was replaced): after the unsubscribe no new delivery starts, and
-    /// the delay outlasts one in progress.
+    /// Stops deliveries now; frees the subscription a few seconds later (``retireSubscription(_:)``).
     public func cancel() {
         guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        natsSubscription_Unsubscribe(sub)
-        let doomed = Doomed(sub)
-        DispatchQueue.global().asyncAfter(deadline: .now() + 5) { natsSubscription_Destroy(doomed.sub) }
-    }
-
-    /// A subscription handed to the queue that destroys it (used by nothing else).
-    private struct Doomed: @unchecked Sendable {
-        let sub: OpaquePointer
-        init(_ sub: OpaquePointer) { self.sub = sub }
+        retireSubscription(sub)
     }
 
     deinit { cancel() }
+}
+
+/// Stops a libnats subscription now and destroys it a few seconds later: libnats 3.4's
+/// reader thread can still be inside a delivery to a subscription it has just looked up
+/// when another thread destroys it (nats.c issue #637, a crash seen here when a stalled
+/// consumer was replaced). After the unsubscribe no new delivery starts, and the delay
+/// outlasts one in progress.
+func retireSubscription(_ sub: OpaquePointer) {
+    natsSubscription_Unsubscribe(sub)
+    let doomed = Doomed(sub)
+    DispatchQueue.global().asyncAfter(deadline: .now() + 5) { natsSubscription_Destroy(doomed.sub) }
+}
+
+/// A subscription handed to the queue that destroys it (used by nothing else).
+private struct Doomed: @unchecked Sendable {
+    // @unchecked: handed once to that queue.
+    let sub: OpaquePointer
+    init(_ sub: OpaquePointer) { self.sub = sub }
 }
 
 final class HandlerBox: Sendable {

@@ -126,7 +126,7 @@ public final class OrderedSubscription: @unchecked Sendable {
         } } ?? NATS_CONNECTION_CLOSED
         if let info { jsConsumerInfo_Destroy(info) }
         guard s == NATS_OK else {
-            Self.retire(sub)
+            retireSubscription(sub)
             throw EngineError(s, err, "cannot make a consumer of \(subject) in \(stream)")
         }
         // Cancelled or replaced meanwhile: this one goes again.
@@ -135,9 +135,9 @@ public final class OrderedSubscription: @unchecked Sendable {
             defer { st.current = sub; st.lastActivity = DispatchTime.now().uptimeNanoseconds }
             return (false, st.current)
         }
-        if let previous { Self.retire(previous) }
+        if let previous { retireSubscription(previous) }
         if stale {
-            Self.retire(sub)
+            retireSubscription(sub)
             deleteConsumer(name)
         }
     }
@@ -188,26 +188,11 @@ public final class OrderedSubscription: @unchecked Sendable {
         }
         guard let name else { return }
         timer.cancel()
-        if let sub { Self.retire(sub) }
+        if let sub { retireSubscription(sub) }
         deleteConsumer(name)
     }
 
     deinit { cancel() }
-
-    /// Stops a subscription now and frees it a few seconds later: libnats 3.4's reader
-    /// thread can still be inside a delivery to a subscription it has just looked up when
-    /// another thread destroys it (nats.c issue #637).
-    private static func retire(_ sub: OpaquePointer) {
-        natsSubscription_Unsubscribe(sub)
-        let doomed = Doomed(sub)
-        DispatchQueue.global().asyncAfter(deadline: .now() + 5) { natsSubscription_Destroy(doomed.sub) }
-    }
-
-    private struct Doomed: @unchecked Sendable {
-        // @unchecked: handed once to the queue that destroys it.
-        let sub: OpaquePointer
-        init(_ sub: OpaquePointer) { self.sub = sub }
-    }
 
     // MARK: Deliveries
 

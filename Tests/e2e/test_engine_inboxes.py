@@ -16,9 +16,7 @@ room, and a room whose messages were sealed without its life (by a tabd before s
 it, or in phase one of the move) keeps its history when its nodes move to life-bound seals.
 """
 import asyncio
-import base64
 import json
-import random
 import sys
 import os
 import time
@@ -26,7 +24,8 @@ import time
 import pytest
 
 from conftest import ROOT, Client
-from test_engine_trust import engine, node, trio, room_name, room_on, probe, rejected, stream_messages  # noqa: F401
+from test_engine_trust import (engine, node, trio, room_name, room_on, probe, rejected, stream_messages,  # noqa: F401
+                               stream_message, command_storm)
 from test_cluster import sync_everyone
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
@@ -44,17 +43,6 @@ def hpub(nc, subject, first_line="NATS/1.0", headers=None, data=b"", reply=None)
     head = (first_line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()) + "\r\n").encode()
     r = f" {reply}" if reply else ""
     nc._send(f"HPUB {subject}{r} {len(head)} {len(head) + len(data)}\r\n".encode() + head + data + b"\r\n")
-
-
-def last_message(nc, room):
-    got = nc.js(f"STREAM.MSG.GET.TABD_ROOM_{room}", {"last_by_subj": f"tabd.room.{room}"})["message"]
-    headers = {}
-    if got.get("hdrs"):
-        for line in base64.b64decode(got["hdrs"]).decode().split("\r\n")[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                headers[k.strip()] = v.strip()
-    return got["seq"], headers, base64.b64decode(got.get("data") or "")
 
 
 def alive(ds):
@@ -81,7 +69,7 @@ async def test_what_a_peer_puts_into_every_consumer_inbox_stops_no_node_and_is_o
         # What reaches an inbox keeps its stream subject; the reply subject names the consumer.
         delivered = [m for m in nc.drain() if m.reply and m.reply.startswith(f"$JS.ACK.TABD_ROOM_{room}.")]
         assert delivered, "the peer saw nothing delivered into the inboxes it subscribed to"
-        last_seq, headers, data = last_message(nc, room)
+        last_seq, headers, data = stream_message(nc, room)
         assert "Tabd-Seal" in headers, headers
         kept = {k: v for k, v in headers.items() if not k.startswith("Nats-Expected")}
         frame = json.dumps({"type": "events", "by": "ghost", "events": [
@@ -158,24 +146,7 @@ async def test_copies_of_batches_that_lost_their_place_put_into_the_inboxes_are_
     loop = asyncio.get_running_loop()
     forger = loop.run_in_executor(None, forge)
     try:
-        await asyncio.sleep(0)  # the forger subscribes before the storm (it reads what comes)
-        rng = random.Random(11)
-        answers, caused = {}, {}
-
-        async def storm(k, c, n):
-            sent = set()
-            for _ in range(n):
-                sent.add(await c.send("set", key=rng.choice("xyz"), value=rng.randint(0, 99)))
-            got = 0
-            while got < n:
-                f = await c.recv(timeout=60)
-                if f["type"] == "events" and f.get("ref") in sent and f["by"] == c.welcome["client"]:
-                    caused[(k, f["ref"])] = f
-                elif f["type"] in ("ack", "error") and f.get("ref") in sent:
-                    answers[(k, f["ref"])] = f
-                    got += 1
-
-        await asyncio.gather(*(storm(k, c, 30) for k, c in enumerate(clients)))
+        answers, caused = await command_storm(clients, 30, seed=11)
     finally:
         stop = True
         await forger
@@ -187,8 +158,7 @@ async def test_copies_of_batches_that_lost_their_place_put_into_the_inboxes_are_
         info = nc.js(f"STREAM.INFO.{stream}")["state"]
         stored = {}
         for seq in range(info["first_seq"], info["last_seq"] + 1):
-            got = nc.js(f"STREAM.MSG.GET.{stream}", {"seq": seq})["message"]
-            for line in base64.b64decode(got.get("data") or "").split(b"\n"):
+            for line in message_at(nc, room, seq)[1].split(b"\n"):
                 try:
                     frame = json.loads(line)
                 except ValueError:
@@ -213,14 +183,7 @@ async def test_copies_of_batches_that_lost_their_place_put_into_the_inboxes_are_
 # --- a room's lives ---------------------------------------------------------------------------
 
 def message_at(nc, room, seq):
-    got = nc.js(f"STREAM.MSG.GET.TABD_ROOM_{room}", {"seq": seq})["message"]
-    headers = {}
-    if got.get("hdrs"):
-        for line in base64.b64decode(got["hdrs"]).decode().split("\r\n")[1:]:
-            if ":" in line:
-                k, v = line.split(":", 1)
-                headers[k.strip()] = v.strip()
-    return headers, base64.b64decode(got.get("data") or "")
+    return stream_message(nc, room, seq)[1:]
 
 
 def values_of(snapshot):
@@ -309,7 +272,6 @@ async def test_a_room_sealed_without_lives_moves_to_life_bound_seals_keeping_its
         assert values_of(sync["snapshot"]).get("phase-one") == 1, "the room's history of phase one is kept"
         # A batch sealed with the real key, as phase one seals, at the room's next place.
         key = Key(open(cluster_secret_file()).read().strip())
-        headers, data = last_message(nc, room)[1:]
         end = nc.js(f"STREAM.INFO.TABD_ROOM_{room}")["state"]["last_seq"]
         seq = max(c.last_seq() for c in clients) + 1
         frame = json.dumps({"type": "events", "by": "old", "ref": None, "events": [

@@ -112,16 +112,47 @@ async def room_on(ds, room):
     return clients
 
 
-def last_stream_message(nc, room):
-    """The last message of a room's stream, as the JetStream API gives it: (headers, data)."""
-    got = nc.js(f"STREAM.MSG.GET.TABD_ROOM_{room}", {"last_by_subj": f"tabd.room.{room}"})["message"]
+def stream_message(nc, room, seq=None):
+    """A message of a room's stream as the JetStream API gives it, the one at `seq` (the
+    last when None): (its seq, headers, data)."""
+    ask = {"seq": seq} if seq is not None else {"last_by_subj": f"tabd.room.{room}"}
+    got = nc.js(f"STREAM.MSG.GET.TABD_ROOM_{room}", ask)["message"]
     headers = {}
     if got.get("hdrs"):
         for line in base64.b64decode(got["hdrs"]).decode().split("\r\n")[1:]:
             if ":" in line:
                 k, v = line.split(":", 1)
                 headers[k.strip()] = v.strip()
-    return headers, base64.b64decode(got.get("data") or "")
+    return got["seq"], headers, base64.b64decode(got.get("data") or "")
+
+
+def last_stream_message(nc, room):
+    """The last message of a room's stream: (headers, data)."""
+    return stream_message(nc, room)[1:]
+
+
+async def command_storm(clients, n, seed):
+    """Each client sends `n` random `set`s at once and reads until every one is answered.
+    Returns the answers and the batches each command caused, by (client index, ref)."""
+    rng = random.Random(seed)
+    answers, caused = {}, {}
+
+    async def storm(k, c):
+        sent = set()
+        for _ in range(n):
+            sent.add(await c.send("set", key=rng.choice("xyz"), value=rng.randint(0, 99)))
+        got = 0
+        while got < n:
+            f = await c.recv(timeout=60)
+            if f["type"] == "events" and f.get("ref") in sent and f["by"] == c.welcome["client"]:
+                caused[(k, f["ref"])] = f
+            elif f["type"] in ("ack", "error") and f.get("ref") in sent:
+                assert (k, f["ref"]) not in answers, "two answers to one command"
+                answers[(k, f["ref"])] = f
+                got += 1
+
+    await asyncio.gather(*(storm(k, c) for k, c in enumerate(clients)))
+    return answers, caused
 
 
 def log_so_far(d):
@@ -407,24 +438,7 @@ async def test_forged_publish_acknowledgements_change_nothing_a_client_sees(make
     loop = asyncio.get_running_loop()
     forger = loop.run_in_executor(None, forge)
     try:
-        rng = random.Random(7)
-        answers, caused = {}, {}
-
-        async def storm(k, c, n):
-            sent = set()
-            for _ in range(n):
-                sent.add(await c.send("set", key=rng.choice("xyz"), value=rng.randint(0, 99)))
-            got = 0
-            while got < n:
-                f = await c.recv(timeout=60)
-                if f["type"] == "events" and f.get("ref") in sent and f["by"] == c.welcome["client"]:
-                    caused[(k, f["ref"])] = f
-                elif f["type"] in ("ack", "error") and f.get("ref") in sent:
-                    assert (k, f["ref"]) not in answers, "two answers to one command"
-                    answers[(k, f["ref"])] = f
-                    got += 1
-
-        await asyncio.gather(*(storm(k, c, 40) for k, c in enumerate(clients)))
+        answers, caused = await command_storm(clients, 40, seed=7)
     finally:
         stop = True
         await forger
