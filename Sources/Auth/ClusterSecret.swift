@@ -36,6 +36,8 @@ public struct ClusterSecret: Sendable {
         case deletion
         /// A room's snapshot, kept in the engine for nodes that load the room.
         case snapshot
+        /// The cluster's shard layout: how many shards, and the key that maps rooms to them.
+        case layout
     }
 
     public struct Error: Swift.Error, Sendable, CustomStringConvertible {

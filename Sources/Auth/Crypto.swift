@@ -27,3 +27,8 @@ enum Crypto {
         return a.withUnsafeBytes { x in b.withUnsafeBytes { y in CRYPTO_memcmp(x.baseAddress, y.baseAddress, a.count) == 0 } }
     }
 }
+
+/// HMAC-SHA256 for other modules (a cluster's shard map is keyed with it).
+public enum KeyedHash {
+    public static func sha256(key: [UInt8], message: [UInt8]) -> [UInt8] { Crypto.hmacSHA256(key: key, message: message) }
+}

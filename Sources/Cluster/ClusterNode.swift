@@ -56,6 +56,23 @@ public final class ClusterNode: Sendable {
     private let versionWatch = Locked<EngineClient?>(nil)
     /// What the engine server this node is connected to said of itself, last time it was asked.
     private let server = Locked<EngineServerInfo?>(nil)
+    /// How the cluster lays rooms out in shards (recorded in the engine by its first node).
+    public let layout: ShardLayout
+    /// Where this node creates rooms: in shards, or (phase one of moving a cluster of an
+    /// earlier tabd to shards) in streams of their own, which nodes of that tabd read.
+    public let createsInShards: Bool
+    /// Each shard's follower on this node, and its stream's creation time.
+    let followers: [ShardFollower]
+    let shardCreation: [Int64]
+
+    /// Where rooms are created (``createsInShards``).
+    public enum RoomPlacement: String, Sendable, CaseIterable {
+        /// As subjects of the cluster's shard streams (the default).
+        case shards
+        /// Each in a stream of its own, as a tabd before shards did: phase one of moving a
+        /// cluster of that tabd to shards, while its nodes still run.
+        case streams
+    }
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
@@ -67,8 +84,10 @@ public final class ClusterNode: Sendable {
     /// reconnect, and `warn`s (default: `log` with "warning: ") when that server cannot sync
     /// JetStream's writes to disk before it acks them (NATS before 2.10).
     public init(urls: [String], name: String, trust: EngineTrust, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
+                shards: Int = ShardLayout.defaultShards, placement: RoomPlacement = .shards,
                 log: @escaping @Sendable (String) -> Void, warn: (@Sendable (String) -> Void)? = nil) throws(Failure) {
         self.name = name
+        createsInShards = placement == .shards
         self.trust = trust
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
@@ -111,6 +130,38 @@ public final class ClusterNode: Sendable {
         }
         guard got > 0 else { client.close(); throw Failure("the engine at \(EngineURL.redacted(urls)) refused every stream") }
         replicas = got
+        // The shards: their layout (the first node's), their streams, a follower of each.
+        do {
+            layout = try Self.establishLayout(client: client, trust: trust, replicas: got, shards: shards, log: log)
+            shardCreation = try Self.ensureShards(client: client, layout: layout, replicas: got, log: log)
+        } catch {
+            client.close()
+            throw error
+        }
+        let stats = stats
+        var made: [ShardFollower] = []
+        do {
+            for shard in 0..<layout.shards {
+                let start = (try client.streamInfo(EngineNames.shardStream(shard))?.lastSeq ?? 0) + 1
+                made.append(try ShardFollower(client: client, shard: shard, start: start, headerKeys: ClusterRoom.headerKeys) { report in
+                    switch report {
+                    case let .duplicate(why):
+                        stats.rejected("delivery")
+                        log("rejected an engine message (delivery): shard \(shard): \(why)")
+                    case let .restarted(from, why, count):
+                        stats.refollowed()
+                        if count == 1 || count % 20 == 0 {
+                            log("shard \(shard): following it again from \(from): \(why)" + (count > 1 ? " (\(count) times since its last message)" : ""))
+                        }
+                    }
+                })
+            }
+        } catch {
+            made.forEach { $0.cancel() }
+            client.close()
+            throw Failure("cannot follow the shards: \(error)")
+        }
+        followers = made
         Self.reportVersion(client, into: server, log: log, warn: warn)
         versionWatch.withLock { $0 = client }
         // Its own queue: blocking engine calls on the global queues cannot delay it.
@@ -378,6 +429,7 @@ public final class ClusterNode: Sendable {
     private static func lines(_ bytes: [UInt8]) -> [[UInt8]] { bytes.split(separator: 0x0A).map(Array.init) }
 
     public func close() {
+        followers.forEach { $0.cancel() }
         versionWatch.withLock { $0 = nil }
         heartbeat.withLock { $0 }?.cancel()
         for sub in subscriptions.withLock({ $0 }) { sub.cancel() }
@@ -386,11 +438,13 @@ public final class ClusterNode: Sendable {
 
     // MARK: Rooms
 
-    /// Every room the engine holds, by id.
+    /// Every room the engine holds, by id: those of the shards (their directory records)
+    /// and those with a stream of their own.
     public func roomIDs() throws(Failure) -> [RoomID] {
         do {
-            return try client.streamNames().filter { $0.hasPrefix(EngineNames.roomStreamPrefix) }
-                .map { String($0.dropFirst(EngineNames.roomStreamPrefix.count)) }.sorted()
+            let own = try client.streamNames().filter { $0.hasPrefix(EngineNames.roomStreamPrefix) }
+                .map { String($0.dropFirst(EngineNames.roomStreamPrefix.count)) }
+            return Array(Set(own).union(try roomsInShards())).sorted()
         } catch { throw Failure("cannot list rooms: \(error)") }
     }
 
@@ -409,13 +463,26 @@ public final class ClusterNode: Sendable {
     }
 
     public func roomExists(_ id: RoomID) throws(Failure) -> Bool {
-        do { return try client.streamInfo(EngineNames.stream(id)) != nil } catch { throw Failure("cannot read room '\(id)': \(error)") }
+        do { return try existsInShard(id) || client.streamInfo(EngineNames.stream(id)) != nil } catch {
+            throw Failure("cannot read room '\(id)': \(error)")
+        }
     }
 
     /// Creates room `id` with `tabs` unless it exists; true when this call created it.
     /// The first message of its stream (epoch and tabs) is stored only if the stream is
     /// still empty, so of nodes creating it at once exactly one succeeds.
     public func createRoom(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
+        // A room is in one place: one that lives in the other is not created again.
+        let elsewhere: Bool
+        do { elsewhere = createsInShards ? try client.streamInfo(EngineNames.stream(id)) != nil : try existsInShard(id) } catch {
+            throw Failure("cannot create room '\(id)': \(error)", mayPass: true)
+        }
+        if elsewhere { return false }
+        return createsInShards ? try createInShard(id, tabs: tabs) : try createOwnStream(id, tabs: tabs)
+    }
+
+    /// Creates room `id` as a stream of its own (``RoomPlacement/streams``).
+    private func createOwnStream(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
         let stream = EngineNames.stream(id)
         // Another node may be creating the same stream, whose replicas are still electing
         // a leader: reading it times out for a moment. Asked again for up to about 15 s.
@@ -465,6 +532,9 @@ public final class ClusterNode: Sendable {
 
     /// Deletes room `id` (its stream and snapshot) and tells every node; false if unknown.
     public func deleteRoom(_ id: RoomID) throws(Failure) -> Bool {
+        let inShard: Bool
+        do { inShard = try existsInShard(id) } catch { throw Failure("cannot delete room '\(id)': \(error)") }
+        if inShard { return try deleteFromShard(id) }
         do {
             let created = try client.streamInfo(EngineNames.stream(id))?.created
             let existed = try client.deleteStream(EngineNames.stream(id))

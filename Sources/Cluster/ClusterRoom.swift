@@ -4,13 +4,17 @@ import Foundation
 import JetStream
 import Locking
 
-/// One room of a cluster node: its ``Durability`` (batches appended to the room's stream
-/// with a compare-and-set on the stream's last sequence) and its view of the stream (an
-/// ordered consumer that folds every stored batch, this node's and the others').
+/// One room of a cluster node: its ``Durability`` (batches appended to the room's log with
+/// a compare-and-set on the room's last message) and its view of that log, this node's
+/// batches and the others'.
+///
+/// A room lives in one of two places (``Place``): a subject of a shard stream, followed by
+/// the shard's one follower on this node (the layout of new rooms), or a stream of its own
+/// with a consumer of its own (the layout of tabd before shards).
 ///
 /// Every decision is ``ClusterRoomMachine``'s (where a batch lands, what an answer of the
 /// engine means, what a delivered message changes, when the consumer is stalled): this
-/// class feeds it the engine's answers, the consumer's messages and the timers, and
+/// class feeds it the engine's answers, the delivered messages and the timers, and
 /// performs what it returns: publishes on a queue of its own, timers, callbacks.
 public final class ClusterRoom: Durability, Sendable {
     public let room: RoomID
@@ -22,19 +26,35 @@ public final class ClusterRoom: Durability, Sendable {
     let streamCreated: Int64
     /// The room's life (its epoch): every message this node seals for the room binds it.
     let life: String
+    let place: Place
     private let state: Locked<Shell>
     /// Sends publications in the order the machine asks for them (their answers come back
     /// on libnats' thread).
     private let publishing: DispatchQueue
     private let caughtUp = DispatchSemaphore(value: 0)
+    /// A stream of its own: the room's consumer.
     private let subscription = Locked<OrderedSubscription?>(nil)
     /// Runs the consumer's watch while stored batches wait for it.
     private let watchdog: DispatchQueue
     /// Told (on the engine's thread) when another node's batches arrived.
     private let foreign = Locked<Handler?>(nil)
+    /// Told when the room's tombstone arrived (it was deleted).
+    private let gone = Locked<Handler?>(nil)
     /// While loading: something read was sealed with a key other than the one this node
     /// seals with (a key being rotated out), so the room gets a snapshot of this key.
     private let readOtherKey = Locked(false)
+
+    /// Where the room's messages are.
+    enum Place: Sendable {
+        /// A stream of its own (`TABD_ROOM_ID`, subject `tabd.room.ID`), ordered by the
+        /// stream's last sequence: the layout before shards.
+        case ownStream
+        /// The subject `tabd.r.SHARD.ID` of a shard stream, ordered by the subject's last
+        /// sequence; the shard's follower hands this room its messages.
+        case shard(Int, ShardFollower, ShardListener)
+
+        var shard: Int? { if case let .shard(n, _, _) = self { n } else { nil } }
+    }
 
     /// The machine, the callbacks its waits stand for, and what it asked for that is not
     /// performed yet.
@@ -48,120 +68,249 @@ public final class ClusterRoom: Durability, Sendable {
         var performing = false
     }
 
-    init(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) {
-        self.node = node
-        self.room = room
-        self.resumeWindow = resumeWindow
-        stream = EngineNames.stream(room)
-        subject = EngineNames.subject(room)
-        publishing = DispatchQueue(label: "tabd.cluster.\(room)")
-        watchdog = DispatchQueue(label: "tabd.cluster.\(room).watch")
-        let client = node.client
-        var info: StreamInfo
-        var start: StoredState
+    /// What a load read: the room's state where it starts, and what follows.
+    struct Start {
+        var state: StoredState
         var owners: [ClientID: String] = [:]
         var incarnations: [String: String] = [:]
+        /// The stream sequence `state` stands at, and the room's last when it was read.
         var from: UInt64
+        var end: UInt64
+        var streamCreated: Int64
         var sealed = false
         var lifeBound = false
-        /// Why the room cannot be loaded here, whatever the engine answers next.
-        var refused: ClusterNode.Failure?
         /// Loaded from an unsealed snapshot or first message (phase one of the move to seals).
         var unsealedStart = false
-        let trust = node.trust
-        let snapshotSubject = EngineNames.snapshotSubject(room)
-        // A stream being created or electing a leader answers errors for a moment: the
-        // reads are tried again, `attempts` times in all (ClusterNode.loadAttempts: about 15 s).
+        /// In a shard: where the room's life began, the messages read after `from`, and
+        /// whether the room's directory record is missing or stale (it is written again).
+        var lifeStart: UInt64?
+        var tail: [StreamMessage] = []
+        var rewriteRecord = false
+    }
+
+    /// Loads room `id` from its shard if it is there, else from a stream of its own.
+    convenience init(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) {
+        do {
+            let shard = node.layout.shard(of: room)
+            let follower = node.follower(of: shard)
+            let listener = follower.listen(room)
+            do {
+                if let start = try Self.loadFromShard(node: node, room: room, shard: shard, attempts: attempts) {
+                    try self.init(node: node, room: room, resumeWindow: resumeWindow, place: .shard(shard, follower, listener), start: start)
+                    return
+                }
+            } catch {
+                follower.stopListening(room, listener)
+                throw error
+            }
+            follower.stopListening(room, listener)
+        }
+        try self.init(node: node, room: room, resumeWindow: resumeWindow, place: .ownStream,
+                      start: Self.loadFromOwnStream(node: node, room: room, attempts: attempts))
+    }
+
+    /// Reads `attempt` up to `attempts` times while the engine answers errors (a stream
+    /// being created, a leader being elected), pausing between tries.
+    private static func tried<T>(_ attempts: Int, _ room: RoomID, _ body: () throws -> T) throws(ClusterNode.Failure) -> T {
         var attempt = 0
         while true {
-        attempt += 1
-        do {
-            guard let i = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
-            info = i
+            attempt += 1
+            do { return try body() } catch let failure as ClusterNode.Failure where !failure.mayPass {
+                throw failure
+            } catch {
+                if attempt >= attempts {
+                    throw ClusterNode.Failure((error as? ClusterNode.Failure)?.description ?? "cannot load room '\(room)': \(error)", mayPass: true)
+                }
+                let (seconds, attoseconds) = ClusterNode.loadPause(after: attempt).components
+                Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
+            }
+        }
+    }
+
+    /// A room of a shard: its directory record (its latest snapshot) if it is of the room's
+    /// current life, else the room's first message of that life; then its messages after
+    /// that, read without a consumer; nil when the shard holds nothing of the room.
+    private static func loadFromShard(node: ClusterNode, room: RoomID, shard: Int, attempts: Int) throws(ClusterNode.Failure) -> Start? {
+        let client = node.client, trust = node.trust
+        let stream = EngineNames.shardStream(shard), subject = EngineNames.shardSubject(shard, room)
+        let created = node.shardCreated(shard)
+        let keys = headerKeys
+        let recordSubject = EngineNames.directorySubject(room)
+        return try tried(attempts, room) { () throws -> Start? in
+            // The room's last message, from the shard's leader.
+            guard let last = try client.lastMessage(stream: stream, subject: subject, headerKeys: keys) else { return nil }
+            var record: SnapshotRecord?
+            if let message = try client.lastMessage(stream: EngineNames.directory, subject: recordSubject, headerKeys: [EngineNames.sealHeader]),
+               !message.data.isEmpty {
+                switch trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: recordSubject, body: message.data) {
+                case .sealed: record = try? SnapshotRecord(bytes: message.data)
+                default: node.rejected("snapshot", "room '\(room)': its directory record is not sealed by a node; loaded from its shard instead")
+                }
+            }
+            if let record, record.shard == shard, record.streamCreated == created, let lifeStart = record.lifeStart,
+               record.streamSeq >= lifeStart, record.streamSeq <= last.streamSeq,
+               last.streamSeq == record.streamSeq
+                || trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: record.state.epoch,
+                                    headers: last.headers, body: last.data).verdict == .sealed {
+                let tail = try Self.read(client, stream: stream, subject: subject, after: record.streamSeq, through: last.streamSeq, keys: keys)
+                return Start(state: record.state, owners: record.owners, incarnations: record.incarnations, from: record.streamSeq,
+                             end: last.streamSeq, streamCreated: created, sealed: true, lifeBound: true, lifeStart: lifeStart, tail: tail)
+            }
+            // No record of this life: the room's messages from the first the shard keeps, and
+            // its life from the last first message (`genesis`) sealed for it at its place.
+            let all = try Self.read(client, stream: stream, subject: subject, after: 0, through: last.streamSeq, keys: keys)
+            var begin: Int?
+            for (i, message) in all.enumerated().reversed() where message.headers[EngineNames.kindHeader] == "genesis" {
+                guard let genesis = try? Genesis(bytes: message.data) else { continue }
+                let (verdict, follows) = trust.judgeShard(seal: message.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch,
+                                                          headers: message.headers, body: message.data)
+                // At its place: after the message before it (the first kept may follow one gone).
+                if verdict == .sealed, i == 0 || follows == all[i - 1].streamSeq { begin = i; break }
+                node.rejected("batch", "room '\(room)': a first message at stream seq \(message.streamSeq) of its shard that is not believed")
+            }
+            guard let begin, let genesis = try? Genesis(bytes: all[begin].data) else {
+                // Deleted (its tombstone last) or never created here.
+                if last.headers[EngineNames.kindHeader] == EngineNames.tombstoneKind { return nil }
+                throw ClusterNode.Failure("room '\(room)' has neither a record nor a first message its shard keeps")
+            }
+            let state: StoredState
+            do { state = try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch) } catch let error as CommandError {
+                throw ClusterNode.Failure("room '\(room)': \(error.message)")
+            }
+            let first = all[begin].streamSeq
+            return Start(state: state, from: first, end: last.streamSeq, streamCreated: created, sealed: true, lifeBound: true,
+                         lifeStart: first, tail: Array(all[(begin + 1)...]), rewriteRecord: true)
+        }
+    }
+
+    /// The life (epoch) room `id` of `shard` is in now, as a load reads it.
+    static func life(node: ClusterNode, room: RoomID, shard: Int) throws(ClusterNode.Failure) -> String {
+        guard let start = try loadFromShard(node: node, room: room, shard: shard, attempts: 1) else { throw ClusterNode.Failure("no room '\(room)'") }
+        return start.state.epoch
+    }
+
+    /// The messages on `subject` after stream seq `after` through `through`, read one by one
+    /// with direct gets; a replica that has not got the last yet is asked again.
+    private static func read(_ client: EngineClient, stream: String, subject: String, after: UInt64, through: UInt64,
+                             keys: [String]) throws -> [StreamMessage] {
+        var out: [StreamMessage] = []
+        var next = after + 1
+        var misses = 0
+        while next <= through {
+            guard let message = try client.nextMessage(stream: stream, subject: subject, from: next, headerKeys: keys),
+                  message.streamSeq <= through else {
+                // A replica behind the leader: asked again (another may answer).
+                misses += 1
+                if misses > 50 { throw ClusterNode.Failure("room '\(subject)': a replica does not hold its messages up to \(through) yet", mayPass: true) }
+                Thread.sleep(forTimeInterval: 0.01)
+                continue
+            }
+            out.append(message)
+            next = message.streamSeq + 1
+        }
+        return out
+    }
+
+    /// A room with a stream of its own: its latest snapshot (else its first message).
+    private static func loadFromOwnStream(node: ClusterNode, room: RoomID, attempts: Int) throws(ClusterNode.Failure) -> Start {
+        let client = node.client, trust = node.trust
+        let stream = EngineNames.stream(room), subject = EngineNames.subject(room)
+        let snapshotSubject = EngineNames.snapshotSubject(room)
+        /// Why the room cannot be loaded here, whatever the engine answers next.
+        var refused: ClusterNode.Failure?
+        let start = try tried(attempts, room) { () throws -> Start in
+            refused = nil
+            guard let info = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
             var snapshot: SnapshotRecord?
             var snapshotVerdict = EngineTrust.Verdict.sealed
             if let message = try client.lastMessage(stream: EngineNames.snapshots, subject: snapshotSubject, headerKeys: [EngineNames.sealHeader]),
                !message.data.isEmpty {
                 snapshotVerdict = trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: snapshotSubject, body: message.data)
                 switch snapshotVerdict {
-                case .sealed:
-                    snapshot = try? SnapshotRecord(bytes: message.data)
-                    if let seal = message.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
-                        readOtherKey.withLock { $0 = true }
-                    }
+                case .sealed: snapshot = try? SnapshotRecord(bytes: message.data)
                 case .unsigned where trust.acceptUnsigned: snapshot = try? SnapshotRecord(bytes: message.data)
                 case .unsigned, .forged, .sealedUnbound:
                     node.rejected("snapshot", "room '\(room)': its snapshot \(snapshotVerdict == .forged ? "has a seal that does not open" : "is not sealed"); loaded from its stream instead")
                 }
             }
-            if let record = snapshot, record.fits(info) {
-                start = record.state
-                owners = record.owners
-                incarnations = record.incarnations
-                from = record.streamSeq
-                sealed = record.sealed && snapshotVerdict == .sealed
-                lifeBound = record.lifeBound && snapshotVerdict == .sealed
-                unsealedStart = snapshotVerdict != .sealed
-            } else {
-                let keys = [EngineNames.sealHeader, EngineNames.kindHeader, EngineNames.nodeHeader, EngineNames.incarnationHeader,
-                            EngineNames.messageIDHeader, EngineNames.forwardsHeader, EngineNames.sealMarkHeader]
-                guard let first = try client.message(stream: stream, seq: 1, headerKeys: keys), let genesis = try? Genesis(bytes: first.data) else {
-                    throw ClusterNode.Failure("room '\(room)' has neither a snapshot nor its first message")
-                }
-                switch trust.judgeStream(seal: first.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch, seq: 1,
-                                         headers: first.headers, body: first.data) {
-                case let verdict where verdict.isNodeSeal:
-                    sealed = first.headers[EngineNames.sealMarkHeader] != nil
-                    lifeBound = verdict == .sealed && first.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue
-                    if let seal = first.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
-                        readOtherKey.withLock { $0 = true }
-                    }
-                case .unsigned where trust.acceptUnsigned:
-                    unsealedStart = true
-                case .unsigned:
-                    node.rejected("batch", "room '\(room)': its first message is not sealed, and it has no sealed snapshot")
-                    refused = ClusterNode.Failure("room '\(room)' holds nothing sealed to load from: open it once on a node started with --cluster-unsigned accept (docs/CLUSTER.md)")
-                default:
-                    node.rejected("batch", "room '\(room)': its first message has a seal that does not open")
-                    refused = ClusterNode.Failure("room '\(room)': its first message has a seal that does not open (another cluster secret?)")
-                }
-                do { start = try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch) } catch {
-                    throw ClusterNode.Failure("room '\(room)': \(error.message)")
-                }
-                from = 1
+            if let record = snapshot, record.shard == nil, record.fits(info) {
+                return Start(state: record.state, owners: record.owners, incarnations: record.incarnations, from: record.streamSeq,
+                             end: info.lastSeq, streamCreated: info.created, sealed: record.sealed && snapshotVerdict == .sealed,
+                             lifeBound: record.lifeBound && snapshotVerdict == .sealed, unsealedStart: snapshotVerdict != .sealed)
             }
-            break
-        } catch {
-            if attempt >= attempts {
-                throw ClusterNode.Failure((error as? ClusterNode.Failure)?.description ?? "cannot load room '\(room)': \(error)", mayPass: true)
+            guard let first = try client.message(stream: stream, seq: 1, headerKeys: headerKeys), let genesis = try? Genesis(bytes: first.data) else {
+                throw ClusterNode.Failure("room '\(room)' has neither a snapshot nor its first message")
             }
-            let (seconds, attoseconds) = ClusterNode.loadPause(after: attempt).components
-            Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
-        }
+            var start: Start
+            do {
+                start = Start(state: try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch), from: 1, end: info.lastSeq, streamCreated: info.created)
+            } catch let error as CommandError { throw ClusterNode.Failure("room '\(room)': \(error.message)") }
+            switch trust.judgeStream(seal: first.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch, seq: 1,
+                                     headers: first.headers, body: first.data) {
+            case let verdict where verdict.isNodeSeal:
+                start.sealed = first.headers[EngineNames.sealMarkHeader] != nil
+                start.lifeBound = verdict == .sealed && first.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue
+            case .unsigned where trust.acceptUnsigned:
+                start.unsealedStart = true
+            case .unsigned:
+                node.rejected("batch", "room '\(room)': its first message is not sealed, and it has no sealed snapshot")
+                refused = ClusterNode.Failure("room '\(room)' holds nothing sealed to load from: open it once on a node started with --cluster-unsigned accept (docs/CLUSTER.md)")
+            default:
+                node.rejected("batch", "room '\(room)': its first message has a seal that does not open")
+                refused = ClusterNode.Failure("room '\(room)': its first message has a seal that does not open (another cluster secret?)")
+            }
+            return start
         }
         if let refused { throw refused }
-        streamCreated = info.created
-        life = start.epoch
-        let machine = ClusterRoomMachine(room: room, start: start, owners: owners, incarnations: incarnations, from: from, streamEnd: info.lastSeq,
-                                         streamCreated: info.created, resumeWindow: resumeWindow,
+        return start
+    }
+
+    private init(node: ClusterNode, room: RoomID, resumeWindow: Int, place: Place, start: Start) throws(ClusterNode.Failure) {
+        self.node = node
+        self.room = room
+        self.resumeWindow = resumeWindow
+        self.place = place
+        switch place {
+        case .ownStream:
+            stream = EngineNames.stream(room)
+            subject = EngineNames.subject(room)
+        case let .shard(n, _, _):
+            stream = EngineNames.shardStream(n)
+            subject = EngineNames.shardSubject(n, room)
+        }
+        publishing = DispatchQueue(label: "tabd.cluster.\(room)")
+        watchdog = DispatchQueue(label: "tabd.cluster.\(room).watch")
+        streamCreated = start.streamCreated
+        life = start.state.epoch
+        let machine = ClusterRoomMachine(room: room, start: start.state, owners: start.owners, incarnations: start.incarnations, from: start.from,
+                                         streamEnd: start.end, streamCreated: start.streamCreated, resumeWindow: resumeWindow,
                                          messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))",
-                                         sealed: sealed, lifeBound: lifeBound)
+                                         sealed: start.sealed, lifeBound: start.lifeBound, shard: place.shard, lifeStart: start.lifeStart)
         state = Locked(Shell(machine: machine))
         if !machine.loading { caughtUp.signal() }
-        do {
-            let sub = try follow(from: from + 1)
-            subscription.withLock { $0 = sub }
-        } catch { throw ClusterNode.Failure("cannot follow room '\(room)': \(error)") }
+        switch place {
+        case .ownStream:
+            do {
+                let sub = try follow(from: start.from + 1)
+                subscription.withLock { $0 = sub }
+            } catch { throw ClusterNode.Failure("cannot follow room '\(room)': \(error)") }
+        case let .shard(_, _, listener):
+            // What was read, then what the shard's follower kept meanwhile, and on.
+            for message in start.tail { received(message) }
+            listener.attach { [weak self] message in self?.received(message) }
+        }
         if caughtUp.wait(timeout: .now() + 30) == .timedOut {
             close()
             throw ClusterNode.Failure("room '\(room)': the engine did not deliver its batches within 30 s")
         }
+        if state.withLock({ $0.machine.deleted }) { close(); throw ClusterNode.Failure("no room '\(room)'") }
         if let broken = state.withLock({ $0.machine.broken }) { close(); throw ClusterNode.Failure(broken) }
-        if trust.sealsLives(), !state.withLock({ $0.machine.lifeBound }) { markLife() }
+        if case .ownStream = place, node.trust.sealsLives(), !state.withLock({ $0.machine.lifeBound }) { markLife() }
         // A room loaded from an unsealed start (phase one of the move to seals), or whose
         // history read holds messages of another key (one being rotated out), gets a
         // snapshot sealed with this node's key: nodes load it from there on, without them.
-        if unsealedStart || readOtherKey.withLock({ $0 }) { store(state.withLock { $0.machine.snapshotRecord }) }
+        // So does a room of a shard whose directory record is missing or of another life.
+        if start.unsealedStart || start.rewriteRecord || readOtherKey.withLock({ $0 }) { store(state.withLock { $0.machine.snapshotRecord }) }
     }
 
     /// Appends the room's life mark (this node requires seals bound to the room's life; the
@@ -202,6 +351,11 @@ public final class ClusterRoom: Durability, Sendable {
     /// Called with every later batch of other nodes (on the engine's thread; quick).
     public func onForeignBatches(_ handler: @escaping @Sendable () -> Void) {
         foreign.withLock { $0 = Handler(handler) }
+    }
+
+    /// Called when the room's tombstone arrives: another node deleted it.
+    public func onGone(_ handler: @escaping @Sendable () -> Void) {
+        gone.withLock { $0 = Handler(handler) }
     }
 
     /// An ordered consumer of the room's stream from `seq` on, feeding ``received(_:)``.
@@ -280,10 +434,20 @@ public final class ClusterRoom: Durability, Sendable {
                     guard let self else { return }
                     self.step { $0.checkDelivery(now: DispatchTime.now().uptimeNanoseconds) }
                 }
-            case let .refollow(from):
-                // A round trip to the engine: not on whichever thread performs (it may be
-                // the consumer's own).
-                watchdog.async { [weak self] in self?.refollow(from: from) }
+            case let .refollow(from, missed):
+                switch place {
+                case .ownStream:
+                    // A round trip to the engine: not on whichever thread performs (it may be
+                    // the consumer's own).
+                    watchdog.async { [weak self] in self?.refollow(from: from) }
+                case let .shard(_, follower, _):
+                    // The shard's follower serves every room of the shard here: a stall
+                    // follows again from where it is, a message that was not the stream's
+                    // from there.
+                    follower.restart(from: missed ? from : nil, why: missed ? "room '\(room)': a delivery was not the stream's" : "room '\(room)': stalled")
+                }
+            case .deleted:
+                gone.withLock { $0 }?.run()
             case .caughtUp:
                 caughtUp.signal()
             case let .log(line):
@@ -305,13 +469,16 @@ public final class ClusterRoom: Durability, Sendable {
         let body = publication.data
         var headers = [(EngineNames.nodeHeader, node.name), (EngineNames.incarnationHeader, node.incarnation)]
         if let forwards = publication.forwardsHeader { headers.append((EngineNames.forwardsHeader, forwards)) }
-        let bound = node.trust.sealsLives(roomBound: state.withLock { $0.machine.lifeBound })
+        let inShard = place.shard != nil
+        if inShard { headers.append((EngineNames.followsHeader, String(publication.expectedLastSeq))) }
+        let bound = inShard || node.trust.sealsLives(roomBound: state.withLock { $0.machine.lifeBound })
         headers.append((EngineNames.sealHeader, node.trust.sealStream(subject: subject, life: life, bound: bound, kind: nil,
                                                                       follows: publication.expectedLastSeq, node: node.name,
                                                                       incarnation: node.incarnation, messageID: publication.messageID,
                                                                       forwards: publication.forwardsHeader, sealMark: nil, body: body)))
         node.client.publishAsync(subject: subject, data: body, headers: headers,
-                                 expectedLastSeq: publication.expectedLastSeq, expectedLastMessageID: publication.expectedLastMessageID,
+                                 expectedLastSeq: publication.expectedLastSeq, perSubject: inShard,
+                                 expectedLastMessageID: inShard ? nil : publication.expectedLastMessageID,
                                  msgID: publication.messageID) { [weak self] result in
             let now = DispatchTime.now().uptimeNanoseconds
             stats.published(seconds: Double(now - sent) / 1e9, batches: publication.batches.count)
@@ -332,7 +499,9 @@ public final class ClusterRoom: Durability, Sendable {
         watchdog.async { [weak self] in
             guard let self, !self.state.withLock({ $0.machine.closed }) else { return }
             do {
+                // In a shard, a message of another room at that place is not this one.
                 let found = try self.node.client.message(stream: self.stream, seq: seq, headerKeys: Self.headerKeys)
+                    .flatMap { $0.subject == self.subject ? $0 : nil }
                 self.step { $0.readBack(seq: seq, found: found.map(self.delivery), now: DispatchTime.now().uptimeNanoseconds) }
             } catch {
                 self.watchdog.asyncAfter(deadline: .now() + .milliseconds(250)) { [weak self] in self?.readBack(seq: seq) }
@@ -360,15 +529,40 @@ public final class ClusterRoom: Durability, Sendable {
     /// Whether the room's stream is still the one this room was loaded from: false once
     /// the room was deleted (and perhaps created again) elsewhere.
     public func streamIsCurrent() throws(ClusterNode.Failure) -> Bool {
-        do { return try node.client.streamInfo(stream)?.created == streamCreated } catch {
+        guard place.shard != nil else {
+            do { return try node.client.streamInfo(stream)?.created == streamCreated } catch {
+                throw ClusterNode.Failure("cannot read room '\(room)': \(error)")
+            }
+        }
+        if state.withLock({ $0.machine.deleted }) { return false }
+        let last: StreamMessage?
+        do { last = try node.client.lastMessage(stream: stream, subject: subject, headerKeys: Self.headerKeys) } catch {
             throw ClusterNode.Failure("cannot read room '\(room)': \(error)")
+        }
+        guard let last, node.shardCreated(place.shard!) == streamCreated else { return false }
+        if last.streamSeq <= state.withLock({ $0.machine.delivered }) { return true }
+        // Something newer than what was delivered here: the room's tombstone, or another
+        // life's first message, ends this one; a message that is not the room's (forged)
+        // changes nothing.
+        switch last.headers[EngineNames.kindHeader] {
+        case EngineNames.tombstoneKind?:
+            return node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: life,
+                                         headers: last.headers, body: last.data).verdict != .sealed
+        case "genesis"?:
+            guard let genesis = try? Genesis(bytes: last.data), genesis.epoch != life else { return true }
+            return node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch,
+                                         headers: last.headers, body: last.data).verdict != .sealed
+        default:
+            return true
         }
     }
 
     /// Stops following the stream; every wait fails.
     public func close() {
         subscription.withLock { $0 }?.cancel()
+        if case let .shard(_, follower, listener) = place { follower.stopListening(room, listener) }
         foreign.withLock { $0 = nil }
+        gone.withLock { $0 = nil }
         step { $0.close() }
     }
 
@@ -457,19 +651,27 @@ public final class ClusterRoom: Durability, Sendable {
 
     /// The headers of a room's stream messages that a node reads.
     static let headerKeys = [EngineNames.nodeHeader, EngineNames.kindHeader, EngineNames.incarnationHeader, EngineNames.messageIDHeader,
-                             EngineNames.forwardsHeader, EngineNames.sealHeader, EngineNames.sealMarkHeader]
+                             EngineNames.forwardsHeader, EngineNames.sealHeader, EngineNames.sealMarkHeader, EngineNames.followsHeader]
 
     /// A stream message as the machine takes it, its seal judged.
     private func delivery(_ message: StreamMessage) -> ClusterRoomMachine.Delivery {
-        let verdict = node.trust.judgeStream(seal: message.headers[EngineNames.sealHeader], subject: subject, life: life, seq: message.streamSeq,
+        let verdict: EngineTrust.Verdict, follows: UInt64?
+        if place.shard != nil {
+            // A message with no seal still says what it follows (so its place is checked).
+            (verdict, follows) = node.trust.judgeShard(seal: message.headers[EngineNames.sealHeader], subject: subject, life: life,
+                                                       headers: message.headers, body: message.data)
+        } else {
+            verdict = node.trust.judgeStream(seal: message.headers[EngineNames.sealHeader], subject: subject, life: life, seq: message.streamSeq,
                                              headers: message.headers, body: message.data)
+            follows = nil
+        }
         return ClusterRoomMachine.Delivery(streamSeq: message.streamSeq, kind: message.headers[EngineNames.kindHeader],
                                            writer: message.headers[EngineNames.nodeHeader],
                                            incarnation: message.headers[EngineNames.incarnationHeader],
                                            messageID: message.headers[EngineNames.messageIDHeader],
                                            forwards: message.headers[EngineNames.forwardsHeader], data: message.data,
                                            verdict: verdict, sealMark: message.headers[EngineNames.sealMarkHeader] != nil,
-                                           lifeMark: message.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue)
+                                           lifeMark: message.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue, follows: follows)
     }
 
     private func received(_ message: StreamMessage) {
@@ -482,7 +684,8 @@ public final class ClusterRoom: Durability, Sendable {
     }
 
     private func store(_ record: SnapshotRecord) {
-        let client = node.client, subject = EngineNames.snapshotSubject(room), log = node.log, room = room, trust = node.trust
+        let subject = place.shard == nil ? EngineNames.snapshotSubject(room) : EngineNames.directorySubject(room)
+        let client = node.client, log = node.log, room = room, trust = node.trust
         DispatchQueue.global().async {
             let body = record.bytes
             if case let .failed(why) = client.publish(subject: subject, data: body, headers: [(EngineNames.sealHeader, trust.sealSnapshot(subject: subject, body: body))]) {

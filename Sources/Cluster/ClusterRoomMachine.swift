@@ -124,21 +124,26 @@ package struct ClusterRoomMachine: Sendable {
         /// It marks the room's messages bound to its life: every later message must be
         /// sealed so (a life mark is a seal mark too).
         package let lifeMark: Bool
+        /// The room's message it says it follows (its seal covers that), where the stream's
+        /// order does not say it: in a shard, a room's messages are not consecutive. Nil when
+        /// the seal itself checks the place (a stream of its own) or the message holds at
+        /// any place.
+        package let follows: UInt64?
 
         /// Whether `other` is this message: the same place, headers and body (what a
         /// message read back from the stream is compared by).
         package func isSameMessage(as other: Delivery) -> Bool {
             streamSeq == other.streamSeq && kind == other.kind && writer == other.writer && incarnation == other.incarnation
                 && messageID == other.messageID && forwards == other.forwards && sealMark == other.sealMark && lifeMark == other.lifeMark
-                && data == other.data
+                && follows == other.follows && data == other.data
         }
 
         package init(streamSeq: UInt64, kind: String?, writer: String?, incarnation: String? = nil, messageID: String? = nil,
                      forwards: String? = nil, data: [UInt8], verdict: EngineTrust.Verdict = .sealed, sealMark: Bool = false,
-                     lifeMark: Bool = false) {
+                     lifeMark: Bool = false, follows: UInt64? = nil) {
             self.streamSeq = streamSeq; self.kind = kind; self.writer = writer; self.incarnation = incarnation
             self.messageID = messageID; self.forwards = forwards; self.data = data; self.verdict = verdict
-            self.sealMark = sealMark || lifeMark; self.lifeMark = lifeMark
+            self.sealMark = sealMark || lifeMark; self.lifeMark = lifeMark; self.follows = follows
         }
     }
 
@@ -155,8 +160,12 @@ package struct ClusterRoomMachine: Sendable {
         case storeSnapshot(SnapshotRecord)
         /// Check the consumer (``checkDelivery(now:)``) after this long.
         case watch(after: Duration)
-        /// Replace the consumer by one from this stream sequence on.
-        case refollow(from: UInt64)
+        /// Replace the consumer by one from this stream sequence on: `missed` when a message
+        /// delivered there was not the stream's (it must be read again from there), else
+        /// the consumer only stalled (a shard's follower goes on from where it is).
+        case refollow(from: UInt64, missed: Bool)
+        /// A tombstone of the room's life was delivered at its place: the room was deleted.
+        case deleted
         /// The stream is read up to where it ended when the room was opened.
         case caughtUp
         case log(String)
@@ -239,7 +248,7 @@ package struct ClusterRoomMachine: Sendable {
         /// The consumer delivered it at its place before the engine said it stored it
         /// there: the delivery is held (``held``) until the engine's answer or the stream
         /// read back confirms it.
-        var seenAtPlace = false
+        var seenAt: UInt64?
     }
 
     package let room: RoomID
@@ -252,6 +261,18 @@ package struct ClusterRoomMachine: Sendable {
     package let streamCreated: Int64
     /// How many messages may be in flight at once.
     package let pipelineDepth: Int
+    /// The room has a stream of its own, so its messages are consecutive: the message at
+    /// the place after stream seq N is at N + 1. In a shard (false) it is the room's next
+    /// message after N, wherever the stream put it.
+    package let contiguous: Bool
+    /// In a shard: the shard, and the stream sequence of the room's first message in this
+    /// life (snapshots name them, so none is taken for another life of the room).
+    package let shard: Int?
+    package let lifeStart: UInt64?
+    /// The room's tombstone was delivered: it is deleted.
+    package private(set) var deleted = false
+    /// The room's messages delivered since the last snapshot this node loaded or stored.
+    private var sinceSnapshot: UInt64 = 0
 
     /// The state at the last delivered batch, its history and counters.
     package private(set) var stored: StoredState
@@ -345,7 +366,11 @@ package struct ClusterRoomMachine: Sendable {
     /// 1), whose stream ended at `streamEnd` when it was opened.
     package init(room: RoomID, start: StoredState, owners: [ClientID: String], incarnations: [String: String] = [:],
                  from: UInt64, streamEnd: UInt64, streamCreated: Int64, resumeWindow: Int, messageIDPrefix: String,
-                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth, sealed: Bool = false, lifeBound: Bool = false) {
+                 pipelineDepth: Int = ClusterRoomMachine.defaultPipelineDepth, sealed: Bool = false, lifeBound: Bool = false,
+                 shard: Int? = nil, lifeStart: UInt64? = nil) {
+        self.contiguous = shard == nil
+        self.shard = shard
+        self.lifeStart = lifeStart
         self.room = room
         self.sealed = sealed || lifeBound
         self.lifeBound = lifeBound
@@ -361,7 +386,8 @@ package struct ClusterRoomMachine: Sendable {
         self.streamCreated = streamCreated
         self.resumeWindow = resumeWindow
         self.messageIDPrefix = messageIDPrefix
-        self.pipelineDepth = max(1, pipelineDepth)
+        // In a shard the engine takes one expectation per room at a time.
+        self.pipelineDepth = shard == nil ? max(1, pipelineDepth) : 1
     }
 
     /// The body of a message carrying `batches`.
@@ -483,7 +509,7 @@ package struct ClusterRoomMachine: Sendable {
               chain[i].publication.attempt == publication.attempt else { return [] }
         // Delivered at its place and held: an answer that does not say it is stored there
         // leaves the stream itself to say.
-        if chain[i].seenAtPlace, outcome != .stored(seq: publication.expectedLastSeq + 1) {
+        if let seen = chain[i].seenAt, outcome != .stored(seq: seen) {
             return readBack() + answered(i, publication, outcome, now: now)
         }
         return answered(i, publication, outcome, now: now)
@@ -492,16 +518,17 @@ package struct ClusterRoomMachine: Sendable {
     private mutating func answered(_ i: Int, _ publication: Publication, _ outcome: PublishOutcome, now: UInt64) -> [Action] {
         var actions: [Action] = []
         switch outcome {
-        case let .stored(seq) where seq != publication.expectedLastSeq + 1:
-            // Stored with a compare-and-set, a message can only be at the place it expected:
-            // an answer naming another is not the engine's. Asked again (the same id).
+        case let .stored(seq) where contiguous ? seq != publication.expectedLastSeq + 1 : seq <= publication.expectedLastSeq:
+            // Stored with a compare-and-set, a message can only be at the place it expected
+            // (in a shard: somewhere after the room's message it expected): an answer naming
+            // another is not the engine's. Asked again (the same id).
             let again = retry(i)
             return [.rejected(kind: "ack", why: "room '\(room)': a publish answer naming stream seq \(seq) for a message that expected \(publication.expectedLastSeq)"),
                     .publishLater(again, after: .milliseconds(50))]
         case let .stored(seq):
             if chain[i].stored == nil { chain[i].stored = seq }
             // The engine's answer and the consumer agree: what was held is folded.
-            if chain[i].seenAtPlace { return release(now: now) + settleChain(now: now) + advance() }
+            if chain[i].seenAt != nil { return release(now: now) + settleChain(now: now) + advance() }
         case .wrongLastSequence:
             guard chain[i].sentAsHead else { chain[i].resend = true; break }
             if delivered > publication.expectedLastSeq {
@@ -590,11 +617,11 @@ package struct ClusterRoomMachine: Sendable {
         return [.watch(after: .nanoseconds(Int(Self.stallNanoseconds)))]
     }
 
-    /// Another message is at stream seq `seq`: a link of the chain that was to land there,
+    /// Another message, at stream seq `seq`, took the place after `previous`: a link of the chain that was to land there,
     /// and every link after it, never will. A conflict, reported at once (past what took
     /// the place) unless a stored batch of this node is still to come.
-    private mutating func placeTaken(_ seq: UInt64) -> [Action] {
-        guard let i = chain.firstIndex(where: { $0.publication.expectedLastSeq + 1 == seq }) else { return [] }
+    private mutating func placeTaken(after previous: UInt64, by seq: UInt64) -> [Action] {
+        guard let i = chain.firstIndex(where: { $0.publication.expectedLastSeq == previous }) else { return [] }
         conflicts += 1
         let failed = chain[i...].flatMap(\.publication.waiters)
         for link in chain[i...] { sentGeneration[link.publication.messageID] = nil }
@@ -612,7 +639,7 @@ package struct ClusterRoomMachine: Sendable {
     /// chain (where it will land), else a delivered or stored message.
     private func place(after seq: Int) -> UInt64? {
         if let link = chain.last(where: { $0.publication.lastSeq == seq }) {
-            return link.stored ?? link.publication.expectedLastSeq + 1
+            return link.stored ?? (contiguous ? link.publication.expectedLastSeq + 1 : nil)
         }
         return streamSeqOf[seq]
     }
@@ -651,17 +678,19 @@ package struct ClusterRoomMachine: Sendable {
             return []
         }
         let believed = believes(message)
+        // The room's message before this one: the place it is at.
+        let previous = delivered
         if confirmedPlace != message.streamSeq {
             if believed, message.verdict.isNodeSeal, let id = message.messageID,
                let i = chain.firstIndex(where: { $0.publication.messageID == id }),
-               chain[i].publication.expectedLastSeq + 1 == message.streamSeq, chain[i].stored != message.streamSeq {
+               chain[i].publication.expectedLastSeq == previous, chain[i].stored != message.streamSeq {
                 // One of this node's messages at its place, which the engine has not said it
                 // stored there: anyone holding the engine's credentials can put a copy of a
                 // message that lost its place into the consumer's inbox. Held until the
                 // engine's answer says so, or (when the answers disputed it or were lost) the
                 // stream read back does.
                 held = [message]
-                chain[i].seenAtPlace = true
+                chain[i].seenAt = message.streamSeq
                 return chain[i].contested || chain[i].publication.attempt > 0 ? readBack() : []
             }
             if !believed {
@@ -671,6 +700,7 @@ package struct ClusterRoomMachine: Sendable {
                 return readBack()
             }
         }
+        if believed, message.kind == EngineNames.tombstoneKind { return tombstone(message) }
         if !believed || message.kind == "genesis" || message.kind == EngineNames.sealMarkKind {
             return passedOver(message, believed: believed)
         }
@@ -724,7 +754,7 @@ package struct ClusterRoomMachine: Sendable {
             // the engine's answer (a link of the chain) or after it (awaited).
             var committedHere = false
             if message.verdict.isNodeSeal, let id = message.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
-               chain[i].publication.expectedLastSeq + 1 == message.streamSeq {
+               chain[i].publication.expectedLastSeq == previous {
                 if chain[i].contested {
                     contestedStored += 1
                     settled.append(.log("room '\(room)': a batch the engine said another message stood in place of is at its place (stream seq \(message.streamSeq)): committed, not decided again"))
@@ -734,7 +764,7 @@ package struct ClusterRoomMachine: Sendable {
                 settled += settleChain(now: now)
                 committedHere = true
             } else {
-                settled = placeTaken(message.streamSeq)
+                settled = placeTaken(after: previous, by: message.streamSeq)
             }
             if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
                 if message.verdict.isNodeSeal, message.messageID == awaited.messageID {
@@ -748,8 +778,10 @@ package struct ClusterRoomMachine: Sendable {
             }
             // By stream distance, whoever wrote the batches in between: a room stays
             // loadable from a snapshot and the kept tail however its writers come and go.
-            if committedHere, delivered - snapshotSeq >= Self.snapshotDistance {
+            sinceSnapshot += 1
+            if committedHere, sinceSnapshot >= Self.snapshotDistance {
                 snapshotSeq = delivered
+                sinceSnapshot = 0
                 snapshot = snapshotRecord
             }
             // This node's own messages are no news to the coordinator, which holds their
@@ -788,17 +820,17 @@ package struct ClusterRoomMachine: Sendable {
         if let found, found.isSameMessage(as: first) {
             confirmedPlace = seq
             if let id = first.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }),
-               chain[i].publication.expectedLastSeq + 1 == seq { chain[i].stored = seq }
+               chain[i].publication.expectedLastSeq == delivered { chain[i].stored = seq }
             return release(now: now) + settleChain(now: now) + advance()
         }
         held = []
         refutedDeliveries += 1
         rejected += 1
-        if let id = first.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }) { chain[i].seenAtPlace = false }
+        if let id = first.messageID, let i = chain.firstIndex(where: { $0.publication.messageID == id }) { chain[i].seenAt = nil }
         let what = found.map { "another message (\($0.messageID ?? "no id"), by \($0.writer ?? "no node"))" } ?? "no message"
         return [
             .rejected(kind: "delivery", why: "room '\(room)': stream seq \(seq) was delivered as a message (\(first.messageID ?? "no id"), by \(first.writer ?? "no node")) the stream does not hold; it holds \(what) there: passed over"),
-            .refollow(from: delivered + 1),
+            .refollow(from: delivered + 1, missed: true),
         ]
     }
 
@@ -814,12 +846,15 @@ package struct ClusterRoomMachine: Sendable {
     /// The room as delivered, to store as its snapshot.
     package var snapshotRecord: SnapshotRecord {
         SnapshotRecord(streamCreated: streamCreated, streamSeq: delivered, state: stored, owners: owners, incarnations: incarnations,
-                       sealed: sealed, lifeBound: lifeBound)
+                       sealed: sealed, lifeBound: lifeBound, shard: shard, lifeStart: lifeStart)
     }
 
     /// Whether a message is believed, by its seal and the room's marks.
     private func believes(_ message: Delivery) -> Bool {
-        switch message.verdict {
+        // In a shard the seal names the room's message it follows: anywhere else it is a
+        // copy put there by someone else.
+        if let follows = message.follows, follows != delivered { return false }
+        return switch message.verdict {
         case .sealed: true
         case .sealedUnbound: !lifeBound
         case .unsigned: !sealed
@@ -844,9 +879,10 @@ package struct ClusterRoomMachine: Sendable {
             }
             actions.append(.rejected(kind: "batch", why: "room '\(room)': stream message \(message.streamSeq) passed over: \(why)"))
         }
+        let previous = delivered
         delivered = message.streamSeq
         streamSeqOf[stored.snapshot.seq] = message.streamSeq
-        actions += placeTaken(message.streamSeq)
+        actions += placeTaken(after: previous, by: message.streamSeq)
         if let awaited = awaiting.removeValue(forKey: message.streamSeq) {
             actions.append(.rejected(kind: "ack", why: "room '\(room)': a publish answer for stream seq \(message.streamSeq), where the stream holds another message"))
             actions += conflictAt(message.streamSeq, waiters: awaited.waiters)
@@ -859,6 +895,17 @@ package struct ClusterRoomMachine: Sendable {
             actions.append(.caughtUp)
         }
         return actions + advance()
+    }
+
+    /// The room's tombstone, sealed for its life at its place: the room is deleted. Every
+    /// wait fails; the shell closes the room.
+    private mutating func tombstone(_ message: Delivery) -> [Action] {
+        delivered = message.streamSeq
+        deleted = true
+        let wasLoading = loading
+        loading = false
+        return [.log("room '\(room)': deleted (its tombstone is at stream seq \(message.streamSeq))")]
+            + failEverything(.unavailable("room '\(room)' deleted")) + (wasLoading ? [.caughtUp] : []) + [.deleted]
     }
 
     /// This node's batches that the engine said are at `seq`, where the consumer delivered
@@ -969,7 +1016,7 @@ package struct ClusterRoomMachine: Sendable {
         if now &- lastDelivery < Self.stallNanoseconds { return [again] }
         return [
             .log("room '\(room)': nothing delivered for \(Self.stallNanoseconds / 1_000_000) ms while batches wait; following the stream again from \(delivered + 1)"),
-            .refollow(from: delivered + 1), again,
+            .refollow(from: delivered + 1, missed: false), again,
         ]
     }
 

@@ -4,10 +4,35 @@ import JetStream
 /// Where a room lives in the engine. Room ids (`[A-Za-z0-9_-]{1,64}`) are valid in
 /// stream names and subject tokens as they are.
 enum EngineNames {
+    /// The layout of a tabd before shards: one stream per room, whose compare-and-set
+    /// sequence is the room's order.
     static let roomStreamPrefix = "TABD_ROOM_"
-    /// One stream per room: its compare-and-set sequence is the room's order.
     static func stream(_ room: RoomID) -> String { roomStreamPrefix + room }
     static func subject(_ room: RoomID) -> String { "tabd.room.\(room)" }
+
+    /// Shards: a room is the subject `tabd.r.SHARD.ROOM` of the shard stream `TABD_SHARD_SHARD`,
+    /// ordered by a compare-and-set on that subject's last sequence (``ShardLayout``).
+    static let shardStreamPrefix = "TABD_SHARD_"
+    static func shardStream(_ shard: Int) -> String { shardStreamPrefix + String(shard) }
+    static func shardSubject(_ shard: Int, _ room: RoomID) -> String { "tabd.r.\(shard).\(room)" }
+    static func shardFilter(_ shard: Int) -> String { "tabd.r.\(shard).*" }
+    /// The room a shard subject names, if it is one.
+    static func room(inShardSubject subject: String) -> RoomID? {
+        let parts = subject.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[0] == "tabd", parts[1] == "r", Int(parts[2]) != nil, Limits.isRoomID(String(parts[3])) else { return nil }
+        return String(parts[3])
+    }
+    /// The cluster's own records (its shard layout), sealed: `tabd.cluster.layout`.
+    static let clusterStream = "TABD_CLUSTER"
+    static let layoutSubject = "tabd.cluster.layout"
+    /// The rooms of the shards, one record each (its latest snapshot): `tabd.dir.ROOM`.
+    /// Listing rooms reads its subjects.
+    static let directory = "TABD_DIRECTORY"
+    static func directorySubject(_ room: RoomID) -> String { "tabd.dir.\(room)" }
+    /// The kind of a room's tombstone: the room's life ended there.
+    static let tombstoneKind = "deleted"
+    /// In a shard, the room's message each message follows (its seal covers it).
+    static let followsHeader = "Tabd-Follows"
     /// Every room's latest snapshot, one message per room (its subject).
     static let snapshots = "TABD_SNAPSHOTS"
     static func snapshotSubject(_ room: RoomID) -> String { "tabd.snap.\(room)" }
@@ -88,6 +113,10 @@ package struct SnapshotRecord: Equatable, Sendable {
     /// The room's life mark is at or before `streamSeq`: every message after it must be
     /// sealed bound to the room's life (``EngineTrust/Verdict/sealed``).
     package var lifeBound = false
+    /// A room of a shard: the shard, and the stream sequence its life began at (its first
+    /// message). Nil for a room with a stream of its own.
+    package var shard: Int?
+    package var lifeStart: UInt64?
 
     var bytes: [UInt8] {
         JSONValue.object([
@@ -98,13 +127,13 @@ package struct SnapshotRecord: Equatable, Sendable {
             ("snapshot", state.snapshot.json(capped: false)),
             ("sealed", .bool(sealed)),
             ("lifeBound", .bool(lifeBound)),
-        ]).compactBytes
+        ] + (shard.map { [("shard", JSONValue.int($0))] } ?? []) + (lifeStart.map { [("lifeStart", JSONValue.number(String($0)))] } ?? [])).compactBytes
     }
 
     package init(streamCreated: Int64, streamSeq: UInt64, state: StoredState, owners: [ClientID: String],
-                 incarnations: [String: String] = [:], sealed: Bool = false, lifeBound: Bool = false) {
+                 incarnations: [String: String] = [:], sealed: Bool = false, lifeBound: Bool = false, shard: Int? = nil, lifeStart: UInt64? = nil) {
         self.streamCreated = streamCreated; self.streamSeq = streamSeq; self.state = state; self.owners = owners
-        self.incarnations = incarnations; self.sealed = sealed; self.lifeBound = lifeBound
+        self.incarnations = incarnations; self.sealed = sealed; self.lifeBound = lifeBound; self.shard = shard; self.lifeStart = lifeStart
     }
 
     /// Whether it is a snapshot of this stream (`info`) that the stream's messages follow on from.
@@ -131,6 +160,8 @@ package struct SnapshotRecord: Equatable, Sendable {
         sealed = json["sealed"]?.boolValue ?? false
         // A record of a tabd before room lives were bound has no life mark.
         lifeBound = json["lifeBound"]?.boolValue ?? false
+        shard = json["shard"]?.intValue
+        lifeStart = json["lifeStart"]?.intValue.map { UInt64($0) }
         incarnations = Dictionary((json["incarnations"]?.objectValue ?? []).compactMap { k, v in v.stringValue.map { (k, $0) } },
                                   uniquingKeysWith: { _, last in last })
     }

@@ -156,6 +156,29 @@ public struct EngineTrust: Sendable {
         }
     }
 
+    /// What a message of a room in a shard is (its seal header `seal`, in the room's life
+    /// `life`), and the room's message it says it follows (its `Tabd-Follows` header, which
+    /// its seal covers): only life-bound seals, and a message without that header is forged.
+    /// Whether it stands where it says is the room's to check (``ClusterRoomMachine``).
+    func judgeShard(seal: String?, subject: String, life: String, headers: [String: String], body: [UInt8]) -> (verdict: Verdict, follows: UInt64?) {
+        guard let seal else { return (.unsigned, nil) }
+        guard secret.version(of: seal) == ClusterSecret.lifeBoundVersion, let text = headers[EngineNames.followsHeader],
+              let follows = UInt64(text) else { return (.forged, nil) }
+        let fields = Self.lifeBoundFields(subject: subject, life: life, kind: headers[EngineNames.kindHeader], follows: follows,
+                                          node: headers[EngineNames.nodeHeader], incarnation: headers[EngineNames.incarnationHeader],
+                                          messageID: headers[EngineNames.messageIDHeader], forwards: headers[EngineNames.forwardsHeader],
+                                          sealMark: headers[EngineNames.sealMarkHeader])
+        return (secret.opens(seal, .batch, fields: fields, body: body, version: ClusterSecret.lifeBoundVersion) ? .sealed : .forged, follows)
+    }
+
+    /// The shard layout's seal, over its subject and body.
+    func sealLayout(subject: String, body: [UInt8]) -> String { secret.seal(.layout, fields: [subject], body: body) }
+
+    func judgeLayout(seal: String?, subject: String, body: [UInt8]) -> Verdict {
+        guard let seal else { return .unsigned }
+        return secret.opens(seal, .layout, fields: [subject], body: body) ? .sealed : .forged
+    }
+
     /// A snapshot's seal: over its subject (its room) and its body (which names the
     /// stream, by creation time, and the stream sequence it stands at).
     func sealSnapshot(subject: String, body: [UInt8]) -> String { secret.seal(.snapshot, fields: [subject], body: body) }

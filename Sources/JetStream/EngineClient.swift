@@ -56,6 +56,10 @@ public final class EngineClient: @unchecked Sendable {
         // A request in flight when the connection drops (its server stopped) fails at once
         // instead of waiting out its timeout: publishes are asked again right away.
         natsOptions_SetFailRequestsOnDisconnect(opts, true)
+        // Every subscription of the connection is delivered by libnats' shared pool of
+        // threads (each subscription on one of them, in order), not by a thread of its own:
+        // a node follows a few shards and hears a few core subjects, whatever its rooms.
+        natsOptions_UseGlobalMessageDelivery(opts, true)
         let status = StatusBox(changed: onChange, gaveUp: onGiveUp)
         let box = Unmanaged.passRetained(status)
         natsOptions_SetDisconnectedCB(opts, { _, closure in
@@ -193,7 +197,8 @@ public final class EngineClient: @unchecked Sendable {
     /// Creates the stream if it does not exist (an existing one is left as it is) and
     /// returns its info. `replicas` is what is asked for; the info says what it got.
     public func ensureStream(name: String, subjects: [String], replicas: Int, maxMessages: Int64 = -1,
-                             maxPerSubject: Int64 = -1, duplicateWindowSeconds: Int64 = 120) throws(EngineError) -> StreamInfo {
+                             maxPerSubject: Int64 = -1, duplicateWindowSeconds: Int64 = 120,
+                             allowDirect: Bool = false) throws(EngineError) -> StreamInfo {
         if let info = try streamInfo(name) { return info }
         var cfg = jsStreamConfig()
         jsStreamConfig_Init(&cfg)
@@ -212,6 +217,7 @@ public final class EngineClient: @unchecked Sendable {
                 cfg.MaxMsgs = maxMessages
                 cfg.MaxMsgsPerSubject = maxPerSubject
                 cfg.Duplicates = duplicateWindowSeconds * 1_000_000_000
+                cfg.AllowDirect = allowDirect
                 return js_AddStream(&si, js, &cfg, nil, &err)
             }
         }
@@ -267,10 +273,12 @@ public final class EngineClient: @unchecked Sendable {
     /// Publishes `data` to `subject` with `headers`; with `expectedLastSeq` only if the
     /// stream's last sequence is that (0: the stream is empty); with `msgID` at most once
     /// within the stream's duplicate window.
+    /// With `perSubject` the expectation is on `subject`'s last sequence in the stream (0:
+    /// no message on it) rather than the stream's.
     public func publish(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64? = nil,
-                        msgID: String? = nil, timeoutMs: Int64 = 2000) -> PublishResult {
+                        perSubject: Bool = false, msgID: String? = nil, timeoutMs: Int64 = 2000) -> PublishResult {
         let msg: OpaquePointer
-        switch Self.message(subject: subject, data: data, headers: headers, expectedLastSeq: expectedLastSeq) {
+        switch Self.message(subject: subject, data: data, headers: headers, expectedLastSeq: expectedLastSeq, perSubject: perSubject) {
         case let .success(m): msg = m
         case let .failure(why): return .failed(why.description)
         }
@@ -279,7 +287,9 @@ public final class EngineClient: @unchecked Sendable {
         var opts = jsPubOptions()
         jsPubOptions_Init(&opts)
         opts.MaxWait = timeoutMs
-        if let expectedLastSeq, expectedLastSeq > 0 { opts.ExpectLastSeq = expectedLastSeq }
+        if let expectedLastSeq, expectedLastSeq > 0 {
+            if perSubject { opts.ExpectLastSubjectSeq = expectedLastSeq } else { opts.ExpectLastSeq = expectedLastSeq }
+        }
         var ack: UnsafeMutablePointer<jsPubAck>?
         var err = jsErrCode(rawValue: 0)
         s = (msgID ?? "").withCString { id in
@@ -306,10 +316,10 @@ public final class EngineClient: @unchecked Sendable {
     /// with that message (a chain of appends: a broken link fails every later one).
     /// At most one publish with a given `msgID` may wait for its answer at a time.
     public func publishAsync(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64,
-                             expectedLastMessageID: String? = nil, msgID: String, timeoutMs: Int64 = 2000,
+                             perSubject: Bool = false, expectedLastMessageID: String? = nil, msgID: String, timeoutMs: Int64 = 2000,
                              done: @escaping @Sendable (PublishResult) -> Void) {
         let msg: OpaquePointer
-        switch Self.message(subject: subject, data: data, headers: headers, expectedLastSeq: expectedLastSeq) {
+        switch Self.message(subject: subject, data: data, headers: headers, expectedLastSeq: expectedLastSeq, perSubject: perSubject) {
         case let .success(m): msg = m
         case let .failure(why): return done(.failed(why.description))
         }
@@ -318,7 +328,9 @@ public final class EngineClient: @unchecked Sendable {
         var opts = jsPubOptions()
         jsPubOptions_Init(&opts)
         opts.MaxWait = timeoutMs
-        if expectedLastSeq > 0 { opts.ExpectLastSeq = expectedLastSeq }
+        if expectedLastSeq > 0 {
+            if perSubject { opts.ExpectLastSubjectSeq = expectedLastSeq } else { opts.ExpectLastSeq = expectedLastSeq }
+        }
         pending.register(msgID, done)
         var owned: OpaquePointer? = msg
         s = msgID.withCString { id in
@@ -335,17 +347,17 @@ public final class EngineClient: @unchecked Sendable {
     }
 
     /// A message to publish (the caller destroys it): `data` with `headers`; an expected
-    /// last sequence of 0 (an empty stream) goes as a header, since libnats sends
-    /// `ExpectLastSeq` only when it is above 0.
+    /// last sequence of 0 (an empty stream, or no message on the subject) goes as a header,
+    /// since libnats sends `ExpectLastSeq` and `ExpectLastSubjectSeq` only when above 0.
     private static func message(subject: String, data: [UInt8], headers: [(String, String)],
-                                expectedLastSeq: UInt64?) -> Result<OpaquePointer, EngineError> {
+                                expectedLastSeq: UInt64?, perSubject: Bool = false) -> Result<OpaquePointer, EngineError> {
         var msg: OpaquePointer?
         let s = data.withUnsafeBufferPointer { buffer in
             natsMsg_Create(&msg, subject, nil, buffer.baseAddress.map { UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self) }, Int32(data.count))
         }
         guard s == NATS_OK, let msg else { return .failure(EngineError(s, jsErrCode(rawValue: 0), "cannot build a message")) }
         for (key, value) in headers { natsMsgHeader_Set(msg, key, value) }
-        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, "Nats-Expected-Last-Sequence", "0") }
+        if expectedLastSeq == 0 { natsMsgHeader_Set(msg, perSubject ? "Nats-Expected-Last-Subject-Sequence" : "Nats-Expected-Last-Sequence", "0") }
         return .success(msg)
     }
 
@@ -382,9 +394,10 @@ public final class EngineClient: @unchecked Sendable {
         if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.noMessageFound || Int(err.rawValue) == EngineError.streamNotFound { return nil }
         guard s == NATS_OK, let msg else { throw EngineError(s, err, "cannot read the last message of \(subject)") }
         defer { natsMsg_Destroy(msg) }
-        var seq: UInt64 = 0
+        // libnats keeps the stream sequence of a message it got from the stream's API.
+        var seq = natsMsg_GetSequence(msg)
         var value: UnsafePointer<CChar>?
-        if natsMsgHeader_Get(msg, "Nats-Sequence", &value) == NATS_OK, let value { seq = UInt64(String(cString: value)) ?? 0 }
+        if seq == 0, natsMsgHeader_Get(msg, "Nats-Sequence", &value) == NATS_OK, let value { seq = UInt64(String(cString: value)) ?? 0 }
         return Self.message(msg, headerKeys: headerKeys, streamSeq: seq, pending: 0)
     }
 
@@ -406,6 +419,70 @@ public final class EngineClient: @unchecked Sendable {
         guard s == NATS_OK, let msg else { throw EngineError(s, err, "cannot read message \(seq) of \(stream)") }
         defer { natsMsg_Destroy(msg) }
         return Self.message(msg, headerKeys: headerKeys, streamSeq: seq, pending: 0)
+    }
+
+    /// The first message on `subject` in `stream` at or after `seq`, or nil when there is
+    /// none, read with a direct get (any replica of a stream made with `allowDirect`
+    /// answers, so a lagging one may not have the newest: confirm the end with
+    /// ``lastMessage(stream:subject:headerKeys:)``, which the stream's leader answers).
+    public func nextMessage(stream: String, subject: String, from seq: UInt64, headerKeys: [String] = []) throws(EngineError) -> StreamMessage? {
+        var msg: OpaquePointer?
+        var opts = jsDirectGetMsgOptions()
+        jsDirectGetMsgOptions_Init(&opts)
+        opts.Sequence = seq
+        let s = subject.withCString { cSubject in
+            opts.NextBySubject = cSubject
+            return whileOpen { _, js in js_DirectGetMsg(&msg, js, stream, nil, &opts) } ?? NATS_CONNECTION_CLOSED
+        }
+        if s == NATS_NOT_FOUND { return nil }
+        guard s == NATS_OK, let msg else { throw EngineError(s, jsErrCode(rawValue: 0), "cannot read \(subject) in \(stream) from \(seq)") }
+        defer { natsMsg_Destroy(msg) }
+        var found = natsMsg_GetSequence(msg)
+        var value: UnsafePointer<CChar>?
+        if found == 0, natsMsgHeader_Get(msg, "Nats-Sequence", &value) == NATS_OK, let value { found = UInt64(String(cString: value)) ?? 0 }
+        guard found >= seq else { throw EngineError(invalid: "a direct get of \(subject) from \(seq) answered seq \(found)") }
+        var subjectValue: UnsafePointer<CChar>?
+        let stored = natsMsgHeader_Get(msg, "Nats-Subject", &subjectValue) == NATS_OK ? subjectValue.map { String(cString: $0) } : nil
+        guard stored == nil || stored == subject else { throw EngineError(invalid: "a direct get of \(subject) answered a message of \(stored!)") }
+        let message = Self.message(msg, headerKeys: headerKeys, streamSeq: found, pending: 0)
+        return StreamMessage(subject: stored ?? subject, data: message.data, headers: message.headers, streamSeq: found, pending: 0)
+    }
+
+    /// Removes the messages on `subject` from `stream` but the last `keep`.
+    public func purge(stream: String, subject: String, keep: UInt64) throws(EngineError) {
+        var opts = jsOptions()
+        jsOptions_Init(&opts)
+        var err = jsErrCode(rawValue: 0)
+        let s = subject.withCString { cSubject in
+            opts.Stream.Purge.Subject = cSubject
+            opts.Stream.Purge.Keep = keep
+            return whileOpen { _, js in js_PurgeStream(js, stream, &opts, &err) } ?? NATS_CONNECTION_CLOSED
+        }
+        guard s == NATS_OK else { throw EngineError(s, err, "cannot purge \(subject) in \(stream)") }
+    }
+
+    /// The subjects of `stream` matching `filter`, with how many messages each holds.
+    public func subjects(stream: String, filter: String) throws(EngineError) -> [String: UInt64] {
+        var opts = jsOptions()
+        jsOptions_Init(&opts)
+        var si: UnsafeMutablePointer<jsStreamInfo>?
+        var err = jsErrCode(rawValue: 0)
+        let s = filter.withCString { cFilter in
+            opts.Stream.Info.SubjectsFilter = cFilter
+            return whileOpen { _, js in js_GetStreamInfo(&si, js, stream, &opts, &err) } ?? NATS_CONNECTION_CLOSED
+        }
+        if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.streamNotFound { return [:] }
+        guard s == NATS_OK, let si else { throw EngineError(s, err, "cannot list the subjects of \(stream)") }
+        defer { jsStreamInfo_Destroy(si) }
+        var out: [String: UInt64] = [:]
+        if let list = si.pointee.State.Subjects {
+            out.reserveCapacity(Int(list.pointee.Count))
+            for i in 0..<Int(list.pointee.Count) {
+                let entry = list.pointee.List[i]
+                if let name = entry.Subject { out[String(cString: name)] = entry.Msgs }
+            }
+        }
+        return out
     }
 
     /// Core NATS: fire and forget (heartbeats).

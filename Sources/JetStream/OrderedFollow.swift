@@ -51,6 +51,13 @@ package struct OrderedFollow: Sendable {
         nextConsumerSeq = 1
     }
 
+    /// A new consumer follows from `seq` (when that is before the stream sequence after the
+    /// last delivered): what was delivered from there on is delivered again.
+    package mutating func restart(consumer: String, from seq: UInt64) {
+        restart(consumer: consumer)
+        if seq > 0, seq - 1 < lastStreamSeq { lastStreamSeq = seq - 1 }
+    }
+
     /// The message that reached the inbox: its reply subject and its status header (`100`
     /// for a heartbeat or flow control).
     package mutating func judge(reply: String?, status: String?) -> Verdict {

@@ -144,13 +144,13 @@ public final class OrderedSubscription: @unchecked Sendable {
 
     /// Makes the consumer again from the stream sequence after the last delivered (on the
     /// subscription's queue: a round trip to the engine). The old consumer is deleted.
-    private func restart(why: String, generation: Int? = nil) {
+    private func restart(why: String, generation: Int? = nil, from seq: UInt64? = nil) {
         let (old, from, count) = state.withLock { s -> (String?, UInt64, Int) in
             guard !s.cancelled, !s.restarting, generation == nil || generation == s.generation else { return (nil, 0, 0) }
             s.restarting = true
             s.restarts += 1
             let old = s.follow.consumer
-            s.follow.restart(consumer: Self.newName())
+            if let seq { s.follow.restart(consumer: Self.newName(), from: seq) } else { s.follow.restart(consumer: Self.newName()) }
             return (old, s.follow.lastStreamSeq + 1, s.restarts)
         }
         guard let old else { return }
@@ -162,6 +162,16 @@ public final class OrderedSubscription: @unchecked Sendable {
         }
         state.withLock { $0.restarting = false }
     }
+
+    /// Makes the consumer again from stream sequence `seq` (or from after the last
+    /// delivered, when that is earlier), on the subscription's queue: messages delivered
+    /// since `seq` come again, and their receiver passes over what it has seen.
+    public func restart(from seq: UInt64, why: String) {
+        queue.async { [weak self] in self?.restart(why: why, from: seq) }
+    }
+
+    /// The stream sequence of the last message delivered (or the start's predecessor).
+    public var lastDelivered: UInt64 { state.withLock { $0.follow.lastStreamSeq } }
 
     private func checkSilence() {
         let silent = state.withLock { s in

@@ -73,10 +73,11 @@ public final class Daemon: Sendable {
             } catch { throw StartError(error.message) }
             let how = security.summary(urls: options.cluster)
             do {
-                let node = try ClusterNode(urls: options.cluster, name: name, trust: trust, security: security, log: { log.info("cluster: \($0)") })
+                let node = try ClusterNode(urls: options.cluster, name: name, trust: trust, security: security, shards: options.clusterShards,
+                                           placement: options.clusterRooms == "streams" ? .streams : .shards, log: { log.info("cluster: \($0)") })
                 cluster = node
                 stored = try node.roomIDs(waitingUpTo: 15)
-                log.info("node '\(name)' of a cluster on \(EngineURL.redacted(options.cluster))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored")
+                log.info("node '\(name)' of a cluster on \(EngineURL.redacted(options.cluster))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored, \(node.layout.shards) shards, new rooms created in \(node.createsInShards ? "shards" : "streams of their own")")
             } catch {
                 cluster?.close()
                 throw StartError("\(error)")

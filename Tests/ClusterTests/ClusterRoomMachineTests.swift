@@ -56,7 +56,7 @@ import Testing
         #expect(contested.contains(.watch(after: .milliseconds(500))), "the consumer is watched meanwhile")
         #expect(m.conflicts == 0)
         // The consumer says nothing for long: it is followed again.
-        #expect(m.checkDelivery(now: 2_000_000_000).contains(.refollow(from: 2)))
+        #expect(m.checkDelivery(now: 2_000_000_000).contains(.refollow(from: 2, missed: false)))
         // It delivers the message at its place, which the engine disputed: held, and the
         // stream itself is read at that place.
         #expect(m.delivered(Self.delivery(2, Self.batch(1), id: p.messageID), now: 2_000_000_001) == [.readBack(seq: 2)])
@@ -294,7 +294,7 @@ import Testing
         _ = m.published(p, .stored(seq: 2), now: 1000 * ms)
         #expect(m.checkDelivery(now: 1400 * ms) == [.watch(after: .milliseconds(250))], "not stalled yet")
         let stalled = m.checkDelivery(now: 1600 * ms)
-        #expect(stalled.contains(.refollow(from: 2)) && stalled.last == .watch(after: .milliseconds(250)))
+        #expect(stalled.contains(.refollow(from: 2, missed: false)) && stalled.last == .watch(after: .milliseconds(250)))
         m.refollowed(now: 1600 * ms)
         #expect(m.checkDelivery(now: 1700 * ms) == [.watch(after: .milliseconds(250))], "a new consumer gets its time")
         _ = m.delivered(Self.delivery(2, Self.batch(1)), now: 1800 * ms)
@@ -425,7 +425,7 @@ import Testing
         let injected = Machine.Delivery(streamSeq: 1_000, kind: nil, writer: "x", data: Self.batch(1).frameBytes, verdict: .forged)
         #expect(m.delivered(injected, now: 0) == [.readBack(seq: 1_000)])
         let actions = m.readBack(seq: 1_000, found: nil, now: 0)
-        #expect(Self.rejections(actions) == ["delivery"] && actions.contains(.refollow(from: 2)))
+        #expect(Self.rejections(actions) == ["delivery"] && actions.contains(.refollow(from: 2, missed: true)))
         #expect(m.delivered == 1 && m.refutedDeliveries == 1)
         #expect(m.delivered(Self.delivery(2, Self.batch(1), writer: "n2"), now: 1) == [.foreignBatches], "the real next message folds")
         let p = try #require(Self.publication(m.append(Self.batch(2), generation: 0, waiter: 1)))
@@ -511,7 +511,7 @@ import Testing
         // is not reported, and the stream is followed again from that place.
         let refuted = m.readBack(seq: 2, found: Self.delivery(2, Self.batch(1, offset: 9), writer: "n2", id: "n2-r-y-1"), now: 2)
         #expect(Self.rejections(refuted) == ["delivery"])
-        #expect(refuted.contains(.refollow(from: 2)))
+        #expect(refuted.contains(.refollow(from: 2, missed: true)))
         #expect(!refuted.contains { if case .report = $0 { true } else { false } })
         #expect(m.stored.snapshot.seq == 0 && m.delivered == 1 && m.refutedDeliveries == 1)
         // What the stream holds comes again: the other node's message takes the place (a

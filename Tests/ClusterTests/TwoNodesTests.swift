@@ -207,7 +207,8 @@ struct TwoNodesTests {
     @Test func aSnapshotOfADeletedRoomIsNeverLoadedIntoTheRoomCreatedAgain() async throws {
         let server = try EngineServer()
         defer { server.stop() }
-        let first = try ClusterNode(urls: [server.url], name: "first", trust: testTrust, log: { _ in })
+        // Rooms with a stream of their own (shards keep their records elsewhere).
+        let first = try ClusterNode(urls: [server.url], name: "first", trust: testTrust, placement: .streams, log: { _ in })
         defer { first.close() }
         let subject = EngineNames.snapshotSubject("again")
         _ = try first.createRoom("again", tabs: TabInfo.defaults)
@@ -252,7 +253,8 @@ struct TwoNodesTests {
         let server = try EngineServer()
         defer { server.stop() }
         let phaseOne = EngineTrust(secret: testTrust.secret, acceptUnsigned: true)
-        let first = try ClusterNode(urls: [server.url], name: "first", trust: phaseOne, log: { _ in })
+        // A node of phase one of a cluster of rooms with streams of their own.
+        let first = try ClusterNode(urls: [server.url], name: "first", trust: phaseOne, placement: .streams, log: { _ in })
         defer { first.close() }
         #expect(try first.createRoom("moving", tabs: TabInfo.defaults))
         let old = try first.openRoom("moving", resumeWindow: 10_000)

@@ -24,6 +24,7 @@ from test_rooms import call, comparable, wait_for
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
 from natscluster import NatsCluster  # noqa: E402
+import shards  # noqa: E402
 
 COMMANDS = [
     lambda r: ("select", {"tab": r.choice(["home", "favorites", "profile"])}),
@@ -259,7 +260,7 @@ async def test_killing_the_engine_server_that_leads_the_room_loses_no_ack(make_d
         ds = nodes(make_daemon, engine)
         room = room_name()
         clients = [await Client.connect(ds[k % 3].ws, room=room, name=f"c{k}") for k in range(3)]
-        leader = engine.leader_of(f"TABD_ROOM_{room}")
+        leader = engine.leader_of(shards.stream_of(engine.urls[0], room))
         assert leader is not None, "the room's stream has a leader"
         acked = {}
         stalls = []

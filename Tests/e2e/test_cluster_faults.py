@@ -32,6 +32,7 @@ from conftest import cluster_secret_file  # noqa: E402
 from faults import NatsProxy, Proxy, paused  # noqa: E402
 from history import Recorder, check  # noqa: E402
 from natscluster import NatsCluster  # noqa: E402
+import shards  # noqa: E402
 from natsproto import Nats  # noqa: E402
 
 ROUNDS = int(os.environ.get("TABD_FAULT_ROUNDS", "1"))
@@ -242,7 +243,7 @@ def engine(tmp_path_factory):
 def leader_paused(engine):
     """The room's stream leader (an engine server) stopped (SIGSTOP) for PAUSE seconds."""
     async def fault(nodes, room):
-        leader = engine.leader_of(f"TABD_ROOM_{room}")
+        leader = engine.leader_of(shards.stream_of(engine.urls[0], room))
         assert leader is not None, "the room's stream has a leader"
         with paused(engine.pids[leader]):
             await asyncio.sleep(PAUSE)

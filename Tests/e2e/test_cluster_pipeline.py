@@ -17,6 +17,7 @@ import websockets.exceptions
 from conftest import Client
 from test_cluster import COMMANDS, NatsCluster, assert_one_order, engine, nodes, room_name, sync_everyone  # noqa: F401 (engine: the fixture)
 from test_rooms import wait_for
+import shards  # noqa: E402
 
 IN_FLIGHT = 64   # commands each node's client keeps in flight
 ROUNDS = 4       # bursts of IN_FLIGHT commands per client
@@ -146,7 +147,7 @@ async def test_the_stream_leader_killed_with_every_pipeline_full_loses_no_ack(ma
         ds = nodes(make_daemon, engine)
         room = room_name()
         clients = [await Client.connect(ds[k].ws, room=room, name=f"c{k}") for k in range(3)]
-        leader = engine.leader_of(f"TABD_ROOM_{room}")
+        leader = engine.leader_of(shards.stream_of(engine.urls[0], room))
         assert leader is not None, "the room's stream has a leader"
         acked = {}
         task = asyncio.create_task(storm(clients, acked, seed=2, rounds=6))

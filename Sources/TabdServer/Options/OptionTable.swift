@@ -172,6 +172,14 @@ extension Options {
             guard text == "accept" || text == "refuse" else { throw UsageError("\(given) takes accept or refuse, got '\(text.prefix(40))'") }
             o.clusterAcceptUnsigned = text == "accept"
         },
+        OptionSpec(name: "--cluster-rooms", value: "shards|streams",
+                   help: "where this node creates rooms: shards (subjects of the cluster's few shard streams) or streams (a stream per room, as a tabd before shards did: phase one of moving such a cluster to shards, docs/CLUSTER.md). Nodes read both",
+                   defaultText: { $0.clusterRooms }) { (o, text, given) throws(UsageError) in
+            guard text == "shards" || text == "streams" else { throw UsageError("\(given) takes shards or streams, got '\(text.prefix(40))'") }
+            o.clusterRooms = text
+        },
+        .int("--cluster-shards", \.clusterShards, 1...1024,
+             help: "how many shard streams a new cluster lays its rooms out in; read by the cluster's first node only (the engine keeps it for the cluster's life)"),
         .text("--cluster-tls-ca", "FILE", \.clusterTLSCA, excludes: ["--state"],
               help: "speak to the engine over TLS (as tls:// URLs do), its servers' certificates checked against the CAs in FILE (PEM; default: the system's CAs)"),
         .text("--cluster-tls-cert", "FILE", \.clusterTLSCert, excludes: ["--state"],

@@ -71,6 +71,10 @@ public struct Options: Sendable {
     /// `--cluster-forwarding on|off`: send clients' commands to the node that writes the
     /// room (on, the default), or have every node append its clients' commands itself.
     public var clusterForwarding = true
+    /// `--cluster-rooms shards|streams`: where this node creates rooms.
+    public var clusterRooms = "shards"
+    /// `--cluster-shards N`: the shards of a new cluster (its first node's choice stands).
+    public var clusterShards = 32
     /// `--cluster-secret-file`: the keys the cluster's nodes seal their engine messages with.
     public var clusterSecretFile: String?
     /// `--cluster-unsigned accept|refuse`: whether unsealed engine messages are taken too
@@ -205,7 +209,8 @@ public struct Options: Sendable {
 
     /// How a node reaches the cluster's engine: only with `--cluster`.
     private static let engineOptions = ["--cluster-tls-ca", "--cluster-tls-cert", "--cluster-tls-key",
-                                        "--cluster-creds", "--cluster-user", "--cluster-password-file", "--cluster-forwarding"]
+                                        "--cluster-creds", "--cluster-user", "--cluster-password-file", "--cluster-forwarding",
+                                        "--cluster-rooms", "--cluster-shards"]
 
     /// The options that exclude `option`, or that it excludes (``OptionSpec/excludes``).
     private static func excluded(by option: String) -> [String] {

@@ -301,6 +301,8 @@ actor Room: DirectoryRoom {
             // Other nodes' batches from now on, and those that arrived while loading.
             let inbox = inbox
             stream.onForeignBatches { inbox.put([.absorb]) }
+            // Its tombstone (another node deleted it): checked against the engine, then closed.
+            stream.onGone { inbox.put([.verifyStream]) }
             await coordinator.absorb()
         }
         return coordinator

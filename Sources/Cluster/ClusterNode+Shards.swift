@@ -1,0 +1,252 @@
+import Coordinator
+import Dispatch
+import Foundation
+import JetStream
+import Locking
+
+/// A cluster's rooms in shards: the layout, the shard streams, and creating, listing and
+/// deleting rooms as subjects of them (docs/CLUSTER.md, "How rooms are laid out").
+extension ClusterNode {
+    /// Most messages a room keeps in its shard (its history before the latest snapshot
+    /// goes first), as a room's own stream did.
+    static let maxMessagesPerRoom: Int64 = 100_000
+
+    /// The layout the engine records, or (the cluster's first node) a new one of `shards`
+    /// recorded now. The first record whose seal opens is the layout: of nodes starting at
+    /// once, the compare-and-set on the subject lets one write it.
+    static func establishLayout(client: EngineClient, trust: EngineTrust, replicas: Int, shards: Int,
+                                log: @Sendable (String) -> Void) throws(Failure) -> ShardLayout {
+        let subject = EngineNames.layoutSubject
+        var lastError = ""
+        for attempt in 1...100 {
+            if attempt > 1 { Thread.sleep(forTimeInterval: 0.3) }
+            do {
+                _ = try client.ensureStream(name: EngineNames.clusterStream, subjects: ["tabd.cluster.>"], replicas: replicas, allowDirect: true)
+                _ = try client.ensureStream(name: EngineNames.directory, subjects: ["tabd.dir.*"], replicas: replicas, maxPerSubject: 1)
+                let last = try client.lastMessage(stream: EngineNames.clusterStream, subject: subject, headerKeys: [EngineNames.sealHeader])
+                var next: UInt64 = 1
+                var forged = 0
+                while let end = last?.streamSeq, next <= end,
+                      let message = try client.nextMessage(stream: EngineNames.clusterStream, subject: subject, from: next, headerKeys: [EngineNames.sealHeader]) {
+                    next = message.streamSeq + 1
+                    guard trust.judgeLayout(seal: message.headers[EngineNames.sealHeader], subject: subject, body: message.data) == .sealed,
+                          let layout = try? ShardLayout(bytes: message.data) else {
+                        forged += 1
+                        continue
+                    }
+                    if forged > 0 { log("the engine holds \(forged) shard layout record\(forged == 1 ? "" : "s") not sealed by a node: passed over") }
+                    // Sealed with a key being rotated out: sealed again with this node's, so
+                    // that the layout outlives that key.
+                    if let seal = message.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
+                        _ = client.publish(subject: subject, data: message.data,
+                                           headers: [(EngineNames.sealHeader, trust.sealLayout(subject: subject, body: message.data))])
+                    }
+                    return layout
+                }
+                if let end = last?.streamSeq, next <= end { continue } // a replica behind: read again
+                let layout = ShardLayout.random(shards: shards)
+                let body = layout.bytes
+                switch client.publish(subject: subject, data: body, headers: [(EngineNames.sealHeader, trust.sealLayout(subject: subject, body: body))],
+                                      expectedLastSeq: last?.streamSeq ?? 0, perSubject: true) {
+                case .stored:
+                    log("laid the cluster's rooms out in \(shards) shards")
+                    return layout
+                case .wrongLastSequence: continue // another node was first: read its layout
+                case let .unknown(why), let .failed(why): lastError = why
+                }
+            } catch {
+                lastError = "\(error)"
+                if attempt % 10 == 1 { log("the engine is not ready for the shard layout (\(error)); asking again") }
+            }
+        }
+        throw Failure("cannot read or record the cluster's shard layout: \(lastError)")
+    }
+
+    /// Makes sure every shard stream exists (several at once: each is a replicated group
+    /// the engine elects a leader for) and returns their creation times.
+    static func ensureShards(client: EngineClient, layout: ShardLayout, replicas: Int, log: @escaping @Sendable (String) -> Void) throws(Failure) -> [Int64] {
+        let created = Locked([Int64?](repeating: nil, count: layout.shards))
+        let failures = Locked([String]())
+        DispatchQueue.concurrentPerform(iterations: layout.shards) { shard in
+            let name = EngineNames.shardStream(shard)
+            for attempt in 1...100 {
+                do {
+                    let info = try client.ensureStream(name: name, subjects: [EngineNames.shardFilter(shard)], replicas: replicas,
+                                                       maxPerSubject: maxMessagesPerRoom, duplicateWindowSeconds: 120, allowDirect: true)
+                    created.withLock { $0[shard] = info.created }
+                    return
+                } catch {
+                    if attempt == 100 { failures.withLock { $0.append("\(name): \(error)") }; return }
+                    if attempt % 20 == 1 { log("shard stream \(name) is not ready (\(error)); asking again") }
+                    Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 0.5))
+                }
+            }
+        }
+        if let failure = failures.withLock({ $0.first }) { throw Failure("cannot make the shard streams: \(failure)") }
+        return created.withLock { $0.map { $0 ?? 0 } }
+    }
+
+    /// The follower of `shard` on this node.
+    func follower(of shard: Int) -> ShardFollower { followers[shard] }
+
+    /// The creation time of `shard`'s stream.
+    func shardCreated(_ shard: Int) -> Int64 { shardCreation[shard] }
+
+    // MARK: Rooms in shards
+
+    /// The last message of room `id` in its shard, from the shard's leader.
+    func lastInShard(_ id: RoomID) throws(EngineError) -> StreamMessage? {
+        let shard = layout.shard(of: id)
+        return try client.lastMessage(stream: EngineNames.shardStream(shard), subject: EngineNames.shardSubject(shard, id), headerKeys: ClusterRoom.headerKeys)
+    }
+
+    /// Whether `last`, a room's last message in its shard, is the tombstone that ended a
+    /// life of the room: sealed for that life (which its body names), right after the
+    /// room's message it says it follows. A copy of an older tombstone put there again, or
+    /// a forged one, is not.
+    func isTombstone(_ last: StreamMessage, of id: RoomID) -> Bool {
+        guard last.headers[EngineNames.kindHeader] == EngineNames.tombstoneKind, let ended = try? Genesis.life(in: last.data) else { return false }
+        let shard = layout.shard(of: id), subject = EngineNames.shardSubject(shard, id)
+        let (verdict, follows) = trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: ended,
+                                                  headers: last.headers, body: last.data)
+        guard verdict == .sealed, let follows else { return false }
+        // Nothing of the room between the message it follows and it.
+        guard let next = try? client.nextMessage(stream: EngineNames.shardStream(shard), subject: subject, from: follows + 1, headerKeys: []) else { return false }
+        return next.streamSeq == last.streamSeq
+    }
+
+    /// Whether room `id` lives in its shard now (a message that is not its tombstone last).
+    func existsInShard(_ id: RoomID) throws(EngineError) -> Bool {
+        guard let last = try lastInShard(id) else { return false }
+        return !isTombstone(last, of: id)
+    }
+
+    /// Creates room `id` in its shard: its first message, stored only if the room's subject
+    /// still ends where it was read (nothing, or the tombstone of its last life), so of
+    /// nodes creating it at once exactly one succeeds; then its directory record.
+    func createInShard(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
+        let shard = layout.shard(of: id)
+        let subject = EngineNames.shardSubject(shard, id)
+        let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
+        let msgID = "genesis-\(id)-\(genesis.epoch)"
+        var expected: UInt64?
+        for attempt in 1...100 {
+            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
+            if expected == nil {
+                do {
+                    if let last = try lastInShard(id) {
+                        if last.headers[EngineNames.messageIDHeader] == msgID { break } // an earlier attempt of this call
+                        guard isTombstone(last, of: id) else { return false }
+                        expected = last.streamSeq
+                    } else {
+                        expected = 0
+                    }
+                } catch {
+                    if attempt % 10 == 1 { log("room '\(id)': creating, cannot read its shard yet (\(error)); asking again") }
+                    continue
+                }
+            }
+            let follows = expected!
+            let seal = trust.sealStream(subject: subject, life: genesis.epoch, bound: true, kind: "genesis", follows: follows, node: name,
+                                        incarnation: incarnation, messageID: msgID, forwards: nil, sealMark: EngineNames.lifeMarkValue,
+                                        body: genesis.bytes)
+            let headers = [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name), (EngineNames.incarnationHeader, incarnation),
+                           (EngineNames.followsHeader, String(follows)), (EngineNames.sealMarkHeader, EngineNames.lifeMarkValue),
+                           (EngineNames.sealHeader, seal)]
+            switch client.publish(subject: subject, data: genesis.bytes, headers: headers, expectedLastSeq: follows, perSubject: true, msgID: msgID) {
+            case let .stored(seq, _):
+                writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq,
+                                           state: (try? StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch))!, owners: [:],
+                                           sealed: true, lifeBound: true, shard: shard, lifeStart: seq), room: id)
+                return true
+            case .wrongLastSequence:
+                // Another node's first message, or this call's earlier attempt: read again.
+                expected = nil
+            case let .unknown(why), let .failed(why):
+                if attempt % 10 == 1 { log("room '\(id)': creating in shard \(shard), no answer yet (\(why)); asking again") }
+            }
+        }
+        // An earlier attempt stands: its record.
+        if let last = try? lastInShard(id), last.headers[EngineNames.messageIDHeader] == msgID {
+            writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: last.streamSeq,
+                                       state: (try? StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch))!, owners: [:],
+                                       sealed: true, lifeBound: true, shard: shard, lifeStart: last.streamSeq), room: id)
+            return true
+        }
+        throw Failure("cannot create room '\(id)': the engine does not answer")
+    }
+
+    /// Stores `record` as room `id`'s directory record (its latest snapshot), sealed.
+    func writeRecord(_ record: SnapshotRecord, room id: RoomID) {
+        let subject = EngineNames.directorySubject(id), body = record.bytes
+        for attempt in 1...20 {
+            let why: String
+            switch client.publish(subject: subject, data: body, headers: [(EngineNames.sealHeader, trust.sealSnapshot(subject: subject, body: body))]) {
+            case .stored: return
+            case let .unknown(text), let .failed(text): why = text
+            case .wrongLastSequence: why = "refused"
+            }
+            if attempt == 20 { log("room '\(id)': could not store its directory record (\(why)); the next load writes it") }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+    }
+
+    /// Deletes room `id` from its shard: its tombstone, sealed for its life, right after its
+    /// last message (so no message of that life can follow), then what came before it and
+    /// its directory record are purged. False when the shard holds no live room of that id.
+    func deleteFromShard(_ id: RoomID) throws(Failure) -> Bool {
+        let shard = layout.shard(of: id)
+        let stream = EngineNames.shardStream(shard), subject = EngineNames.shardSubject(shard, id)
+        for attempt in 1...50 {
+            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
+            let last: StreamMessage
+            do {
+                guard let found = try lastInShard(id) else { return false }
+                last = found
+            } catch { continue }
+            if isTombstone(last, of: id) { return false }
+            let life: String
+            do { life = try ClusterRoom.life(node: self, room: id, shard: shard) } catch {
+                if !error.mayPass { throw error }
+                continue
+            }
+            let body = Genesis.lifeBody(life)
+            let msgID = "tombstone-\(id)-\(life)"
+            let seal = trust.sealStream(subject: subject, life: life, bound: true, kind: EngineNames.tombstoneKind, follows: last.streamSeq,
+                                        node: name, incarnation: incarnation, messageID: msgID, forwards: nil, sealMark: nil, body: body)
+            let headers = [(EngineNames.kindHeader, EngineNames.tombstoneKind), (EngineNames.nodeHeader, name),
+                           (EngineNames.incarnationHeader, incarnation), (EngineNames.followsHeader, String(last.streamSeq)),
+                           (EngineNames.sealHeader, seal)]
+            switch client.publish(subject: subject, data: body, headers: headers, expectedLastSeq: last.streamSeq, perSubject: true, msgID: msgID) {
+            case .stored:
+                // The room's messages before its tombstone, and its record, go.
+                do {
+                    try client.purge(stream: stream, subject: subject, keep: 1)
+                    try client.purge(stream: EngineNames.directory, subject: EngineNames.directorySubject(id), keep: 0)
+                } catch { log("room '\(id)': deleted, but its history was not purged yet: \(error)") }
+                let notice = EngineNames.deletedPrefix + id
+                client.publishCore(subject: notice, data: trust.sealCore(.deletion, subject: notice, args: [String(shardCreated(shard))]))
+                return true
+            case .wrongLastSequence, .unknown, .failed:
+                continue // something came after it, or no answer: read again
+            }
+        }
+        throw Failure("cannot delete room '\(id)': the engine does not answer")
+    }
+
+    /// The rooms of the shards, by their directory records.
+    func roomsInShards() throws(EngineError) -> [RoomID] {
+        try client.subjects(stream: EngineNames.directory, filter: "tabd.dir.*").filter { $0.value > 0 }
+            .compactMap { key, _ in key.hasPrefix("tabd.dir.") ? String(key.dropFirst("tabd.dir.".count)) : nil }
+    }
+}
+
+extension Genesis {
+    /// A tombstone's body: the life it ends.
+    static func lifeBody(_ life: String) -> [UInt8] { JSONValue.object([("epoch", .string(life))]).compactBytes }
+
+    static func life(in body: [UInt8]) throws -> String {
+        guard let life = try JSONParser.parse(body)["epoch"]?.stringValue else { throw WireError("not a tombstone") }
+        return life
+    }
+}
