@@ -76,13 +76,19 @@ public final class ClusterNode: Sendable {
 
     static func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
+    /// The oldest NATS release a node runs on: per-subject compare-and-set checked in Raft
+    /// order (2.9.21), a new leader that applies its whole log before it serves (2.11.0),
+    /// and the fixes to both up to 2.11.7.
+    public static let minimumEngine = (2, 11, 7)
+    public static var minimumEngineText: String { "\(minimumEngine.0).\(minimumEngine.1).\(minimumEngine.2)" }
+
     /// Connects to the engine at `urls` (over TLS and with credentials as `security` says),
     /// makes sure the shared snapshot stream exists (three copies if the engine can keep
     /// three, else one) and starts the heartbeat.
     ///
-    /// It logs the version of the engine server it is connected to, at start and on every
-    /// reconnect, and `warn`s (default: `log` with "warning: ") when that server cannot sync
-    /// JetStream's writes to disk before it acks them (NATS before 2.10).
+    /// It refuses an engine server older than ``minimumEngine``, logs the version of the
+    /// server it is connected to, at start and on every reconnect, and `warn`s (default:
+    /// `log` with "warning: ") when a reconnect lands on an older server.
     public init(urls: [String], name: String, trust: EngineTrust, security: EngineSecurity = EngineSecurity(), heartbeatTimeout: Double = 5,
                 shards: Int = ShardLayout.defaultShards, placement: RoomPlacement = .shards,
                 log: @escaping @Sendable (String) -> Void, warn: (@Sendable (String) -> Void)? = nil) throws(Failure) {
@@ -110,6 +116,13 @@ public final class ClusterNode: Sendable {
                 if let handler { DispatchQueue.global().async { handler(reason) } }
             }
         } catch { throw Failure("cannot reach the engine at \(EngineURL.redacted(urls)): \(error)") }
+        // Rooms in shards need a server whose per-subject compare-and-set holds (NATS 2.11.7
+        // and later: docs/CLUSTER.md, "The engine's version").
+        if case let .success(info) = client.connectedServerInfo(), !info.atLeast(Self.minimumEngine.0, Self.minimumEngine.1, Self.minimumEngine.2) {
+            client.close()
+            throw Failure("the engine server \(info.serverName) (\(info.url)) runs NATS \(info.version); tabd needs NATS \(Self.minimumEngineText) or later "
+                          + "(its rooms live in shard streams, ordered by a per-subject compare-and-set that older servers do not keep under failures)")
+        }
         // The engine may still be electing its leaders: ask again for up to about 30 s.
         // With three or more servers, three copies; one if the engine cannot keep three.
         var got = 0
@@ -238,8 +251,8 @@ public final class ClusterNode: Sendable {
     public var engineServer: EngineServerInfo? { server.withLock { $0 } }
 
     /// Reads the version of the engine server `client` is on, keeps it in `box` and logs it:
-    /// a warning for a server that cannot sync before it acks (NATS before 2.10), else the
-    /// version and what the ack then depends on (the servers' `sync_interval`, which no
+    /// a warning for a server older than ``minimumEngine`` (reached by a reconnect), else
+    /// the version and what the ack then depends on (the servers' `sync_interval`, which no
     /// client can read).
     static func reportVersion(_ client: EngineClient, into box: Locked<EngineServerInfo?>,
                               log: @Sendable (String) -> Void, warn: @Sendable (String) -> Void) {
@@ -250,14 +263,14 @@ public final class ClusterNode: Sendable {
         case let .success(info):
             box.withLock { $0 = info }
             let which = "engine server \(info.serverName) (\(info.url)\(info.isConnectedServer ? "" : ", read from another server at that address"))"
-            if info.canSyncBeforeAck {
+            if !info.atLeast(minimumEngine.0, minimumEngine.1, minimumEngine.2) {
+                // Reconnected to an older server than the node started on (a node does not
+                // start on one).
+                warn("\(which) runs NATS \(info.version); tabd needs NATS \(minimumEngineText) or later: its rooms' compare-and-set "
+                     + "may not hold there\(info.canSyncBeforeAck ? "" : ", and it cannot sync JetStream's writes to disk before it acks them") (docs/CLUSTER.md)")
+            } else {
                 log("\(which) runs NATS \(info.version): acks are synced to disk before they are sent only if the engine's "
                     + "servers are configured `jetstream { sync_interval: always }` (docs/CLUSTER.md)")
-            } else {
-                warn("\(which) runs NATS \(info.version), which cannot sync JetStream's writes to disk before it acks them "
-                     + "(it syncs every two minutes): an ack then survives process crashes and the loss of one engine server, "
-                     + "not a power cut of a majority of the engine's servers. NATS 2.10 or later configured "
-                     + "`jetstream { sync_interval: always }` syncs before every ack (docs/CLUSTER.md)")
             }
         }
     }

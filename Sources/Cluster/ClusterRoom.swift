@@ -140,10 +140,14 @@ public final class ClusterRoom: Durability, Sendable {
             // The room's last message, from the shard's leader.
             guard let last = try client.lastMessage(stream: stream, subject: subject, headerKeys: keys) else { return nil }
             var record: SnapshotRecord?
+            // A record sealed with a key being rotated out is written again with this node's.
+            var otherKey = false
             if let message = try client.lastMessage(stream: EngineNames.directory, subject: recordSubject, headerKeys: [EngineNames.sealHeader]),
                !message.data.isEmpty {
                 switch trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: recordSubject, body: message.data) {
-                case .sealed: record = try? SnapshotRecord(bytes: message.data)
+                case .sealed:
+                    record = try? SnapshotRecord(bytes: message.data)
+                    otherKey = message.headers[EngineNames.sealHeader].flatMap(trust.secret.keyID(of:)) != trust.secret.sealingKeyID
                 default: node.rejected("snapshot", "room '\(room)': its directory record is not sealed by a node; loaded from its shard instead")
                 }
             }
@@ -154,7 +158,8 @@ public final class ClusterRoom: Durability, Sendable {
                                     headers: last.headers, body: last.data).verdict == .sealed {
                 let tail = try Self.read(client, stream: stream, subject: subject, after: record.streamSeq, through: last.streamSeq, keys: keys)
                 return Start(state: record.state, owners: record.owners, incarnations: record.incarnations, from: record.streamSeq,
-                             end: last.streamSeq, streamCreated: created, sealed: true, lifeBound: true, lifeStart: lifeStart, tail: tail)
+                             end: last.streamSeq, streamCreated: created, sealed: true, lifeBound: true, lifeStart: lifeStart, tail: tail,
+                             rewriteRecord: otherKey)
             }
             // No record of this life: the room's messages from the first the shard keeps, and
             // its life from the last first message (`genesis`) sealed for it at its place.
@@ -541,20 +546,14 @@ public final class ClusterRoom: Durability, Sendable {
         }
         guard let last, node.shardCreated(place.shard!) == streamCreated else { return false }
         if last.streamSeq <= state.withLock({ $0.machine.delivered }) { return true }
-        // Something newer than what was delivered here: the room's tombstone, or another
-        // life's first message, ends this one; a message that is not the room's (forged)
-        // changes nothing.
-        switch last.headers[EngineNames.kindHeader] {
-        case EngineNames.tombstoneKind?:
-            return node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: life,
-                                         headers: last.headers, body: last.data).verdict != .sealed
-        case "genesis"?:
-            guard let genesis = try? Genesis(bytes: last.data), genesis.epoch != life else { return true }
-            return node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch,
-                                         headers: last.headers, body: last.data).verdict != .sealed
-        default:
-            return true
-        }
+        // Something newer than what was delivered here. Sealed for this life: the room goes
+        // on (unless it is its tombstone). Else it is another life's, or forged: the life
+        // the shard holds now, as a load reads it, says.
+        let verdict = node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: life,
+                                            headers: last.headers, body: last.data).verdict
+        if verdict == .sealed { return last.headers[EngineNames.kindHeader] != EngineNames.tombstoneKind }
+        guard let now = try Self.loadFromShard(node: node, room: room, shard: place.shard!, attempts: 1) else { return false }
+        return now.state.epoch == life
     }
 
     /// Stops following the stream; every wait fails.
@@ -643,6 +642,9 @@ public final class ClusterRoom: Durability, Sendable {
     static let fencesOff = ProcessInfo.processInfo.environment["TABD_TEST_NO_FENCE"] == "1"
 
     public func published(through seq: Int) { state.withLock { $0.machine.published(through: seq) } }
+
+    /// The room as delivered here, as a snapshot record would hold it.
+    package var snapshotRecordForTests: SnapshotRecord { state.withLock { $0.machine.snapshotRecord } }
 
     /// The room's writer as the messages delivered here say (``ClusterRoomMachine/writer``).
     public var writer: String? { state.withLock { $0.machine.writer } }

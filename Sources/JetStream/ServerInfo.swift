@@ -36,6 +36,12 @@ public struct EngineServerInfo: Sendable, Equatable {
         return (n[0], n[1]) >= (major, minor)
     }
 
+    /// Whether the version is at least `major.minor.patch`.
+    public func atLeast(_ major: Int, _ minor: Int, _ patch: Int) -> Bool {
+        let n = versionNumbers + [0, 0, 0]
+        return (n[0], n[1], n[2]) >= (major, minor, patch)
+    }
+
     /// Whether this server can sync JetStream's writes to disk before it acks them: NATS
     /// 2.10 added `jetstream { sync_interval: always }`; 2.9 syncs every two minutes, and
     /// nothing changes that. Whether a 2.10+ server is configured so, no client can read.
