@@ -1014,10 +1014,11 @@ package struct ClusterRoomMachine: Sendable {
         }
         let again = Action.watch(after: .nanoseconds(Int(Self.stallNanoseconds / 2)))
         if now &- lastDelivery < Self.stallNanoseconds { return [again] }
-        return [
-            .log("room '\(room)': nothing delivered for \(Self.stallNanoseconds / 1_000_000) ms while batches wait; following the stream again from \(delivered + 1)"),
-            .refollow(from: delivered + 1, missed: false), again,
-        ]
+        // In a shard, the shard's follower says when it is made again (once for its rooms).
+        let log: [Action] = contiguous
+            ? [.log("room '\(room)': nothing delivered for \(Self.stallNanoseconds / 1_000_000) ms while batches wait; following the stream again from \(delivered + 1)")]
+            : []
+        return log + [.refollow(from: delivered + 1, missed: false), again]
     }
 
     /// A new consumer follows the stream from `now` on.

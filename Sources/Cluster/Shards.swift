@@ -112,7 +112,10 @@ final class ShardFollower: Sendable {
     /// last delivered when `seq` is nil (the consumer stalled).
     func restart(from seq: UInt64?, why: String) {
         guard let sub = subscription.withLock({ $0 }) else { return }
-        sub.restart(from: seq ?? sub.lastDelivered + 1, why: why)
+        if let seq { sub.restart(from: seq, why: why) } else {
+            // Every room of the shard waiting here asks: the follower is made again once per stall.
+            sub.restartIfStalled(for: ClusterRoomMachine.stallNanoseconds, why: why)
+        }
     }
 
     func cancel() { subscription.withLock { $0 }?.cancel() }

@@ -55,6 +55,8 @@ public final class OrderedSubscription: @unchecked Sendable {
         var restarts = 0
         /// When the current consumer last said something (uptime nanoseconds).
         var lastActivity: UInt64
+        /// When a message was last delivered, or the consumer last made again.
+        var lastProgress: UInt64 = DispatchTime.now().uptimeNanoseconds
     }
 
     /// How long the consumer may say nothing before it is made again: three heartbeats.
@@ -149,6 +151,7 @@ public final class OrderedSubscription: @unchecked Sendable {
             guard !s.cancelled, !s.restarting, generation == nil || generation == s.generation else { return (nil, 0, 0) }
             s.restarting = true
             s.restarts += 1
+            s.lastProgress = DispatchTime.now().uptimeNanoseconds
             let old = s.follow.consumer
             if let seq { s.follow.restart(consumer: Self.newName(), from: seq) } else { s.follow.restart(consumer: Self.newName()) }
             return (old, s.follow.lastStreamSeq + 1, s.restarts)
@@ -168,6 +171,17 @@ public final class OrderedSubscription: @unchecked Sendable {
     /// since `seq` come again, and their receiver passes over what it has seen.
     public func restart(from seq: UInt64, why: String) {
         queue.async { [weak self] in self?.restart(why: why, from: seq) }
+    }
+
+    /// Makes the consumer again from after the last delivered only if it has delivered
+    /// nothing, and was not made again, for `nanoseconds`: many receivers of one consumer
+    /// (the rooms of a shard) each asking after a stall make it once.
+    public func restartIfStalled(for nanoseconds: UInt64, why: String) {
+        queue.async { [weak self] in
+            guard let self else { return }
+            let stalled = self.state.withLock { DispatchTime.now().uptimeNanoseconds &- $0.lastProgress >= nanoseconds }
+            if stalled { self.restart(why: why) }
+        }
     }
 
     /// The stream sequence of the last message delivered (or the start's predecessor).
@@ -224,7 +238,10 @@ public final class OrderedSubscription: @unchecked Sendable {
                 guard !s.cancelled, s.generation == generation else { return nil }
                 let verdict = s.follow.judge(reply: reply, status: status)
                 switch verdict {
-                case .deliver: s.lastActivity = DispatchTime.now().uptimeNanoseconds; s.restarts = 0
+                case .deliver:
+                    s.lastActivity = DispatchTime.now().uptimeNanoseconds
+                    s.lastProgress = s.lastActivity
+                    s.restarts = 0
                 case .heartbeat: s.lastActivity = DispatchTime.now().uptimeNanoseconds
                 default: break
                 }
