@@ -16,7 +16,7 @@ help:
 	@echo "make cluster  three NATS JetStream servers and three tabd nodes on loopback (docs/CLUSTER.md)"
 	@echo "make install PREFIX=/usr/local  build (release) and install tabd, tabctl, the web page, docs and the systemd unit; DESTDIR is honoured"
 	@echo "make uninstall PREFIX=/usr/local  remove what make install put there"
-	@echo "make test-long  the crash loop for 50 rounds, 50 random cluster fault rounds, a minute of fuzzing per target, ten minutes of connection churn"
+	@echo "make test-long  the crash loop for 50 rounds, 50 random cluster fault rounds, the shard CAS race for 20,000 rounds and 10 leader kills, a minute of fuzzing per target, ten minutes of connection churn"
 	@echo "make fuzz SECONDS=N  each fuzz target for N seconds"
 	@echo "make soak   ten minutes of churn, memory and open files sampled (docs/RELIABILITY.md)"
 	@echo "make bench  run the benchmark against the C mirror and a Python server"
@@ -107,16 +107,19 @@ test: test-deps
 
 ## The long runs (about an hour and a half): the crash loop and the power cuts (the state file on a
 ## file system that drops what was not synced) for 50 rounds each, 50 random rounds mixing
-## the cluster's faults (Tests/e2e/test_cluster_faults.py), each fuzz target for
-## 60 s, and the churn soak: ten minutes of waves of 2,000 clients over 200 rooms that come
-## and go, RSS flat after the first minute (test-output/churn/churn.json and churn.png;
-## docs/RELIABILITY.md "Churn"). `make test` runs 4 crash rounds, 3 power cuts, 10 s of
-## each fuzz target and a short churn.
+## the cluster's faults (Tests/e2e/test_cluster_faults.py), two writers racing one
+## per-subject expectation on a shard stream for 20,000 rounds while its leader is SIGKILLed
+## 10 times (Tests/e2e/test_shard_cas.py; figures in test-output/shard-cas/summary.json), each
+## fuzz target for 60 s, and the churn soak: ten minutes of waves of 2,000 clients over 200
+## rooms that come and go, RSS flat after the first minute (test-output/churn/churn.json and
+## churn.png; docs/RELIABILITY.md "Churn"). `make test` runs 4 crash rounds, 3 power cuts,
+## 2,000 shard rounds with 3 kills, 10 s of each fuzz target and a short churn.
 test-long: test-deps
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_CRASH_ROUNDS=50 $(PYTHON) -m pytest -q -p no:cacheprovider Tests/e2e/test_crash_loop.py
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_POWER_CUT_ROUNDS=50 $(PYTHON) -m pytest -q -p no:cacheprovider Tests/e2e/test_power_cut.py
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_FAULT_RANDOM_ROUNDS=50 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_cluster_faults.py -k random_rounds
+	TABD_SHARD_CAS_ROUNDS=20000 TABD_SHARD_CAS_KILLS=10 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_shard_cas.py -k racing
 	scripts/fuzz 60
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench
