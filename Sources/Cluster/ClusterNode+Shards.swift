@@ -110,9 +110,17 @@ extension ClusterNode {
         let (verdict, follows) = trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: ended,
                                                   headers: last.headers, body: last.data)
         guard verdict == .sealed, let follows else { return false }
-        // Nothing of the room between the message it follows and it.
-        guard let next = try? client.nextMessage(stream: EngineNames.shardStream(shard), subject: subject, from: follows + 1, headerKeys: []) else { return false }
-        return next.streamSeq == last.streamSeq
+        // Nothing of the room between the message it follows and it. A replica that has not
+        // got the tombstone yet finds nothing there (it holds a prefix of the shard, and
+        // nothing came between): asked again, for a few seconds (a replica just restarted
+        // answers none for about two).
+        for _ in 0..<30 {
+            if let next = try? client.nextMessage(stream: EngineNames.shardStream(shard), subject: subject, from: follows + 1, headerKeys: []) {
+                return next.streamSeq == last.streamSeq
+            }
+            Thread.sleep(forTimeInterval: 0.1)
+        }
+        return false
     }
 
     /// Whether room `id` lives in its shard now (a message that is not its tombstone last).
