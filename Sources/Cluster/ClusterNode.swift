@@ -569,7 +569,22 @@ public final class ClusterNode: Sendable {
     /// thread between tries (``loadPause(after:)``); a failure that ``Failure/mayPass``
     /// comes after the last. With `attempts: 1`, the caller pauses between tries itself
     /// and holds no thread meanwhile.
+    ///
+    /// A room in a stream of its own is moved into its shard first by a node that creates
+    /// rooms in shards, and by any node once its move has begun (docs/CLUSTER.md, "Moving an
+    /// existing cluster to shards").
     public func openRoom(_ id: RoomID, resumeWindow: Int, attempts: Int = ClusterNode.loadAttempts) throws(Failure) -> ClusterRoom {
-        try ClusterRoom(node: self, room: id, resumeWindow: resumeWindow, attempts: attempts)
+        if let room = try ClusterRoom.openInShard(node: self, room: id, resumeWindow: resumeWindow, attempts: attempts) { return room }
+        let own = try ClusterRoom.openOwnStream(node: self, room: id, resumeWindow: resumeWindow, attempts: attempts)
+        guard createsInShards || own.movedOut else { return own }
+        do { try own.moveIntoShard() } catch {
+            own.close()
+            throw error
+        }
+        own.close()
+        guard let room = try ClusterRoom.openInShard(node: self, room: id, resumeWindow: resumeWindow, attempts: attempts) else {
+            throw Failure("room '\(id)' was moved into its shard, which does not hold it", mayPass: true)
+        }
+        return room
     }
 }

@@ -88,25 +88,28 @@ public final class ClusterRoom: Durability, Sendable {
         var rewriteRecord = false
     }
 
-    /// Loads room `id` from its shard if it is there, else from a stream of its own.
-    convenience init(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) {
+    /// Room `id` loaded from its shard, or nil when the shard holds no life of it.
+    static func openInShard(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) -> ClusterRoom? {
+        let shard = node.layout.shard(of: room)
+        let follower = node.follower(of: shard)
+        // Kept from now on: what the follower delivers while the room is read.
+        let listener = follower.listen(room)
         do {
-            let shard = node.layout.shard(of: room)
-            let follower = node.follower(of: shard)
-            let listener = follower.listen(room)
-            do {
-                if let start = try Self.loadFromShard(node: node, room: room, shard: shard, attempts: attempts) {
-                    try self.init(node: node, room: room, resumeWindow: resumeWindow, place: .shard(shard, follower, listener), start: start)
-                    return
-                }
-            } catch {
+            guard let start = try loadFromShard(node: node, room: room, shard: shard, attempts: attempts) else {
                 follower.stopListening(room, listener)
-                throw error
+                return nil
             }
+            return try ClusterRoom(node: node, room: room, resumeWindow: resumeWindow, place: .shard(shard, follower, listener), start: start)
+        } catch {
             follower.stopListening(room, listener)
+            throw error
         }
-        try self.init(node: node, room: room, resumeWindow: resumeWindow, place: .ownStream,
-                      start: Self.loadFromOwnStream(node: node, room: room, attempts: attempts))
+    }
+
+    /// Room `id` loaded from a stream of its own (made by a tabd before shards).
+    static func openOwnStream(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) -> ClusterRoom {
+        try ClusterRoom(node: node, room: room, resumeWindow: resumeWindow, place: .ownStream,
+                        start: loadFromOwnStream(node: node, room: room, attempts: attempts))
     }
 
     /// Reads `attempt` up to `attempts` times while the engine answers errors (a stream
@@ -165,26 +168,49 @@ public final class ClusterRoom: Durability, Sendable {
             // its life from the last first message (`genesis`) sealed for it at its place.
             let all = try Self.read(client, stream: stream, subject: subject, after: 0, through: last.streamSeq, keys: keys)
             var begin: Int?
-            for (i, message) in all.enumerated().reversed() where message.headers[EngineNames.kindHeader] == "genesis" {
-                guard let genesis = try? Genesis(bytes: message.data) else { continue }
-                let (verdict, follows) = trust.judgeShard(seal: message.headers[EngineNames.sealHeader], subject: subject, life: genesis.epoch,
+            // A life begins with the room's first message, or with the snapshot of a room moved
+            // in from a stream of its own.
+            for (i, message) in all.enumerated().reversed()
+            where message.headers[EngineNames.kindHeader] == "genesis" || message.headers[EngineNames.kindHeader] == EngineNames.movedKind {
+                guard let life = Self.lifeStarted(by: message) else { continue }
+                let (verdict, follows) = trust.judgeShard(seal: message.headers[EngineNames.sealHeader], subject: subject, life: life,
                                                           headers: message.headers, body: message.data)
                 // At its place: after the message before it (the first kept may follow one gone).
                 if verdict == .sealed, i == 0 || follows == all[i - 1].streamSeq { begin = i; break }
                 node.rejected("batch", "room '\(room)': a first message at stream seq \(message.streamSeq) of its shard that is not believed")
             }
-            guard let begin, let genesis = try? Genesis(bytes: all[begin].data) else {
+            guard let begin else {
                 // Deleted (its tombstone last) or never created here.
                 if last.headers[EngineNames.kindHeader] == EngineNames.tombstoneKind { return nil }
                 throw ClusterNode.Failure("room '\(room)' has neither a record nor a first message its shard keeps")
             }
-            let state: StoredState
-            do { state = try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch) } catch let error as CommandError {
-                throw ClusterNode.Failure("room '\(room)': \(error.message)")
-            }
             let first = all[begin].streamSeq
-            return Start(state: state, from: first, end: last.streamSeq, streamCreated: created, sealed: true, lifeBound: true,
-                         lifeStart: first, tail: Array(all[(begin + 1)...]), rewriteRecord: true)
+            var start: Start
+            if all[begin].headers[EngineNames.kindHeader] == EngineNames.movedKind, let moved = try? SnapshotRecord(bytes: all[begin].data) {
+                start = Start(state: moved.state, owners: moved.owners, incarnations: moved.incarnations, from: first, end: last.streamSeq,
+                              streamCreated: created, sealed: true, lifeBound: true)
+            } else if let genesis = try? Genesis(bytes: all[begin].data) {
+                do {
+                    start = Start(state: try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch), from: first, end: last.streamSeq,
+                                  streamCreated: created, sealed: true, lifeBound: true)
+                } catch let error as CommandError { throw ClusterNode.Failure("room '\(room)': \(error.message)") }
+            } else {
+                throw ClusterNode.Failure("room '\(room)': its first message in its shard does not read")
+            }
+            start.lifeStart = first
+            start.tail = Array(all[(begin + 1)...])
+            start.rewriteRecord = true
+            return start
+        }
+    }
+
+    /// The life a room's first message in a shard begins (a `genesis`'s epoch, or the epoch
+    /// of the snapshot a `moved` one holds), if it reads.
+    static func lifeStarted(by message: StreamMessage) -> String? {
+        switch message.headers[EngineNames.kindHeader] {
+        case "genesis"?: (try? Genesis(bytes: message.data))?.epoch
+        case EngineNames.movedKind?: (try? SnapshotRecord(bytes: message.data))?.state.epoch
+        default: nil
         }
     }
 
@@ -310,7 +336,7 @@ public final class ClusterRoom: Durability, Sendable {
         }
         if state.withLock({ $0.machine.deleted }) { close(); throw ClusterNode.Failure("no room '\(room)'") }
         if let broken = state.withLock({ $0.machine.broken }) { close(); throw ClusterNode.Failure(broken) }
-        if case .ownStream = place, node.trust.sealsLives(), !state.withLock({ $0.machine.lifeBound }) { markLife() }
+        if case .ownStream = place, node.trust.sealsLives(), !state.withLock({ $0.machine.lifeBound || $0.machine.movedOut }) { markLife() }
         // A room loaded from an unsealed start (phase one of the move to seals), or whose
         // history read holds messages of another key (one being rotated out), gets a
         // snapshot sealed with this node's key: nodes load it from there on, without them.
@@ -451,7 +477,7 @@ public final class ClusterRoom: Durability, Sendable {
                     // from there.
                     follower.restart(from: missed ? from : nil, why: missed ? "room '\(room)': a delivery was not the stream's" : "room '\(room)': stalled")
                 }
-            case .deleted:
+            case .deleted, .moved:
                 gone.withLock { $0 }?.run()
             case .caughtUp:
                 caughtUp.signal()
@@ -531,14 +557,38 @@ public final class ClusterRoom: Durability, Sendable {
         if state.withLock({ $0.machine.closed }) { sub.cancel() }
     }
 
+    /// Where the room stands in the engine now, against what this node loaded.
+    public enum Standing: Sendable, Equatable {
+        /// As loaded: this life, in this place.
+        case current
+        /// Deleted (perhaps created again since): its clients are closed with 4404.
+        case gone
+        /// Moved into its shard from a stream of its own, the same life: its clients
+        /// reconnect and resume there.
+        case moved
+    }
+
     /// Whether the room's stream is still the one this room was loaded from: false once
-    /// the room was deleted (and perhaps created again) elsewhere.
-    public func streamIsCurrent() throws(ClusterNode.Failure) -> Bool {
+    /// the room was deleted (and perhaps created again) elsewhere, or moved.
+    public func streamIsCurrent() throws(ClusterNode.Failure) -> Bool { try standing() == .current }
+
+    public func standing() throws(ClusterNode.Failure) -> Standing {
         guard place.shard != nil else {
-            do { return try node.client.streamInfo(stream)?.created == streamCreated } catch {
+            if state.withLock({ $0.machine.movedOut }) { return .moved }
+            do {
+                if try node.client.streamInfo(stream)?.created == streamCreated { return .current }
+                // Gone from its stream: moved (this life in its shard), or deleted.
+                let shard = node.layout.shard(of: room)
+                guard try node.existsInShard(room) else { return .gone }
+                return try Self.life(node: node, room: room, shard: shard) == life ? .moved : .gone
+            } catch let error as ClusterNode.Failure { throw error } catch {
                 throw ClusterNode.Failure("cannot read room '\(room)': \(error)")
             }
         }
+        return try shardHoldsThisLife() ? .current : .gone
+    }
+
+    private func shardHoldsThisLife() throws(ClusterNode.Failure) -> Bool {
         if state.withLock({ $0.machine.deleted }) { return false }
         let last: StreamMessage?
         do { last = try node.client.lastMessage(stream: stream, subject: subject, headerKeys: Self.headerKeys) } catch {
@@ -642,6 +692,9 @@ public final class ClusterRoom: Durability, Sendable {
     static let fencesOff = ProcessInfo.processInfo.environment["TABD_TEST_NO_FENCE"] == "1"
 
     public func published(through seq: Int) { state.withLock { $0.machine.published(through: seq) } }
+
+    /// Reads the machine (under the room's lock).
+    func withMachine<T>(_ read: (ClusterRoomMachine) -> T) -> T { state.withLock { read($0.machine) } }
 
     /// The room as delivered here, as a snapshot record would hold it.
     package var snapshotRecordForTests: SnapshotRecord { state.withLock { $0.machine.snapshotRecord } }

@@ -166,6 +166,9 @@ package struct ClusterRoomMachine: Sendable {
         case refollow(from: UInt64, missed: Bool)
         /// A tombstone of the room's life was delivered at its place: the room was deleted.
         case deleted
+        /// The room's stream of its own ends with its move into its shard: the room lives
+        /// there from now on (``movedOut``).
+        case moved
         /// The stream is read up to where it ended when the room was opened.
         case caughtUp
         case log(String)
@@ -271,6 +274,9 @@ package struct ClusterRoomMachine: Sendable {
     package let lifeStart: UInt64?
     /// The room's tombstone was delivered: it is deleted.
     package private(set) var deleted = false
+    /// The room's stream of its own ends with the fence of its move into its shard: its
+    /// state at the fence (``stored``) is what the shard's first message holds.
+    package private(set) var movedOut = false
     /// The room's messages delivered since the last snapshot this node loaded or stored.
     private var sinceSnapshot: UInt64 = 0
 
@@ -701,6 +707,9 @@ package struct ClusterRoomMachine: Sendable {
             }
         }
         if believed, message.kind == EngineNames.tombstoneKind { return tombstone(message) }
+        // A move's fence ends a stream of its own; in a shard, a room's life begins with one.
+        if believed, message.kind == EngineNames.movedKind, contiguous { return moved(message) }
+        if message.kind == EngineNames.movedKind { return passedOver(message, believed: believed) }
         if !believed || message.kind == "genesis" || message.kind == EngineNames.sealMarkKind {
             return passedOver(message, believed: believed)
         }
@@ -906,6 +915,18 @@ package struct ClusterRoomMachine: Sendable {
         loading = false
         return [.log("room '\(room)': deleted (its tombstone is at stream seq \(message.streamSeq))")]
             + failEverything(.unavailable("room '\(room)' deleted")) + (wasLoading ? [.caughtUp] : []) + [.deleted]
+    }
+
+    /// The fence of the room's move into its shard, at its place: nothing more is appended
+    /// here, every wait fails (what is in flight fails its compare-and-set anyway), and the
+    /// room is served from its shard.
+    private mutating func moved(_ message: Delivery) -> [Action] {
+        delivered = message.streamSeq
+        movedOut = true
+        let wasLoading = loading
+        loading = false
+        return [.log("room '\(room)': moved into its shard (the fence is at stream seq \(message.streamSeq) of its own stream)")]
+            + failEverything(.unavailable("room '\(room)' moved; try again")) + (wasLoading ? [.caughtUp] : []) + [.moved]
     }
 
     /// This node's batches that the engine said are at `seq`, where the consumer delivered

@@ -31,6 +31,10 @@ enum EngineNames {
     static func directorySubject(_ room: RoomID) -> String { "tabd.dir.\(room)" }
     /// The kind of a room's tombstone: the room's life ended there.
     static let tombstoneKind = "deleted"
+    /// The kind of a room's move into its shard: the last message of its stream of its own
+    /// (a fence: nothing can be appended after it), and the first of its subject in the shard
+    /// (a snapshot record of the room at the fence: the same life, epoch and seqs).
+    static let movedKind = "moved"
     /// In a shard, the room's message each message follows (its seal covers it).
     static let followsHeader = "Tabd-Follows"
     /// Every room's latest snapshot, one message per room (its subject).

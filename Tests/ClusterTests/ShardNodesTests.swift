@@ -136,8 +136,9 @@ import Testing
     }
 
     /// Rooms with a stream of their own (made by a node creating rooms so, as a tabd before
-    /// shards did) and rooms in shards live side by side: each node serves both, lists both,
-    /// and never creates a room that lives in the other layout.
+    /// shards did) and rooms in shards live side by side: each node lists both and never
+    /// creates a room that lives in the other layout; a node of the old layout serves each
+    /// where it is, a node creating rooms in shards moves the other kind there.
     @Test func roomsOfBothLayoutsAreServedListedAndNeverCreatedTwice() async throws {
         let server = try EngineServer()
         defer { server.stop() }
@@ -151,15 +152,78 @@ import Testing
         #expect(try !streams.createRoom("sharded", tabs: TabInfo.defaults))
         #expect(try shards.roomIDs() == ["legacy", "sharded"])
         #expect(try streams.roomIDs() == ["legacy", "sharded"])
-        for node in [streams, shards] {
+        // The node of the old layout serves each where it is; the other moves the room with
+        // a stream of its own into its shard as it opens it.
+        for (node, inShard) in [(streams, false), (shards, true), (streams, true)] {
             for id in ["legacy", "sharded"] {
                 let room = try node.openRoom(id, resumeWindow: 10_000)
-                #expect((room.place.shard != nil) == (id == "sharded"))
+                #expect((room.place.shard != nil) == (inShard || id == "sharded"), "\(node.name) opening \(id)")
                 room.close()
             }
         }
+        #expect(try shards.roomIDs() == ["legacy", "sharded"])
         #expect(try shards.deleteRoom("legacy"))
         #expect(try streams.deleteRoom("sharded"))
         #expect(try shards.roomIDs().isEmpty)
+    }
+
+    /// A room with a stream of its own, in use on a node of the old layout, is opened by a
+    /// node that creates rooms in shards: it is moved into its shard with its life (epoch,
+    /// seqs, state), the old node learns it moved (its clients resume there), nothing
+    /// more lands in the old stream, and the stream is gone.
+    @Test func aRoomWithAStreamOfItsOwnMovesIntoItsShardKeepingItsLife() async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let old = try ClusterNode(urls: [server.url], name: "old", trust: testTrust, placement: .streams, log: { _ in })
+        defer { old.close() }
+        #expect(try old.createRoom("legacy", tabs: TabInfo.defaults))
+        let before = try old.openRoom("legacy", resumeWindow: 10_000)
+        let oldCoordinator = Coordinator(restoring: before.committedState(), durability: before)
+        try await oldCoordinator.start(forgetting: [])
+        for i in 0..<30 { _ = try await oldCoordinator.execute(.scroll(tab: "home", offset: Double(i))) }
+        let expected = await oldCoordinator.snapshot()
+
+        let new = try ClusterNode(urls: [server.url], name: "new", trust: testTrust, log: { _ in })
+        defer { new.close() }
+        let moved = try new.openRoom("legacy", resumeWindow: 10_000)
+        defer { moved.close() }
+        #expect(moved.place.shard == new.layout.shard(of: "legacy"))
+        #expect(moved.committedState().epoch == oldCoordinator.epoch, "the same life")
+        #expect(moved.committedState().snapshot == expected, "the same state and seqs")
+        try await eventually("the old node to see the fence") { before.movedOut }
+        #expect(try before.standing() == .moved)
+        // What the old node still appends fails: nothing lands after the fence.
+        await #expect(throws: (any Error).self) { _ = try await oldCoordinator.execute(.scroll(tab: "home", offset: 99)) }
+        #expect(try new.client.streamInfo(EngineNames.stream("legacy")) == nil, "its own stream is gone")
+        #expect(try new.roomIDs() == ["legacy"])
+        // It goes on in the shard.
+        let coordinator = Coordinator(restoring: moved.committedState(), durability: moved)
+        try await coordinator.start(forgetting: [])
+        _ = try await coordinator.execute(.scroll(tab: "home", offset: 100))
+        #expect(await coordinator.currentSeq > expected.seq)
+        before.close()
+    }
+
+    /// A node that stopped after the fence, before the shard's message: the next node to
+    /// load the room finishes the move, whatever layout it creates rooms in.
+    @Test func aMoveBegunIsFinishedByTheNextNodeToLoadTheRoom() async throws {
+        let server = try EngineServer()
+        defer { server.stop() }
+        let old = try ClusterNode(urls: [server.url], name: "old", trust: testTrust, placement: .streams, log: { _ in })
+        defer { old.close() }
+        #expect(try old.createRoom("half", tabs: TabInfo.defaults))
+        let room = try old.openRoom("half", resumeWindow: 10_000)
+        let coordinator = Coordinator(restoring: room.committedState(), durability: room)
+        try await coordinator.start(forgetting: [])
+        for i in 0..<10 { _ = try await coordinator.execute(.scroll(tab: "home", offset: Double(i))) }
+        let expected = await coordinator.snapshot()
+        try room.appendFence()
+        room.close()
+        #expect(try old.client.streamInfo(EngineNames.stream("half")) != nil)
+        let again = try old.openRoom("half", resumeWindow: 10_000)
+        defer { again.close() }
+        #expect(again.place.shard != nil, "moved, though this node creates rooms in streams")
+        #expect(again.committedState().snapshot == expected)
+        #expect(try old.client.streamInfo(EngineNames.stream("half")) == nil)
     }
 }

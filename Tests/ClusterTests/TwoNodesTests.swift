@@ -238,7 +238,7 @@ struct TwoNodesTests {
         _ = first.client.publish(subject: subject, data: stale, headers: [("Tabd-Seal", first.trust.sealSnapshot(subject: subject, body: stale))])
         let expected = await coordinator.snapshot()
 
-        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, log: { _ in })
+        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, placement: .streams, log: { _ in })
         defer { second.close() }
         let seen = try second.openRoom("again", resumeWindow: 10_000)
         defer { seen.close() }
@@ -260,7 +260,7 @@ struct TwoNodesTests {
         let old = try first.openRoom("moving", resumeWindow: 10_000)
         #expect(!old.sealed, "a room created in phase one has no seal mark")
         let lines = Locked([String]())
-        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, log: { line in lines.withLock { $0.append(line) } })
+        let second = try ClusterNode(urls: [server.url], name: "second", trust: testTrust, placement: .streams, log: { line in lines.withLock { $0.append(line) } })
         defer { second.close() }
         let room = try second.openRoom("moving", resumeWindow: 10_000)
         defer { room.close() }

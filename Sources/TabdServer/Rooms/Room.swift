@@ -243,9 +243,20 @@ actor Room: DirectoryRoom {
                         await armPresenceReport(coordinator)
                     }
                 case .verifyStream:
-                    if let clusterRoom, (try? await offPool { () throws(ClusterNode.Failure) in try clusterRoom.streamIsCurrent() }) == false {
+                    guard let clusterRoom else { break }
+                    switch try? await offPool({ () throws(ClusterNode.Failure) in try clusterRoom.standing() }) {
+                    case .gone?:
                         // Not awaited: the deletion comes back to this loop as `.delete`.
                         Task { [registry, id, self] in await registry.deletedElsewhere(id, found: self) }
+                    case .moved?:
+                        // Moved into its shard: the same life, epoch and seqs. Its clients
+                        // reconnect and resume; the next of them loads it from there.
+                        log.info("room '\(id)' moved into its shard: its clients reconnect to it there")
+                        await stop(coordinator, closing: presence.joins.map(\.connection), code: .goingAway, reason: "room moved",
+                                   leftovers: Array(inputs[(n + 1)...]))
+                        return
+                    case .current?, nil:
+                        break
                     }
                 case let .delete(done):
                     // What came after the deletion is refused like what comes later.
