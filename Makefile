@@ -109,7 +109,9 @@ test: test-deps
 ## file system that drops what was not synced) for 50 rounds each, 50 random rounds mixing
 ## the cluster's faults (Tests/e2e/test_cluster_faults.py), two writers racing one
 ## per-subject expectation on a shard stream for 20,000 rounds while its leader is SIGKILLed
-## 10 times (Tests/e2e/test_shard_cas.py; figures in test-output/shard-cas/summary.json), each
+## 10 times (Tests/e2e/test_shard_cas.py; figures in test-output/shard-cas/summary.json), a
+## running cluster of the tabd before shards (built by scripts/build-tabd-before-shards) moved
+## into shards node by node (Tests/e2e/test_cluster_move.py), each
 ## fuzz target for 60 s, and the churn soak: ten minutes of waves of 2,000 clients over 200
 ## rooms that come and go, RSS flat after the first minute (test-output/churn/churn.json and
 ## churn.png; docs/RELIABILITY.md "Churn"). `make test` runs 4 crash rounds, 3 power cuts,
@@ -120,6 +122,7 @@ test-long: test-deps
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_POWER_CUT_ROUNDS=50 $(PYTHON) -m pytest -q -p no:cacheprovider Tests/e2e/test_power_cut.py
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_FAULT_RANDOM_ROUNDS=50 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_cluster_faults.py -k random_rounds
 	TABD_SHARD_CAS_ROUNDS=20000 TABD_SHARD_CAS_KILLS=10 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_shard_cas.py -k racing
+	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_OLD_BIN=$$(scripts/build-tabd-before-shards) $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_cluster_move.py
 	scripts/fuzz 60
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench
