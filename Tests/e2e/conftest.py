@@ -247,7 +247,7 @@ def pytest_pyfunc_call(pyfuncitem):
 # so that the workers of `make test-e2e` (pytest-xdist) end together instead of one of them
 # still running a long round while the others wait.
 LONGEST_FIRST = ("test_cluster_faults.py", "test_observation_app.py", "test_engine_trust.py", "test_engine.py", "test_cluster.py",
-                 "test_shard_cas.py", "test_shard_faults.py", "test_cluster_pipeline.py", "test_cluster_presence.py", "test_peer_cost.py")
+                 "test_shard_cas.py", "test_shard_faults.py", "test_cluster_move.py", "test_cluster_pipeline.py", "test_cluster_presence.py", "test_peer_cost.py")
 
 
 def pytest_collection_modifyitems(items):

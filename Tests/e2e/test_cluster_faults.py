@@ -37,6 +37,12 @@ from natsproto import Nats  # noqa: E402
 
 ROUNDS = int(os.environ.get("TABD_FAULT_ROUNDS", "1"))
 IN_FLIGHT = 64
+# Rooms live as subjects of a few shard streams: the rounds' nodes lay them out in SHARDS, and
+# each round's room has NEIGHBOURS busy rooms of its shard beside it (a client each, fewer
+# commands in flight), judged by the checker as well.
+SHARDS = 2
+NEIGHBOURS = int(os.environ.get("TABD_FAULT_NEIGHBOURS", "3"))
+NEIGHBOUR_IN_FLIGHT = 8
 PAUSE = 8.0          # seconds: longer than the nodes' liveness bound (5 s) and the engine's elections
 SETTLE_LIMIT = 60.0  # seconds every command may take to be answered once the fault is over
 
@@ -46,8 +52,9 @@ class Driver:
     test, over whichever of `urls` answers; on a drop it reconnects with `resume` from the
     last seq it saw. Everything goes through its Recorder."""
 
-    def __init__(self, name, urls, room, seed):
+    def __init__(self, name, urls, room, seed, in_flight=None):
         self.name, self.urls, self.room = name, urls, room
+        self.in_flight = in_flight
         self.rec = Recorder(name)
         self.rng = random.Random(seed)
         self.n = 0
@@ -95,7 +102,7 @@ class Driver:
 
     async def _send(self, ws, stop):
         while not stop.is_set():
-            while self.sending and len(self.outstanding) < IN_FLIGHT:
+            while self.sending and len(self.outstanding) < (self.in_flight or IN_FLIGHT):
                 ref, cmd = self.command()
                 self.rec.sent_command(ref, cmd)
                 self.outstanding.add(ref)
@@ -147,14 +154,29 @@ async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
     send; then the drivers stop sending, every command is answered (bounded), an auditor
     reads the round's history, and the checker judges it. Returns the report."""
     urls = node_urls or [engine.url_arg] * 3
-    nodes = [make_daemon("--cluster", urls[i], "--node-name", f"f{i}", "--rate-limit", "0", *extra) for i in range(3)]
+    nodes = [make_daemon("--cluster", urls[i], "--node-name", f"f{i}", "--rate-limit", "0", "--cluster-shards", str(SHARDS), *extra)
+             for i in range(3)]
     room = "f" + uuid.uuid4().hex[:10]
     # The first node creates the room and writes it: the others forward to it.
     first = await websockets.connect(f"{nodes[0].ws}?room={room}")
     since = json.loads(await first.recv())["snapshot"]["seq"]
     drivers = [Driver(f"d{i}", [nodes[i].ws] + [n.ws for j, n in enumerate(nodes) if j != i], room, seed=i) for i in range(3)]
+    # Busy rooms of the same shard, each with a client on one node.
+    lay = shards.layout(engine.urls[0])
+    neighbours = []
+    while len(neighbours) < NEIGHBOURS:
+        other = "f" + uuid.uuid4().hex[:10]
+        if shards.shard_of(lay, other) == shards.shard_of(lay, room):
+            neighbours.append(other)
+    starts = {}
+    for k, other in enumerate(neighbours):
+        async with websockets.connect(f"{nodes[k % 3].ws}?room={other}") as ws:
+            starts[other] = json.loads(await ws.recv())["snapshot"]["seq"]
+    beside = [Driver(f"b{k}", [nodes[k % 3].ws] + [n.ws for j, n in enumerate(nodes) if j != k % 3], other, seed=100 + k,
+                     in_flight=NEIGHBOUR_IN_FLIGHT) for k, other in enumerate(neighbours)]
+    drivers_and_beside = drivers + beside
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(d.run(stop)) for d in drivers]
+    tasks = [asyncio.create_task(d.run(stop)) for d in drivers_and_beside]
     try:
         await asyncio.sleep(1.5)   # load before the fault
         # Every node has a client with commands answered, and so in flight, when it starts.
@@ -165,13 +187,13 @@ async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
             await asyncio.sleep(0.05)
         await fault(nodes, room)
         await asyncio.sleep(1.5)   # load after it
-        for d in drivers:
+        for d in drivers_and_beside:
             d.sending = False
         deadline = time.monotonic() + SETTLE_LIMIT
-        while any(d.outstanding for d in drivers) and time.monotonic() < deadline:
+        while any(d.outstanding for d in drivers_and_beside) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         # Commands of a connection that is still open and never answered: a stall.
-        stuck = sum(len(d.outstanding) for d in drivers)
+        stuck = sum(len(d.outstanding) for d in drivers_and_beside)
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -180,6 +202,15 @@ async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
     alive = next(n for n in nodes[1:] + nodes[:1] if n.proc.poll() is None)
     auditor = await audit(alive.ws, room, since, until)
     report = check([d.rec for d in drivers] + [auditor])
+    # The neighbours' histories, judged alike: a fault of the shard is theirs too.
+    for d in beside:
+        theirs = check([d.rec, await audit(alive.ws, d.room, starts[d.room], d.rec.last_seq() or 0)])
+        report.sent += theirs.sent
+        report.acked += theirs.acked
+        report.errors += theirs.errors
+        report.unanswered += theirs.unanswered
+        for name in ("lost", "doubled", "mismatched", "errored_with_effect", "gaps", "forks"):
+            getattr(report, name).extend((d.room, x) for x in getattr(theirs, name))
     report.longest_wait = max(d.longest_wait for d in drivers)
     where = {n.ws: f"f{i}" for i, n in enumerate(nodes)}
     print("  " + "; ".join(f"{d.name}: {len(d.rec.sent)} sent, sessions on {[where[u] for u in d.joined]}, longest wait {d.longest_wait:.1f} s"
