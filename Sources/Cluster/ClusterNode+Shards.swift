@@ -18,9 +18,8 @@ extension ClusterNode {
                                 log: @Sendable (String) -> Void) throws(Failure) -> ShardLayout {
         let subject = EngineNames.layoutSubject
         var lastError = ""
-        for attempt in 1...100 {
-            if attempt > 1 { Thread.sleep(forTimeInterval: 0.3) }
-            do {
+        let found = try EngineRetry.start.run("the engine is not ready for the shard layout", log: log) { _ -> EngineRetry.Outcome<ShardLayout> in
+            do throws(EngineError) {
                 _ = try client.ensureStream(name: EngineNames.clusterStream, subjects: ["tabd.cluster.>"], replicas: replicas, allowDirect: true)
                 _ = try client.ensureStream(name: EngineNames.directory, subjects: ["tabd.dir.*"], replicas: replicas, maxPerSubject: 1)
                 let last = try client.lastMessage(stream: EngineNames.clusterStream, subject: subject, headerKeys: [EngineNames.sealHeader])
@@ -37,29 +36,32 @@ extension ClusterNode {
                     if forged > 0 { log("the engine holds \(forged) shard layout record\(forged == 1 ? "" : "s") not sealed by a node: passed over") }
                     // Sealed with a key being rotated out: sealed again with this node's, so
                     // that the layout outlives that key.
-                    if let seal = message.headers[EngineNames.sealHeader], trust.secret.keyID(of: seal) != trust.secret.sealingKeyID {
+                    if trust.isOtherKey(message.headers[EngineNames.sealHeader]) {
                         _ = client.publish(subject: subject, data: message.data,
                                            headers: [(EngineNames.sealHeader, trust.sealLayout(subject: subject, body: message.data))])
                     }
-                    return layout
+                    return .done(layout)
                 }
-                if let end = last?.streamSeq, next <= end { continue } // a replica behind: read again
+                if let end = last?.streamSeq, next <= end { return .again(nil) } // a replica behind: read again
                 let layout = ShardLayout.random(shards: shards)
                 let body = layout.bytes
                 switch client.publish(subject: subject, data: body, headers: [(EngineNames.sealHeader, trust.sealLayout(subject: subject, body: body))],
                                       expectedLastSeq: last?.streamSeq ?? 0, perSubject: true) {
                 case .stored:
                     log("laid the cluster's rooms out in \(shards) shards")
-                    return layout
-                case .wrongLastSequence: continue // another node was first: read its layout
-                case let .unknown(why), let .failed(why): lastError = why
+                    return .done(layout)
+                case .wrongLastSequence: return .again(nil) // another node was first: read its layout
+                case let .unknown(why), let .failed(why):
+                    lastError = why
+                    return .again(why)
                 }
             } catch {
                 lastError = "\(error)"
-                if attempt % 10 == 1 { log("the engine is not ready for the shard layout (\(error)); asking again") }
+                return .again("\(error)")
             }
         }
-        throw Failure("cannot read or record the cluster's shard layout: \(lastError)")
+        guard let found else { throw Failure("cannot read or record the cluster's shard layout: \(lastError)") }
+        return found
     }
 
     /// Makes sure every shard stream exists (several at once: each is a replicated group
@@ -69,18 +71,17 @@ extension ClusterNode {
         let failures = Locked([String]())
         DispatchQueue.concurrentPerform(iterations: layout.shards) { shard in
             let name = EngineNames.shardStream(shard)
-            for attempt in 1...100 {
-                do {
-                    let info = try client.ensureStream(name: name, subjects: [EngineNames.shardFilter(shard)], replicas: replicas,
-                                                       maxPerSubject: maxMessagesPerRoom, duplicateWindowSeconds: 120, allowDirect: true)
-                    created.withLock { $0[shard] = info.created }
-                    return
+            var lastError = ""
+            let info = try? EngineRetry.start.run("shard stream \(name) is not ready", log: log) { _ -> EngineRetry.Outcome<StreamInfo> in
+                do throws(EngineError) {
+                    return .done(try client.ensureStream(name: name, subjects: [EngineNames.shardFilter(shard)], replicas: replicas,
+                                                         maxPerSubject: maxMessagesPerRoom, duplicateWindowSeconds: 120, allowDirect: true))
                 } catch {
-                    if attempt == 100 { failures.withLock { $0.append("\(name): \(error)") }; return }
-                    if attempt % 20 == 1 { log("shard stream \(name) is not ready (\(error)); asking again") }
-                    Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 0.5))
+                    lastError = "\(error)"
+                    return .again(lastError)
                 }
             }
+            if let info = info ?? nil { created.withLock { $0[shard] = info.created } } else { failures.withLock { $0.append("\(name): \(lastError)") } }
         }
         if let failure = failures.withLock({ $0.first }) { throw Failure("cannot make the shard streams: \(failure)") }
         return created.withLock { $0.map { $0 ?? 0 } }
@@ -114,13 +115,13 @@ extension ClusterNode {
         // got the tombstone yet finds nothing there (it holds a prefix of the shard, and
         // nothing came between): asked again, for a few seconds (a replica just restarted
         // answers none for about two).
-        for _ in 0..<30 {
-            if let next = try? client.nextMessage(stream: EngineNames.shardStream(shard), subject: subject, from: follows + 1, headerKeys: []) {
-                return next.streamSeq == last.streamSeq
+        let next = try? EngineRetry.replica.run("room '\(id)': reading its tombstone", log: log) { _ -> EngineRetry.Outcome<UInt64> in
+            guard let next = try? client.nextMessage(stream: EngineNames.shardStream(shard), subject: subject, from: follows + 1, headerKeys: []) else {
+                return .again(nil)
             }
-            Thread.sleep(forTimeInterval: 0.1)
+            return .done(next.streamSeq)
         }
-        return false
+        return (next ?? nil) == last.streamSeq
     }
 
     /// Whether room `id` lives in its shard now (a message that is not its tombstone last).
@@ -136,23 +137,24 @@ extension ClusterNode {
         let shard = layout.shard(of: id)
         let subject = EngineNames.shardSubject(shard, id)
         let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
+        let state: StoredState
+        do { state = try StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch) } catch {
+            throw Failure("cannot create room '\(id)': \(error.message)")
+        }
         let msgID = "genesis-\(id)-\(genesis.epoch)"
         var expected: UInt64?
-        for attempt in 1...100 {
-            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
+        // Done with the place of the room's first message, or nil when the room lives.
+        let outcome = try EngineRetry.standard.run("room '\(id)': creating in shard \(shard)", log: log) { _ -> EngineRetry.Outcome<UInt64?> in
             if expected == nil {
-                do {
+                do throws(EngineError) {
                     if let last = try lastInShard(id) {
-                        if last.headers[EngineNames.messageIDHeader] == msgID { break } // an earlier attempt of this call
-                        guard isTombstone(last, of: id) else { return false }
+                        if last.headers[EngineNames.messageIDHeader] == msgID { return .done(last.streamSeq) } // this call's earlier attempt
+                        guard isTombstone(last, of: id) else { return .done(nil) }
                         expected = last.streamSeq
                     } else {
                         expected = 0
                     }
-                } catch {
-                    if attempt % 10 == 1 { log("room '\(id)': creating, cannot read its shard yet (\(error)); asking again") }
-                    continue
-                }
+                } catch { return .again("cannot read its shard yet (\(error))") }
             }
             let follows = expected!
             let seal = trust.sealStream(subject: subject, life: genesis.epoch, bound: true, kind: "genesis", follows: follows, node: name,
@@ -162,41 +164,33 @@ extension ClusterNode {
                            (EngineNames.followsHeader, String(follows)), (EngineNames.sealMarkHeader, EngineNames.lifeMarkValue),
                            (EngineNames.sealHeader, seal)]
             switch client.publish(subject: subject, data: genesis.bytes, headers: headers, expectedLastSeq: follows, perSubject: true, msgID: msgID) {
-            case let .stored(seq, _):
-                writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq,
-                                           state: (try? StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch))!, owners: [:],
-                                           sealed: true, lifeBound: true, shard: shard, lifeStart: seq), room: id)
-                return true
+            case let .stored(seq, _): return .done(seq)
             case .wrongLastSequence:
                 // Another node's first message, or this call's earlier attempt: read again.
                 expected = nil
-            case let .unknown(why), let .failed(why):
-                if attempt % 10 == 1 { log("room '\(id)': creating in shard \(shard), no answer yet (\(why)); asking again") }
+                return .again(nil)
+            case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
             }
         }
-        // An earlier attempt stands: its record.
-        if let last = try? lastInShard(id), last.headers[EngineNames.messageIDHeader] == msgID {
-            writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: last.streamSeq,
-                                       state: (try? StoredState.genesis(tabs: genesis.tabs, epoch: genesis.epoch))!, owners: [:],
-                                       sealed: true, lifeBound: true, shard: shard, lifeStart: last.streamSeq), room: id)
-            return true
-        }
-        throw Failure("cannot create room '\(id)': the engine does not answer")
+        guard let outcome else { throw Failure("cannot create room '\(id)': the engine does not answer") }
+        guard let seq = outcome else { return false }
+        writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq, state: state, owners: [:],
+                                   sealed: true, lifeBound: true, shard: shard, lifeStart: seq), room: id)
+        return true
     }
 
     /// Stores `record` as room `id`'s directory record (its latest snapshot), sealed.
     func writeRecord(_ record: SnapshotRecord, room id: RoomID) {
         let subject = EngineNames.directorySubject(id), body = record.bytes
-        for attempt in 1...20 {
-            let why: String
-            switch client.publish(subject: subject, data: body, headers: [(EngineNames.sealHeader, trust.sealSnapshot(subject: subject, body: body))]) {
-            case .stored: return
-            case let .unknown(text), let .failed(text): why = text
-            case .wrongLastSequence: why = "refused"
+        let headers = [(EngineNames.sealHeader, trust.sealSnapshot(subject: subject, body: body))]
+        let stored = try? EngineRetry.replica.run("room '\(id)': storing its directory record", log: log) { _ -> EngineRetry.Outcome<Bool> in
+            switch client.publish(subject: subject, data: body, headers: headers) {
+            case .stored: return .done(true)
+            case let .unknown(why), let .failed(why): return .again(why)
+            case .wrongLastSequence: return .again("refused")
             }
-            if attempt == 20 { log("room '\(id)': could not store its directory record (\(why)); the next load writes it") }
-            Thread.sleep(forTimeInterval: 0.05)
         }
+        if (stored ?? nil) == nil { log("room '\(id)': could not store its directory record; the next load writes it") }
     }
 
     /// Deletes room `id` from its shard: its tombstone, sealed for its life, right after its
@@ -205,41 +199,45 @@ extension ClusterNode {
     func deleteFromShard(_ id: RoomID) throws(Failure) -> Bool {
         let shard = layout.shard(of: id)
         let stream = EngineNames.shardStream(shard), subject = EngineNames.shardSubject(shard, id)
-        for attempt in 1...50 {
-            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
+        // The tombstones this call sent: one of them found last is this call's deletion.
+        var sent: Set<String> = []
+        let deleted = try EngineRetry.standard.run("room '\(id)': deleting", log: log) { _ throws(Failure) -> EngineRetry.Outcome<Bool> in
             let last: StreamMessage
-            do {
-                guard let found = try lastInShard(id) else { return false }
+            do throws(EngineError) {
+                guard let found = try lastInShard(id) else { return .done(false) }
                 last = found
-            } catch { continue }
-            if isTombstone(last, of: id) { return false }
+            } catch { return .again("cannot read its shard (\(error))") }
+            if let mine = last.headers[EngineNames.messageIDHeader], sent.contains(mine) { return .done(true) }
+            if isTombstone(last, of: id) { return .done(false) }
             let life: String
-            do { life = try ClusterRoom.life(node: self, room: id, shard: shard) } catch {
+            do throws(Failure) { life = try ClusterRoom.life(node: self, room: id, shard: shard) } catch {
                 if !error.mayPass { throw error }
-                continue
+                return .again("cannot read its life (\(error))")
             }
             let body = Genesis.lifeBody(life)
             let msgID = "tombstone-\(id)-\(life)"
+            sent.insert(msgID)
             let seal = trust.sealStream(subject: subject, life: life, bound: true, kind: EngineNames.tombstoneKind, follows: last.streamSeq,
                                         node: name, incarnation: incarnation, messageID: msgID, forwards: nil, sealMark: nil, body: body)
             let headers = [(EngineNames.kindHeader, EngineNames.tombstoneKind), (EngineNames.nodeHeader, name),
                            (EngineNames.incarnationHeader, incarnation), (EngineNames.followsHeader, String(last.streamSeq)),
                            (EngineNames.sealHeader, seal)]
             switch client.publish(subject: subject, data: body, headers: headers, expectedLastSeq: last.streamSeq, perSubject: true, msgID: msgID) {
-            case .stored:
-                // The room's messages before its tombstone, and its record, go.
-                do {
-                    try client.purge(stream: stream, subject: subject, keep: 1)
-                    try client.purge(stream: EngineNames.directory, subject: EngineNames.directorySubject(id), keep: 0)
-                } catch { log("room '\(id)': deleted, but its history was not purged yet: \(error)") }
-                let notice = EngineNames.deletedPrefix + id
-                client.publishCore(subject: notice, data: trust.sealCore(.deletion, subject: notice, args: [String(shardCreated(shard))]))
-                return true
-            case .wrongLastSequence, .unknown, .failed:
-                continue // something came after it, or no answer: read again
+            case .stored: return .done(true)
+            case .wrongLastSequence: return .again(nil) // something came after it: read again
+            case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
             }
         }
-        throw Failure("cannot delete room '\(id)': the engine does not answer")
+        guard let deleted else { throw Failure("cannot delete room '\(id)': the engine does not answer") }
+        guard deleted else { return false }
+        // The room's messages before its tombstone, and its record, go.
+        do {
+            try client.purge(stream: stream, subject: subject, keep: 1)
+            try client.purge(stream: EngineNames.directory, subject: EngineNames.directorySubject(id), keep: 0)
+        } catch { log("room '\(id)': deleted, but its history was not purged yet: \(error)") }
+        let notice = EngineNames.deletedPrefix + id
+        client.publishCore(subject: notice, data: trust.sealCore(.deletion, subject: notice, args: [String(shardCreated(shard))]))
+        return true
     }
 
     /// The rooms of the shards, by their directory records.

@@ -20,7 +20,7 @@ public final class ClusterNode: Sendable {
     /// How many times a room's read is tried while the engine answers errors (a stream being
     /// created or electing a leader), and the pause before each next try: about 15 s in all.
     public static let loadAttempts = 60
-    public static func loadPause(after attempt: Int) -> Duration { .milliseconds(min(20 * attempt, 300)) }
+    public static func loadPause(after attempt: Int) -> Duration { .milliseconds(Int(EngineRetry.standard.pause(after: attempt) * 1000)) }
 
     public let name: String
     /// This life of the node: a random id per start, in its heartbeats and on every message
@@ -125,23 +125,20 @@ public final class ClusterNode: Sendable {
         }
         // The engine may still be electing its leaders: ask again for up to about 30 s.
         // With three or more servers, three copies; one if the engine cannot keep three.
-        var got = 0
-        attempts: for attempt in 1...100 {
+        let connection = client
+        let got = (try? EngineRetry.start.run("the engine is not ready", log: log) { _ -> EngineRetry.Outcome<Int> in
+            var notReady: String?
             for asked in urls.count >= 3 ? [3, 1] : [1] {
-                do {
-                    got = try client.ensureStream(name: EngineNames.snapshots, subjects: ["tabd.snap.*"], replicas: asked, maxPerSubject: 1).replicas
-                    break attempts
+                do throws(EngineError) {
+                    return .done(try connection.ensureStream(name: EngineNames.snapshots, subjects: ["tabd.snap.*"], replicas: asked, maxPerSubject: 1).replicas)
                 } catch {
-                    if error.isTimeout || error.code == 0 || attempt == 100 {
-                        if attempt % 10 == 1 { log("the engine is not ready (\(error)); asking again") }
-                        break
-                    }
+                    if error.isTimeout || error.code == 0 { notReady = "\(error)"; break }
                     log("the engine cannot keep \(asked) copies (\(error))")
                 }
             }
-            Thread.sleep(forTimeInterval: 0.3)
-        }
-        guard got > 0 else { client.close(); throw Failure("the engine at \(EngineURL.redacted(urls)) refused every stream") }
+            return .again(notReady)
+        }) ?? nil
+        guard let got else { client.close(); throw Failure("the engine at \(EngineURL.redacted(urls)) refused every stream") }
         replicas = got
         // The shards: their layout (the first node's), their streams, a follower of each.
         do {
@@ -498,23 +495,18 @@ public final class ClusterNode: Sendable {
     private func createOwnStream(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
         let stream = EngineNames.stream(id)
         // Another node may be creating the same stream, whose replicas are still electing
-        // a leader: reading it times out for a moment. Asked again for up to about 15 s.
-        for attempt in 1... {
-            do {
+        // a leader: reading it times out for a moment.
+        let made = try EngineRetry.standard.run("room '\(id)': creating its stream", log: log) { _ -> EngineRetry.Outcome<Bool> in
+            do throws(EngineError) {
                 _ = try client.ensureStream(name: stream, subjects: [EngineNames.subject(id)], replicas: replicas,
                                             maxMessages: 100_000, duplicateWindowSeconds: 120)
-                break
-            } catch {
-                if attempt >= 40 { throw Failure("cannot create room '\(id)': \(error)") }
-                if attempt % 10 == 1 { log("room '\(id)': creating its stream, not answered yet (\(error)); asking again") }
-                Thread.sleep(forTimeInterval: min(0.05 * Double(attempt), 0.5))
-            }
+                return .done(true)
+            } catch { return .again("not answered yet (\(error))") }
         }
+        guard made != nil else { throw Failure("cannot create room '\(id)': the engine does not make its stream") }
         let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
-        // A stream just created is not ready at once (its replicas elect a leader): ask
-        // again, for up to about 15 s.
-        for attempt in 1...100 {
-            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
+        // A stream just created is not ready at once (its replicas elect a leader).
+        let created = try EngineRetry.standard.run("room '\(id)': creating", log: log) { attempt -> EngineRetry.Outcome<Bool> in
             let msgID = "genesis-\(id)-\(genesis.epoch)"
             // Sealed; and, on a node that requires seals, the room's seal mark: every later
             // message of the room must be sealed too.
@@ -527,20 +519,20 @@ public final class ClusterNode: Sendable {
                            (EngineNames.sealHeader, seal)]
             if let mark { headers.append((EngineNames.sealMarkHeader, mark)) }
             switch client.publish(subject: EngineNames.subject(id), data: genesis.bytes, headers: headers, expectedLastSeq: 0, msgID: msgID) {
-            case .stored: return true // a duplicate is this call's own earlier attempt
+            case .stored: return .done(true) // a duplicate is this call's own earlier attempt
             case .wrongLastSequence:
                 // An earlier attempt of this call may be what stands at seq 1 (see
                 // EngineClient.holds): then the room is this call's.
-                guard attempt > 1 else { return false }
-                do { return try client.holds(msgID: msgID, at: 1, in: stream) } catch {
-                    if attempt % 10 == 1 { log("room '\(id)': creating, cannot read its first message yet (\(error)); asking again") }
+                guard attempt > 1 else { return .done(false) }
+                do throws(EngineError) { return .done(try client.holds(msgID: msgID, at: 1, in: stream)) } catch {
+                    return .again("cannot read its first message yet (\(error))")
                 }
-            case let .unknown(why): if attempt % 10 == 1 { log("room '\(id)': creating, no answer yet (\(why)); asking again") }
-            case let .failed(why):
-                if attempt % 10 == 1 { log("room '\(id)': creating, refused for now (\(why)); asking again") }
+            case let .unknown(why): return .again("no answer yet (\(why))")
+            case let .failed(why): return .again("refused for now (\(why))")
             }
         }
-        throw Failure("cannot create room '\(id)': the engine does not answer")
+        guard let created else { throw Failure("cannot create room '\(id)': the engine does not answer") }
+        return created
     }
 
     /// Deletes room `id` (its stream and snapshot) and tells every node; false if unknown.

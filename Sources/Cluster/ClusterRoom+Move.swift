@@ -76,22 +76,16 @@ extension ClusterNode {
         let subject = EngineNames.shardSubject(shard, id)
         let msgID = "moved-\(id)-\(life)"
         let body = record.bytes
-        for attempt in 1...100 {
-            if attempt > 1 { Thread.sleep(forTimeInterval: min(0.02 * Double(attempt), 0.3)) }
-            let expected: UInt64
-            do {
-                if let last = try lastInShard(id) {
-                    if last.headers[EngineNames.messageIDHeader] == msgID { return } // stored already
-                    guard isTombstone(last, of: id) else {
-                        throw Failure("room '\(id)' cannot move into its shard: the shard holds a room of that id")
-                    }
-                    expected = last.streamSeq
-                } else {
-                    expected = 0
+        let done = try EngineRetry.standard.run("room '\(id)': moving into shard \(shard)", log: log) { _ throws(Failure) -> EngineRetry.Outcome<Bool> in
+            let last: StreamMessage?
+            do throws(EngineError) { last = try lastInShard(id) } catch { return .again("cannot read its shard yet (\(error))") }
+            var expected: UInt64 = 0
+            if let last {
+                if last.headers[EngineNames.messageIDHeader] == msgID { return .done(true) } // stored already
+                guard isTombstone(last, of: id) else {
+                    throw Failure("room '\(id)' cannot move into its shard: the shard holds a room of that id")
                 }
-            } catch let error as Failure { throw error } catch {
-                if attempt % 10 == 1 { log("room '\(id)': moving, cannot read its shard yet (\(error)); asking again") }
-                continue
+                expected = last.streamSeq
             }
             let seal = trust.sealStream(subject: subject, life: life, bound: true, kind: EngineNames.movedKind, follows: expected, node: name,
                                         incarnation: incarnation, messageID: msgID, forwards: nil, sealMark: EngineNames.lifeMarkValue, body: body)
@@ -108,11 +102,12 @@ extension ClusterNode {
                 moved.sealed = true
                 moved.lifeBound = true
                 writeRecord(moved, room: id)
-                return
-            case .wrongLastSequence, .unknown, .failed:
-                continue // read again: another node's move, or no answer
+                return .done(true)
+            case .wrongLastSequence: return .again(nil) // read again: another node's move
+            case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
             }
         }
+        if done != nil { return }
         throw Failure("cannot move room '\(id)' into its shard: the engine does not answer", mayPass: true)
     }
 }

@@ -115,19 +115,18 @@ public final class ClusterRoom: Durability, Sendable {
     /// Reads `attempt` up to `attempts` times while the engine answers errors (a stream
     /// being created, a leader being elected), pausing between tries.
     private static func tried<T>(_ attempts: Int, _ room: RoomID, _ body: () throws -> T) throws(ClusterNode.Failure) -> T {
-        var attempt = 0
-        while true {
-            attempt += 1
-            do { return try body() } catch let failure as ClusterNode.Failure where !failure.mayPass {
+        var last: any Error = ClusterNode.Failure("cannot load room '\(room)'")
+        let retry = EngineRetry(attempts: attempts, step: EngineRetry.standard.step, longest: EngineRetry.standard.longest)
+        let value = try retry.run("room '\(room)': loading", log: { _ in }) { _ throws(ClusterNode.Failure) -> EngineRetry.Outcome<T> in
+            do { return .done(try body()) } catch let failure as ClusterNode.Failure where !failure.mayPass {
                 throw failure
             } catch {
-                if attempt >= attempts {
-                    throw ClusterNode.Failure((error as? ClusterNode.Failure)?.description ?? "cannot load room '\(room)': \(error)", mayPass: true)
-                }
-                let (seconds, attoseconds) = ClusterNode.loadPause(after: attempt).components
-                Thread.sleep(forTimeInterval: Double(seconds) + Double(attoseconds) / 1e18)
+                last = error
+                return .again(nil)
             }
         }
+        if let value { return value }
+        throw ClusterNode.Failure((last as? ClusterNode.Failure)?.description ?? "cannot load room '\(room)': \(last)", mayPass: true)
     }
 
     /// A room of a shard: its directory record (its latest snapshot) if it is of the room's
@@ -150,7 +149,7 @@ public final class ClusterRoom: Durability, Sendable {
                 switch trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: recordSubject, body: message.data) {
                 case .sealed:
                     record = try? SnapshotRecord(bytes: message.data)
-                    otherKey = message.headers[EngineNames.sealHeader].flatMap(trust.secret.keyID(of:)) != trust.secret.sealingKeyID
+                    otherKey = trust.isOtherKey(message.headers[EngineNames.sealHeader])
                 default: node.rejected("snapshot", "room '\(room)': its directory record is not sealed by a node; loaded from its shard instead")
                 }
             }
@@ -223,18 +222,20 @@ public final class ClusterRoom: Durability, Sendable {
     /// The messages on `subject` after stream seq `after` through `through`, read one by one
     /// with direct gets; a replica that has not got the last yet is asked again.
     private static func read(_ client: EngineClient, stream: String, subject: String, after: UInt64, through: UInt64,
-                             keys: [String]) throws -> [StreamMessage] {
+                             keys: [String]) throws(ClusterNode.Failure) -> [StreamMessage] {
         var out: [StreamMessage] = []
         var next = after + 1
-        var misses = 0
         while next <= through {
-            guard let message = try client.nextMessage(stream: stream, subject: subject, from: next, headerKeys: keys),
-                  message.streamSeq <= through else {
-                // A replica behind the leader: asked again (another may answer).
-                misses += 1
-                if misses > 50 { throw ClusterNode.Failure("room '\(subject)': a replica does not hold its messages up to \(through) yet", mayPass: true) }
-                Thread.sleep(forTimeInterval: 0.01)
-                continue
+            // A replica behind the leader answers nothing there yet: asked again (another may answer).
+            let found = try EngineRetry.replica.run("\(subject): reading", log: { _ in }) { _ throws(ClusterNode.Failure) -> EngineRetry.Outcome<StreamMessage> in
+                do throws(EngineError) {
+                    guard let message = try client.nextMessage(stream: stream, subject: subject, from: next, headerKeys: keys),
+                          message.streamSeq <= through else { return .again(nil) }
+                    return .done(message)
+                } catch { throw ClusterNode.Failure("cannot read \(subject): \(error)", mayPass: true) }
+            }
+            guard let message = found else {
+                throw ClusterNode.Failure("\(subject): no replica holds its messages up to \(through) yet", mayPass: true)
             }
             out.append(message)
             next = message.streamSeq + 1
@@ -254,9 +255,11 @@ public final class ClusterRoom: Durability, Sendable {
             guard let info = try client.streamInfo(stream) else { throw ClusterNode.Failure("no room '\(room)'") }
             var snapshot: SnapshotRecord?
             var snapshotVerdict = EngineTrust.Verdict.sealed
+            var snapshotOtherKey = false
             if let message = try client.lastMessage(stream: EngineNames.snapshots, subject: snapshotSubject, headerKeys: [EngineNames.sealHeader]),
                !message.data.isEmpty {
                 snapshotVerdict = trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: snapshotSubject, body: message.data)
+                snapshotOtherKey = trust.isOtherKey(message.headers[EngineNames.sealHeader])
                 switch snapshotVerdict {
                 case .sealed: snapshot = try? SnapshotRecord(bytes: message.data)
                 case .unsigned where trust.acceptUnsigned: snapshot = try? SnapshotRecord(bytes: message.data)
@@ -265,9 +268,11 @@ public final class ClusterRoom: Durability, Sendable {
                 }
             }
             if let record = snapshot, record.shard == nil, record.fits(info) {
+                // A snapshot sealed with a key being rotated out is stored again with this node's.
                 return Start(state: record.state, owners: record.owners, incarnations: record.incarnations, from: record.streamSeq,
                              end: info.lastSeq, streamCreated: info.created, sealed: record.sealed && snapshotVerdict == .sealed,
-                             lifeBound: record.lifeBound && snapshotVerdict == .sealed, unsealedStart: snapshotVerdict != .sealed)
+                             lifeBound: record.lifeBound && snapshotVerdict == .sealed, unsealedStart: snapshotVerdict != .sealed,
+                             rewriteRecord: snapshotVerdict == .sealed && snapshotOtherKey)
             }
             guard let first = try client.message(stream: stream, seq: 1, headerKeys: headerKeys), let genesis = try? Genesis(bytes: first.data) else {
                 throw ClusterNode.Failure("room '\(room)' has neither a snapshot nor its first message")
@@ -281,6 +286,7 @@ public final class ClusterRoom: Durability, Sendable {
             case let verdict where verdict.isNodeSeal:
                 start.sealed = first.headers[EngineNames.sealMarkHeader] != nil
                 start.lifeBound = verdict == .sealed && first.headers[EngineNames.sealMarkHeader] == EngineNames.lifeMarkValue
+                start.rewriteRecord = trust.isOtherKey(first.headers[EngineNames.sealHeader])
             case .unsigned where trust.acceptUnsigned:
                 start.unsealedStart = true
             case .unsigned:
@@ -732,7 +738,7 @@ public final class ClusterRoom: Durability, Sendable {
     private func received(_ message: StreamMessage) {
         let delivery = delivery(message)
         if delivery.verdict.isNodeSeal, let seal = message.headers[EngineNames.sealHeader],
-           node.trust.secret.keyID(of: seal) != node.trust.secret.sealingKeyID, state.withLock({ $0.machine.loading }) {
+           node.trust.isOtherKey(seal), state.withLock({ $0.machine.loading }) {
             readOtherKey.withLock { $0 = true }
         }
         step { $0.delivered(delivery, now: DispatchTime.now().uptimeNanoseconds) }

@@ -171,6 +171,13 @@ public struct EngineTrust: Sendable {
         return (secret.opens(seal, .batch, fields: fields, body: body, version: ClusterSecret.lifeBoundVersion) ? .sealed : .forged, follows)
     }
 
+    /// Whether `seal` is of a key other than the one this node seals with (a key being
+    /// rotated out): what it sealed is sealed again with this node's key.
+    func isOtherKey(_ seal: String?) -> Bool {
+        guard let seal else { return false }
+        return secret.keyID(of: seal) != secret.sealingKeyID
+    }
+
     /// The shard layout's seal, over its subject and body.
     func sealLayout(subject: String, body: [UInt8]) -> String { secret.seal(.layout, fields: [subject], body: body) }
 
