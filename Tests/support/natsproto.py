@@ -33,6 +33,7 @@ class Nats:
     _ids = itertools.count(1)
 
     def __init__(self, url, timeout=WAIT):
+        self.url = url
         host, port = url.split("//", 1)[-1].rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.timeout = timeout
