@@ -111,17 +111,35 @@ extension ClusterNode {
         let (verdict, follows) = trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: ended,
                                                   headers: last.headers, body: last.data)
         guard verdict == .sealed, let follows else { return false }
-        // Nothing of the room between the message it follows and it. A replica that has not
-        // got the tombstone yet finds nothing there (it holds a prefix of the shard, and
-        // nothing came between): asked again, for a few seconds (a replica just restarted
-        // answers none for about two).
-        let next = try? EngineRetry.replica.run("room '\(id)': reading its tombstone", log: log) { _ -> EngineRetry.Outcome<UInt64> in
+        return isAtPlace(last, follows: follows, of: id)
+    }
+
+    /// Whether `message`, one of room `id`'s in its shard, stands right after the room's
+    /// message at `follows` (nothing of the room between them), as its seal says it does: a
+    /// copy of a genuine message put there again does not. A replica that has not got
+    /// `message` yet finds nothing there (it holds a prefix of the shard, and nothing came
+    /// between): asked again, for a few seconds (a replica just restarted answers none
+    /// for about two).
+    func isAtPlace(_ message: StreamMessage, follows: UInt64, of id: RoomID) -> Bool {
+        let shard = layout.shard(of: id), subject = EngineNames.shardSubject(shard, id)
+        let next = try? EngineRetry.replica.run("room '\(id)': reading its message at \(message.streamSeq)", log: log) { _ -> EngineRetry.Outcome<UInt64> in
             guard let next = try? client.nextMessage(stream: EngineNames.shardStream(shard), subject: subject, from: follows + 1, headerKeys: []) else {
                 return .again(nil)
             }
             return .done(next.streamSeq)
         }
-        return (next ?? nil) == last.streamSeq
+        return (next ?? nil) == message.streamSeq
+    }
+
+    /// Whether `message`, the last of room `id` in its shard, was written in the room's life
+    /// `life` (no message of a life follows that life's tombstone, and a room created again
+    /// begins another): sealed for that life, at the place its seal names.
+    func isOfLife(_ message: StreamMessage, _ life: String, room id: RoomID) -> Bool {
+        let subject = EngineNames.shardSubject(layout.shard(of: id), id)
+        let (verdict, follows) = trust.judgeShard(seal: message.headers[EngineNames.sealHeader], subject: subject, life: life,
+                                                  headers: message.headers, body: message.data)
+        guard verdict == .sealed, let follows else { return false }
+        return isAtPlace(message, follows: follows, of: id)
     }
 
     /// Whether room `id` lives in its shard now (a message that is not its tombstone last).

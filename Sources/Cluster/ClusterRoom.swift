@@ -117,10 +117,10 @@ public final class ClusterRoom: Durability, Sendable {
     private static func tried<T>(_ attempts: Int, _ room: RoomID, _ body: () throws -> T) throws(ClusterNode.Failure) -> T {
         var last: any Error = ClusterNode.Failure("cannot load room '\(room)'")
         let retry = EngineRetry(attempts: attempts, step: EngineRetry.standard.step, longest: EngineRetry.standard.longest)
-        let value = try retry.run("room '\(room)': loading", log: { _ in }) { _ throws(ClusterNode.Failure) -> EngineRetry.Outcome<T> in
-            do { return .done(try body()) } catch let failure as ClusterNode.Failure where !failure.mayPass {
-                throw failure
-            } catch {
+        let value = try retry.run("room '\(room)': loading", log: { _ in }) { _ -> EngineRetry.Outcome<T> in
+            // Every failure is asked again: right after a room's stream is made (or a replica
+            // restarts) its messages are not readable at once.
+            do { return .done(try body()) } catch {
                 last = error
                 return .again(nil)
             }
@@ -155,9 +155,7 @@ public final class ClusterRoom: Durability, Sendable {
             }
             if let record, record.shard == shard, record.streamCreated == created, let lifeStart = record.lifeStart,
                record.streamSeq >= lifeStart, record.streamSeq <= last.streamSeq,
-               last.streamSeq == record.streamSeq
-                || trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: record.state.epoch,
-                                    headers: last.headers, body: last.data).verdict == .sealed {
+               node.isOfLife(last, record.state.epoch, room: room) {
                 let tail = try Self.read(client, stream: stream, subject: subject, after: record.streamSeq, through: last.streamSeq, keys: keys)
                 return Start(state: record.state, owners: record.owners, incarnations: record.incarnations, from: record.streamSeq,
                              end: last.streamSeq, streamCreated: created, sealed: true, lifeBound: true, lifeStart: lifeStart, tail: tail,
@@ -602,12 +600,10 @@ public final class ClusterRoom: Durability, Sendable {
         }
         guard let last, node.shardCreated(place.shard!) == streamCreated else { return false }
         if last.streamSeq <= state.withLock({ $0.machine.delivered }) { return true }
-        // Something newer than what was delivered here. Sealed for this life: the room goes
-        // on (unless it is its tombstone). Else it is another life's, or forged: the life
-        // the shard holds now, as a load reads it, says.
-        let verdict = node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: life,
-                                            headers: last.headers, body: last.data).verdict
-        if verdict == .sealed { return last.headers[EngineNames.kindHeader] != EngineNames.tombstoneKind }
+        // Something newer than what was delivered here. Of this life at its place: the room
+        // goes on (unless it is its tombstone). Else it is another life's, or a copy, or
+        // forged: the life the shard holds now, as a load reads it, says.
+        if node.isOfLife(last, life, room: room) { return last.headers[EngineNames.kindHeader] != EngineNames.tombstoneKind }
         guard let now = try Self.loadFromShard(node: node, room: room, shard: place.shard!, attempts: 1) else { return false }
         return now.state.epoch == life
     }

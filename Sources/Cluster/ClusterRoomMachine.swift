@@ -592,6 +592,14 @@ package struct ClusterRoomMachine: Sendable {
     private mutating func settleChain(now: UInt64) -> [Action] {
         var actions: [Action] = []
         while let head = chain.first, let seq = head.stored {
+            // In a shard the answer cannot name the place (other rooms' messages fall
+            // between): only this message delivered right after the one it expected does.
+            // It stays at the chain's head until then (the consumer is watched meanwhile); an
+            // answer naming another place keeps nothing waiting there.
+            if !contiguous, !head.confirmed {
+                actions += watch(now: now)
+                break
+            }
             chain.removeFirst()
             streamSeqOf[head.publication.lastSeq] = seq
             if head.confirmed {
@@ -697,7 +705,9 @@ package struct ClusterRoomMachine: Sendable {
                 // stream read back does.
                 held = [message]
                 chain[i].seenAt = message.streamSeq
-                return chain[i].contested || chain[i].publication.attempt > 0 ? readBack() : []
+                // An answer that named another place (or none yet, after a dispute or a
+                // resend) leaves the stream itself to say.
+                return chain[i].contested || chain[i].publication.attempt > 0 || chain[i].stored != nil ? readBack() : []
             }
             if !believed {
                 // Passed over, it would move the place the room's next message expects: only
@@ -882,6 +892,8 @@ package struct ClusterRoomMachine: Sendable {
         if !believed {
             rejected += 1
             let why = switch message.verdict {
+            case .sealed where message.follows != nil && message.follows != delivered:
+                "it says it follows the room's message at stream seq \(message.follows!), not the one before it (a copy of a message of another place)"
             case .forged: "its seal does not open (forged, altered, moved, replayed, or of another life of the room)"
             case .sealedUnbound: "it is sealed without the room's life, and the room's messages are bound to its life since its life mark"
             default: "it is not sealed, and the room's messages are since its seal mark"
@@ -1029,7 +1041,7 @@ package struct ClusterRoomMachine: Sendable {
     /// delivered for ``stallNanoseconds``, the consumer is replaced (it may live on a
     /// server that died, which libnats learns only seconds later).
     package mutating func checkDelivery(now: UInt64) -> [Action] {
-        guard !closed, broken == nil, !awaiting.isEmpty || chain.contains(where: \.contested) else {
+        guard !closed, broken == nil, !awaiting.isEmpty || chain.contains(where: { $0.contested || (!contiguous && $0.stored != nil) }) else {
             watching = false
             return []
         }

@@ -374,8 +374,6 @@ async def test_a_batch_of_a_rooms_earlier_life_is_not_taken_in_its_new_life_in_i
             await c.close()
 
 
-@pytest.mark.xfail(strict=True, reason="tabd bug: a room of a shard loads from a sealed directory record of a life that is over "
-                                       "when the room's last message is sealed for that life (ClusterRoom.loadFromShard)")
 async def test_the_record_of_a_rooms_earlier_life_is_not_loaded(make_daemon, engine):
     """A room of a shard deleted and created again; its first life's directory record put
     back as a node sealed it, and a batch of the first life replayed as a node sealed it
@@ -402,8 +400,6 @@ async def test_the_record_of_a_rooms_earlier_life_is_not_loaded(make_daemon, eng
             await c.close()
 
 
-@pytest.mark.xfail(strict=True, reason="tabd bug: ClusterRoom.streamIsCurrent takes a first message of another life (or a tombstone) "
-                                       "that its node has not been delivered yet by its seal alone, not by its place (Tabd-Follows)")
 async def test_a_first_message_of_a_rooms_earlier_life_ends_nothing_on_nodes_it_has_not_reached(make_daemon, engine):
     """A room of a shard deleted and created again, clients on every node. The peer
     deletes the shard's consumers (the nodes follow it again after a silence of three
