@@ -57,6 +57,8 @@ class Node:
         return self.proc.pid
 
     def stop(self):
+        """SIGTERM, then SIGKILL after 15 s; returns the exit status (negative: the signal
+        that ended it), which a tabd that stops cleanly has 0."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -65,6 +67,7 @@ class Node:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        return self.proc.returncode
 
 
 # --- /proc ---------------------------------------------------------------------------------
