@@ -160,9 +160,16 @@ extension ClusterNode {
             throw Failure("cannot create room '\(id)': \(error.message)")
         }
         let msgID = "genesis-\(id)-\(genesis.epoch)"
-        var expected: UInt64?
+        // Most rooms are new: the first try expects an empty subject without reading it
+        // (refused if it is not, and then read).
+        var expected: UInt64? = 0
+        // Kept from before the room's first message: what follows it, for the room's load here.
+        let follower = follower(of: shard)
+        let listener = follower.listen(id)
         // Done with the place of the room's first message, or nil when the room lives.
-        let outcome = try EngineRetry.standard.run("room '\(id)': creating in shard \(shard)", log: log) { _ -> EngineRetry.Outcome<UInt64?> in
+        let result: UInt64??
+        do {
+            result = try EngineRetry.standard.run("room '\(id)': creating in shard \(shard)", log: log) { _ -> EngineRetry.Outcome<UInt64?> in
             if expected == nil {
                 do throws(EngineError) {
                     if let last = try lastInShard(id) {
@@ -189,12 +196,39 @@ extension ClusterNode {
                 return .again(nil)
             case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
             }
+            }
+        } catch {
+            follower.stopListening(id, listener)
+            throw error
         }
-        guard let outcome else { throw Failure("cannot create room '\(id)': the engine does not answer") }
-        guard let seq = outcome else { return false }
-        writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq, state: state, owners: [:],
-                                   sealed: true, lifeBound: true, shard: shard, lifeStart: seq), room: id)
+        guard let outcome = result, let seq = outcome else {
+            follower.stopListening(id, listener)
+            if result == nil { throw Failure("cannot create room '\(id)': the engine does not answer") }
+            return false
+        }
+        // The directory record is written while the room is opened and started; its load
+        // here starts from what was just written, reading nothing.
+        let record = SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq, state: state, owners: [:],
+                                    sealed: true, lifeBound: true, shard: shard, lifeStart: seq)
+        let written = DispatchGroup()
+        written.enter()
+        DispatchQueue.global().async { [self] in
+            writeRecord(record, room: id)
+            written.leave()
+        }
+        let start = ClusterRoom.Start(state: state, from: seq, end: seq, streamCreated: shardCreated(shard), sealed: true, lifeBound: true,
+                                      lifeStart: seq, recordWritten: written)
+        let stale = justCreated.withLock { created -> (ShardListener, ClusterRoom.Start)? in
+            defer { created[id] = (listener, start) }
+            return created[id]
+        }
+        if let (old, _) = stale { follower.stopListening(id, old) }
         return true
+    }
+
+    /// The room `id` this node has just created, taken once by its load.
+    func takeJustCreated(_ id: RoomID) -> (ShardListener, ClusterRoom.Start)? {
+        justCreated.withLock { $0.removeValue(forKey: id) }
     }
 
     /// Stores `record` as room `id`'s directory record (its latest snapshot), sealed.

@@ -64,6 +64,9 @@ public final class ClusterNode: Sendable {
     /// Each shard's follower on this node, and its stream's creation time.
     let followers: [ShardFollower]
     let shardCreation: [Int64]
+    /// Rooms this node has just created in a shard, until their load here takes them: the
+    /// listener registered before their first message, and where they start.
+    let justCreated = Locked([RoomID: (ShardListener, ClusterRoom.Start)]())
 
     /// Where rooms are created (``createsInShards``).
     public enum RoomPlacement: String, Sendable, CaseIterable {

@@ -148,6 +148,8 @@ struct EngineHome: RoomHome {
             room.close()
             throw RoomLoadError("room '\(id)': \(error.message)")
         }
+        // A room created here is listed once its creation is answered.
+        if created { await offPool { room.recordStored() } }
         let seq = await coordinator.currentSeq
         return LoadedRoom(coordinator: coordinator, created: created, stream: room, unload: { room.close() },
                           summary: "room '\(id)' \(created ? "created" : "loaded") from the engine: epoch \(coordinator.epoch), at seq \(seq)")
