@@ -151,7 +151,7 @@ extension ClusterNode {
     /// Creates room `id` in its shard: its first message, stored only if the room's subject
     /// still ends where it was read (nothing, or the tombstone of its last life), so of
     /// nodes creating it at once exactly one succeeds; then its directory record.
-    func createInShard(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
+    func createInShard(_ id: RoomID, tabs: [TabInfo], recordLater: Bool = false) throws(Failure) -> Bool {
         let shard = layout.shard(of: id)
         let subject = EngineNames.shardSubject(shard, id)
         let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
@@ -223,6 +223,17 @@ extension ClusterNode {
             return created[id]
         }
         if let (old, _) = stale { follower.stopListening(id, old) }
+        // Not loaded here after all: the listener stops keeping the room's messages.
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30) { [weak self] in
+            guard let self else { return }
+            let left = justCreated.withLock { created -> ShardListener? in
+                guard let entry = created[id], entry.0 === listener else { return nil }
+                created[id] = nil
+                return entry.0
+            }
+            if let left { follower.stopListening(id, left) }
+        }
+        if !recordLater { written.wait() }
         return true
     }
 

@@ -218,7 +218,7 @@ public final class EngineClient: @unchecked Sendable {
                 cfg.MaxMsgsPerSubject = maxPerSubject
                 cfg.Duplicates = duplicateWindowSeconds * 1_000_000_000
                 cfg.AllowDirect = allowDirect
-                return js_AddStream(&si, js, &cfg, nil, &err)
+                return whileOpen { _, js in js_AddStream(&si, js, &cfg, nil, &err) } ?? NATS_CONNECTION_CLOSED
             }
         }
         if s == NATS_OK, let si {
@@ -234,7 +234,7 @@ public final class EngineClient: @unchecked Sendable {
     public func streamInfo(_ name: String) throws(EngineError) -> StreamInfo? {
         var si: UnsafeMutablePointer<jsStreamInfo>?
         var err = jsErrCode(rawValue: 0)
-        let s = js_GetStreamInfo(&si, js, name, nil, &err)
+        let s = whileOpen { _, js in js_GetStreamInfo(&si, js, name, nil, &err) } ?? NATS_CONNECTION_CLOSED
         if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.streamNotFound { return nil }
         guard s == NATS_OK, let si else { throw EngineError(s, err, "cannot read stream \(name)") }
         defer { jsStreamInfo_Destroy(si) }
@@ -244,7 +244,7 @@ public final class EngineClient: @unchecked Sendable {
     /// Deletes the stream; false when there was none.
     public func deleteStream(_ name: String) throws(EngineError) -> Bool {
         var err = jsErrCode(rawValue: 0)
-        let s = js_DeleteStream(js, name, nil, &err)
+        let s = whileOpen { _, js in js_DeleteStream(js, name, nil, &err) } ?? NATS_CONNECTION_CLOSED
         if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.streamNotFound { return false }
         guard s == NATS_OK else { throw EngineError(s, err, "cannot delete stream \(name)") }
         return true
@@ -254,7 +254,7 @@ public final class EngineClient: @unchecked Sendable {
     public func streamNames() throws(EngineError) -> [String] {
         var list: UnsafeMutablePointer<jsStreamNamesList>?
         var err = jsErrCode(rawValue: 0)
-        let s = js_StreamNames(&list, js, nil, &err)
+        let s = whileOpen { _, js in js_StreamNames(&list, js, nil, &err) } ?? NATS_CONNECTION_CLOSED
         if s == NATS_NOT_FOUND { return [] }
         guard s == NATS_OK, let list else { throw EngineError(s, err, "cannot list streams") }
         defer { jsStreamNamesList_Destroy(list) }
@@ -294,7 +294,7 @@ public final class EngineClient: @unchecked Sendable {
         var err = jsErrCode(rawValue: 0)
         s = (msgID ?? "").withCString { id in
             if msgID != nil { opts.MsgId = id }
-            return js_PublishMsg(&ack, js, msg, &opts, &err)
+            return whileOpen { _, js in js_PublishMsg(&ack, js, msg, &opts, &err) } ?? NATS_CONNECTION_CLOSED
         }
         if s == NATS_OK, let ack {
             defer { jsPubAck_Destroy(ack) }
@@ -335,7 +335,7 @@ public final class EngineClient: @unchecked Sendable {
         var owned: OpaquePointer? = msg
         s = msgID.withCString { id in
             opts.MsgId = id
-            return js_PublishMsgAsync(js, &owned, &opts)
+            return whileOpen { _, js in js_PublishMsgAsync(js, &owned, &opts) } ?? NATS_CONNECTION_CLOSED
         }
         guard s != NATS_OK else { return }
         // Not sent: the message is still ours, and so is the answer.
@@ -390,7 +390,7 @@ public final class EngineClient: @unchecked Sendable {
     public func lastMessage(stream: String, subject: String, headerKeys: [String] = []) throws(EngineError) -> StreamMessage? {
         var msg: OpaquePointer?
         var err = jsErrCode(rawValue: 0)
-        let s = js_GetLastMsg(&msg, js, stream, subject, nil, &err)
+        let s = whileOpen { _, js in js_GetLastMsg(&msg, js, stream, subject, nil, &err) } ?? NATS_CONNECTION_CLOSED
         if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.noMessageFound || Int(err.rawValue) == EngineError.streamNotFound { return nil }
         guard s == NATS_OK, let msg else { throw EngineError(s, err, "cannot read the last message of \(subject)") }
         defer { natsMsg_Destroy(msg) }
@@ -414,7 +414,7 @@ public final class EngineClient: @unchecked Sendable {
     public func message(stream: String, seq: UInt64, headerKeys: [String] = []) throws(EngineError) -> StreamMessage? {
         var msg: OpaquePointer?
         var err = jsErrCode(rawValue: 0)
-        let s = js_GetMsg(&msg, js, stream, seq, nil, &err)
+        let s = whileOpen { _, js in js_GetMsg(&msg, js, stream, seq, nil, &err) } ?? NATS_CONNECTION_CLOSED
         if s == NATS_NOT_FOUND || Int(err.rawValue) == EngineError.noMessageFound || Int(err.rawValue) == EngineError.streamNotFound { return nil }
         guard s == NATS_OK, let msg else { throw EngineError(s, err, "cannot read message \(seq) of \(stream)") }
         defer { natsMsg_Destroy(msg) }
@@ -487,7 +487,7 @@ public final class EngineClient: @unchecked Sendable {
 
     /// Core NATS: fire and forget (heartbeats).
     public func publishCore(subject: String, data: [UInt8]) {
-        _ = data.withUnsafeBytes { natsConnection_Publish(connection, subject, $0.baseAddress, Int32(data.count)) }
+        _ = whileOpen { connection, _ in data.withUnsafeBytes { natsConnection_Publish(connection, subject, $0.baseAddress, Int32(data.count)) } }
     }
 
     // MARK: Subscribing
@@ -509,7 +509,7 @@ public final class EngineClient: @unchecked Sendable {
     public func subscribeCore(subject: String, handler: @escaping @Sendable (StreamMessage) -> Void) throws(EngineError) -> EngineSubscription {
         let box = Unmanaged.passRetained(HandlerBox(handler: handler))
         var sub: OpaquePointer?
-        let s = natsConnection_Subscribe(&sub, connection, subject, Self.deliver, box.toOpaque())
+        let s = whileOpen { connection, _ in natsConnection_Subscribe(&sub, connection, subject, Self.deliver, box.toOpaque()) } ?? NATS_CONNECTION_CLOSED
         guard s == NATS_OK, let sub else {
             box.release()
             throw EngineError(s, jsErrCode(rawValue: 0), "cannot subscribe to \(subject)")

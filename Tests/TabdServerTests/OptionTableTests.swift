@@ -75,7 +75,7 @@ import Testing
     @Test func everyNumericOptionHasABoundNoArithmeticOnItCanOverflow() {
         let numeric = Options.table.filter { $0.range != nil }
         #expect(numeric.map(\.name).sorted() == [
-            "--max-clients", "--max-room-bytes", "--max-rooms", "--ping-interval", "--port", "--presence-interval",
+            "--cluster-shards", "--max-clients", "--max-room-bytes", "--max-rooms", "--ping-interval", "--port", "--presence-interval",
             "--presence-limit", "--queue-bytes", "--queue-bytes-total", "--queue-limit", "--rate-limit", "--rate-limit-bytes",
             "--request-timeout", "--resume-window", "--room-idle",
         ], "a numeric option without a range, or a range on an option that takes no number")
@@ -101,7 +101,9 @@ import Testing
         // The bound itself is taken (with the byte bounds it must not exceed raised to match).
         let room = name == "--max-room-bytes" ? ["--queue-bytes", String(2 * range.upperBound)] : []
         let total = name == "--queue-bytes" || name == "--max-room-bytes" ? ["--queue-bytes-total", String(1 << 40)] : []
-        let args = [name, String(range.upperBound)] + room + total
+        // A cluster's option is taken only with --cluster.
+        let cluster = name.hasPrefix("--cluster-") ? ["--cluster", "nats://127.0.0.1:4222"] : []
+        let args = [name, String(range.upperBound)] + room + total + cluster
         guard case .run = Options.parse(args) else { Issue.record("\(args) refused: \(Options.parse(args))"); return }
     }
 
@@ -110,6 +112,7 @@ import Testing
     @Test func everyNumericOptionAtItsBoundTogetherIsTaken() throws {
         var args: [String] = []
         for spec in Options.table { if let range = spec.range { args += [spec.name, String(range.upperBound)] } }
+        args += ["--cluster", "nats://127.0.0.1:4222"] // for the cluster's numbers
         guard case let .run(o) = Options.parse(args) else { Issue.record("refused: \(Options.parse(args))"); return }
         #expect(o.maxRoomBytes == 256 << 20 && o.queueBytes == 1 << 40 && o.queueLimit == 1_000_000 && o.maxClients == 1_000_000)
         #expect(o.resumeWindow == 1_000_000 && o.rateLimitBytes == 1 << 30 && o.maxRooms == 10_000_000)

@@ -123,7 +123,8 @@ struct EngineHome: RoomHome {
         do {
             created = try await offPool { () throws(ClusterNode.Failure) -> Bool in
                 guard let template else { return false }
-                return try cluster.createRoom(id, tabs: template)
+                // Its directory record is stored while the room starts (below).
+                return try cluster.createRoom(id, tabs: template, recordLater: true)
             }
             // While the engine answers errors (its stream being created, a leader being
             // elected), each read holds a thread only for itself: the pauses between them
