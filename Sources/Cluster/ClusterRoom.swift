@@ -27,8 +27,6 @@ public final class ClusterRoom: Durability, Sendable {
     /// The room's life (its epoch): every message this node seals for the room binds it.
     let life: String
     let place: Place
-    /// A room created here: its directory record being written (``recordStored()``).
-    private let recordWritten: DispatchGroup?
     private let state: Locked<Shell>
     /// Sends publications in the order the machine asks for them (their answers come back
     /// on libnats' thread).
@@ -88,24 +86,12 @@ public final class ClusterRoom: Durability, Sendable {
         var lifeStart: UInt64?
         var tail: [StreamMessage] = []
         var rewriteRecord = false
-        /// A room just created here: its directory record being written meanwhile.
-        var recordWritten: DispatchGroup?
     }
 
     /// Room `id` loaded from its shard, or nil when the shard holds no life of it.
     static func openInShard(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) -> ClusterRoom? {
         let shard = node.layout.shard(of: room)
         let follower = node.follower(of: shard)
-        // Created here a moment ago: started from its first message, with what the follower
-        // kept since before it.
-        if let (listener, start) = node.takeJustCreated(room) {
-            do {
-                return try ClusterRoom(node: node, room: room, resumeWindow: resumeWindow, place: .shard(shard, follower, listener), start: start)
-            } catch {
-                follower.stopListening(room, listener)
-                throw error
-            }
-        }
         // Kept from now on: what the follower delivers while the room is read.
         let listener = follower.listen(room)
         do {
@@ -334,7 +320,6 @@ public final class ClusterRoom: Durability, Sendable {
         watchdog = DispatchQueue(label: "tabd.cluster.\(room).watch")
         streamCreated = start.streamCreated
         life = start.state.epoch
-        recordWritten = start.recordWritten
         let machine = ClusterRoomMachine(room: room, start: start.state, owners: start.owners, incarnations: start.incarnations, from: start.from,
                                          streamEnd: start.end, streamCreated: start.streamCreated, resumeWindow: resumeWindow,
                                          messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))",
@@ -618,13 +603,26 @@ public final class ClusterRoom: Durability, Sendable {
         }
         guard let last, node.shardCreated(place.shard!) == streamCreated else { return false }
         if last.streamSeq <= state.withLock({ $0.machine.delivered }) { return true }
-        // Something newer than what was delivered here. Of this life at its place: the room
-        // goes on (unless it is its tombstone). Else it is another life's, or a copy, or
-        // forged: the life the shard holds now, as a load reads it, says.
-        if node.isOfLife(last, life, room: room) { return last.headers[EngineNames.kindHeader] != EngineNames.tombstoneKind }
-        guard let now = try Self.loadFromShard(node: node, room: room, shard: place.shard!, attempts: 1) else { return false }
-        return now.state.epoch == life
+        // Something newer than what was delivered here. Sealed for this life: the room goes
+        // on unless it is its tombstone (a copy of one of its messages put there changes
+        // nothing: what ends the life, if it came, the shard's follower delivers in order).
+        // Else it is another life's, or forged: the room's directory record says which life
+        // the room is in. Nothing here reads more than two messages: after a reconnect every
+        // loaded room asks at once.
+        let verdict = node.trust.judgeShard(seal: last.headers[EngineNames.sealHeader], subject: subject, life: life,
+                                            headers: last.headers, body: last.data).verdict
+        if verdict == .sealed { return last.headers[EngineNames.kindHeader] != EngineNames.tombstoneKind }
+        let recordSubject = EngineNames.directorySubject(room)
+        let message: StreamMessage?
+        do { message = try node.client.lastMessage(stream: EngineNames.directory, subject: recordSubject, headerKeys: [EngineNames.sealHeader]) } catch {
+            throw ClusterNode.Failure("cannot read room '\(room)': \(error)")
+        }
+        guard let message, node.trust.judgeSnapshot(seal: message.headers[EngineNames.sealHeader], subject: recordSubject, body: message.data) == .sealed,
+              let record = try? SnapshotRecord(bytes: message.data), record.shard == place.shard else { return true }
+        return record.state.epoch == life
     }
+
+
 
     /// Stops following the stream; every wait fails.
     public func close() {
@@ -712,12 +710,6 @@ public final class ClusterRoom: Durability, Sendable {
     static let fencesOff = ProcessInfo.processInfo.environment["TABD_TEST_NO_FENCE"] == "1"
 
     public func published(through seq: Int) { state.withLock { $0.machine.published(through: seq) } }
-
-    /// Waits until the directory record of a room created here is stored (a room is listed
-    /// once its creation is answered); at once for any other.
-    public func recordStored() {
-        recordWritten?.wait()
-    }
 
     /// Reads the machine (under the room's lock).
     func withMachine<T>(_ read: (ClusterRoomMachine) -> T) -> T { state.withLock { read($0.machine) } }

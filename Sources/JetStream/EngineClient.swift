@@ -56,10 +56,11 @@ public final class EngineClient: @unchecked Sendable {
         // A request in flight when the connection drops (its server stopped) fails at once
         // instead of waiting out its timeout: publishes are asked again right away.
         natsOptions_SetFailRequestsOnDisconnect(opts, true)
-        // Every subscription of the connection is delivered by libnats' shared pool of
-        // threads (each subscription on one of them, in order), not by a thread of its own:
-        // a node follows a few shards and hears a few core subjects, whatever its rooms.
-        natsOptions_UseGlobalMessageDelivery(opts, true)
+        // Each subscription has its own delivery thread (libnats' default): a node follows a
+        // few shards and hears a few core subjects, whatever its rooms, so its threads do not
+        // grow with them. (libnats' shared delivery pool, tried for fewer threads, stalled
+        // every room of a node for a minute after the engine server it was on was killed:
+        // Tests/e2e/test_shard_faults.py.)
         let status = StatusBox(changed: onChange, gaveUp: onGiveUp)
         let box = Unmanaged.passRetained(status)
         natsOptions_SetDisconnectedCB(opts, { _, closure in
@@ -315,7 +316,7 @@ public final class EngineClient: @unchecked Sendable {
     /// `timeoutMs` or as `unknown`. With `expectedLastMessageID` the stream must also end
     /// with that message (a chain of appends: a broken link fails every later one).
     /// At most one publish with a given `msgID` may wait for its answer at a time.
-    public func publishAsync(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64,
+    public func publishAsync(subject: String, data: [UInt8], headers: [(String, String)] = [], expectedLastSeq: UInt64?,
                              perSubject: Bool = false, expectedLastMessageID: String? = nil, msgID: String, timeoutMs: Int64 = 2000,
                              done: @escaping @Sendable (PublishResult) -> Void) {
         let msg: OpaquePointer
@@ -328,7 +329,7 @@ public final class EngineClient: @unchecked Sendable {
         var opts = jsPubOptions()
         jsPubOptions_Init(&opts)
         opts.MaxWait = timeoutMs
-        if expectedLastSeq > 0 {
+        if let expectedLastSeq, expectedLastSeq > 0 {
             if perSubject { opts.ExpectLastSubjectSeq = expectedLastSeq } else { opts.ExpectLastSeq = expectedLastSeq }
         }
         pending.register(msgID, done)
