@@ -921,24 +921,26 @@ package struct ClusterRoomMachine: Sendable {
     /// The room's tombstone, sealed for its life at its place: the room is deleted. Every
     /// wait fails; the shell closes the room.
     private mutating func tombstone(_ message: Delivery) -> [Action] {
-        delivered = message.streamSeq
         deleted = true
-        let wasLoading = loading
-        loading = false
-        return [.log("room '\(room)': deleted (its tombstone is at stream seq \(message.streamSeq))")]
-            + failEverything(.unavailable("room '\(room)' deleted")) + (wasLoading ? [.caughtUp] : []) + [.deleted]
+        return ended(at: message.streamSeq, "deleted (its tombstone is at stream seq \(message.streamSeq))", error: "deleted", action: .deleted)
     }
 
     /// The fence of the room's move into its shard, at its place: nothing more is appended
     /// here, every wait fails (what is in flight fails its compare-and-set anyway), and the
     /// room is served from its shard.
     private mutating func moved(_ message: Delivery) -> [Action] {
-        delivered = message.streamSeq
         movedOut = true
+        return ended(at: message.streamSeq, "moved into its shard (the fence is at stream seq \(message.streamSeq) of its own stream)",
+                     error: "moved; try again", action: .moved)
+    }
+
+    /// This log of the room ends at `seq`: every wait fails, a load is over, and the shell
+    /// hears `action`.
+    private mutating func ended(at seq: UInt64, _ line: String, error: String, action: Action) -> [Action] {
+        delivered = seq
         let wasLoading = loading
         loading = false
-        return [.log("room '\(room)': moved into its shard (the fence is at stream seq \(message.streamSeq) of its own stream)")]
-            + failEverything(.unavailable("room '\(room)' moved; try again")) + (wasLoading ? [.caughtUp] : []) + [.moved]
+        return [.log("room '\(room)': \(line)")] + failEverything(.unavailable("room '\(room)' \(error)")) + (wasLoading ? [.caughtUp] : []) + [action]
     }
 
     /// This node's batches that the engine said are at `seq`, where the consumer delivered

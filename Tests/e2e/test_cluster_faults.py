@@ -137,6 +137,17 @@ async def audit(url, room, since, until, timeout=30):
     return rec
 
 
+async def settle(drivers):
+    """The drivers stop sending and every command is answered, within SETTLE_LIMIT; returns
+    how many commands of connections still open were never answered (a stall)."""
+    for d in drivers:
+        d.sending = False
+    deadline = time.monotonic() + SETTLE_LIMIT
+    while any(d.outstanding for d in drivers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return sum(len(d.outstanding) for d in drivers)
+
+
 def unanswered(drivers, nodes):
     """What each driver got so far and the nodes' last log lines (the nodes are stopped)."""
     where = {n.ws: f"f{i}" for i, n in enumerate(nodes)}
@@ -187,13 +198,7 @@ async def round_with(fault, make_daemon, engine, node_urls=None, extra=()):
             await asyncio.sleep(0.05)
         await fault(nodes, room)
         await asyncio.sleep(1.5)   # load after it
-        for d in drivers_and_beside:
-            d.sending = False
-        deadline = time.monotonic() + SETTLE_LIMIT
-        while any(d.outstanding for d in drivers_and_beside) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        # Commands of a connection that is still open and never answered: a stall.
-        stuck = sum(len(d.outstanding) for d in drivers_and_beside)
+        stuck = await settle(drivers_and_beside)
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -26,7 +26,7 @@ import pytest
 import websockets
 
 from conftest import ROOT
-from test_cluster_faults import SETTLE_LIMIT, Driver, audit
+from test_cluster_faults import SETTLE_LIMIT, Driver, audit, settle
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
 from history import check  # noqa: E402
@@ -98,12 +98,7 @@ async def test_a_running_cluster_moves_its_rooms_into_shards_without_losing_an_a
                 nodes[i] = node(i, "two")
                 urls[i] = nodes[i].ws
             await answered_again(drivers)
-            for d in drivers:
-                d.sending = False
-            deadline = time.monotonic() + SETTLE_LIMIT
-            while any(d.outstanding for d in drivers) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            stuck = sum(len(d.outstanding) for d in drivers)
+            stuck = await settle(drivers)
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)

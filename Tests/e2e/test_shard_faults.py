@@ -21,7 +21,7 @@ import pytest
 import websockets
 
 from conftest import ROOT
-from test_cluster_faults import SETTLE_LIMIT, Driver, audit
+from test_cluster_faults import SETTLE_LIMIT, Driver, audit, settle
 
 sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
 from history import check  # noqa: E402
@@ -103,12 +103,7 @@ async def test_a_shard_leader_killed_and_stopped_under_64_busy_rooms_loses_and_d
                         raise AssertionError(f"rooms stalled after the {sig.name} of {stream}'s leader: {stalled}\n" + "\n---\n".join(logs))
                     await asyncio.sleep(0.05)
                 kills.append((sig.name, engine.names[leader], sum(len(d.rec.answers) for d in drivers) - before))
-            for d in drivers:
-                d.sending = False
-            deadline = time.monotonic() + SETTLE_LIMIT
-            while any(d.outstanding for d in drivers) and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            stuck = sum(len(d.outstanding) for d in drivers)
+            stuck = await settle(drivers)
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
