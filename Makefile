@@ -123,7 +123,6 @@ test-long: test-deps
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_FAULT_RANDOM_ROUNDS=50 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_cluster_faults.py -k random_rounds
 	TABD_SHARD_CAS_ROUNDS=20000 TABD_SHARD_CAS_KILLS=10 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_shard_cas.py -k racing
 	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_OLD_BIN=$$(scripts/build-tabd-before-shards) $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_cluster_move.py
-	TABD_BIN=$(CURDIR)/.build/debug/tabd TABD_SHARD_FAULTS=1 $(PYTHON) -m pytest -q -s -p no:cacheprovider Tests/e2e/test_shard_faults.py
 	scripts/fuzz 60
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench

@@ -41,7 +41,7 @@ public final class ClusterNode: Sendable {
     /// (a heartbeat older than that is a replay).
     private let seen = Locked([String: (time: Double, incarnation: String?, sealedAt: Double?)]())
     /// Rejected engine messages not logged yet, by kind, and when each kind was last logged.
-    private let rejections = Locked([String: (unlogged: Int, loggedAt: Double?)]())
+    private let rejections: RejectionLog
     private let started = ClusterNode.now()
     /// Since when the engine connection has been up (nil while down): other nodes are
     /// judged only after this node has listened for a whole timeout.
@@ -97,6 +97,7 @@ public final class ClusterNode: Sendable {
         self.trust = trust
         self.heartbeatTimeout = heartbeatTimeout
         self.log = log
+        rejections = RejectionLog(stats: stats, log: log)
         let warn = warn ?? { log("warning: \($0)") }
         do {
             client = try EngineClient(urls: urls, name: "tabd \(name)", security: security) { [connectedSince, reconnected, versionWatch, server] up in
@@ -148,7 +149,7 @@ public final class ClusterNode: Sendable {
             client.close()
             throw error
         }
-        let stats = stats
+        let (stats, rejections) = (stats, rejections)
         var made: [ShardFollower] = []
         do {
             for shard in 0..<layout.shards {
@@ -156,8 +157,9 @@ public final class ClusterNode: Sendable {
                 made.append(try ShardFollower(client: client, shard: shard, start: start, headerKeys: ClusterRoom.headerKeys) { report in
                     switch report {
                     case let .duplicate(why):
-                        stats.rejected("delivery")
-                        log("rejected an engine message (delivery): shard \(shard): \(why)")
+                        // A consumer made again after a server restart may deliver thousands
+                        // again: counted each, logged once in a while.
+                        rejections.rejected("delivery", "shard \(shard): \(why)")
                     case let .restarted(from, why, count):
                         stats.refollowed()
                         if count == 1 || count % 20 == 0 {
@@ -215,26 +217,10 @@ public final class ClusterNode: Sendable {
     }
 
     /// A message from the engine that is not believed: counted, and logged at most once
-    /// every ``rejectionLogSeconds`` per kind (with how many were not logged meanwhile).
+    /// every ``RejectionLog/interval`` per kind (with how many were not logged meanwhile).
     package func rejected(_ kind: String, _ why: String) {
-        stats.rejected(kind)
-        let now = Self.now()
-        let line = rejections.withLock { r -> String? in
-            var entry = r[kind] ?? (0, nil)
-            defer { r[kind] = entry }
-            if let at = entry.loggedAt, now - at < Self.rejectionLogSeconds {
-                entry.unlogged += 1
-                return nil
-            }
-            let more = entry.unlogged
-            entry = (0, now)
-            return "rejected an engine message (\(kind)): \(why)" + (more > 0 ? " (and \(more) more since the last such line)" : "")
-        }
-        if let line { log(line) }
+        rejections.rejected(kind, why)
     }
-
-    /// Rejections of one kind are logged at most once this often.
-    static let rejectionLogSeconds = 10.0
 
     /// The incarnation `node`'s heartbeats said last, if heard.
     package func incarnation(of node: String) -> String? { seen.withLock { $0[node]?.incarnation } }

@@ -97,3 +97,37 @@ public final class EngineStats: Sendable {
         return out
     }
 }
+
+/// Engine messages a node did not believe: each counted (``EngineStats``), and logged at
+/// most once per kind every ``interval`` seconds, with how many went unlogged since. A
+/// consumer made again after a server restart delivers thousands of messages again; a
+/// line for each would flood the log (and a log that cannot keep up slows every thread
+/// that writes to it).
+final class RejectionLog: Sendable {
+    static let interval = 10.0
+
+    private let stats: EngineStats
+    private let log: @Sendable (String) -> Void
+    private let kinds = Locked([String: (unlogged: Int, loggedAt: Double?)]())
+
+    init(stats: EngineStats, log: @escaping @Sendable (String) -> Void) {
+        self.stats = stats
+        self.log = log
+    }
+
+    func rejected(_ kind: String, _ why: String, now: Double = ClusterNode.now()) {
+        stats.rejected(kind)
+        let line = kinds.withLock { kinds -> String? in
+            var entry = kinds[kind] ?? (0, nil)
+            defer { kinds[kind] = entry }
+            if let at = entry.loggedAt, now - at < Self.interval {
+                entry.unlogged += 1
+                return nil
+            }
+            let more = entry.unlogged
+            entry = (0, now)
+            return "rejected an engine message (\(kind)): \(why)" + (more > 0 ? " (and \(more) more since the last such line)" : "")
+        }
+        if let line { log(line) }
+    }
+}

@@ -10,6 +10,7 @@ import re
 import select
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -66,24 +67,61 @@ class Daemon:
         self.http = f"{m.group(1)}://{self.host}"
         self.ws = f"{'wss' if m.group(1) == 'https' else 'ws'}://{self.host}/ws"
         self.ssl_context = ssl_context  # what fetch() verifies an https tabd with
-        self._log = b""  # stderr read so far by wait_for_log
+        # tabd's stderr, read as it comes by a thread of its own: a pipe nobody reads fills
+        # (64 KiB), and then every thread of tabd that logs blocks in write(2), which froze
+        # busy nodes for a minute in the shard fault rounds.
+        self._stderr = bytearray()
+        self._stderr_ended = False
+        self._stderr_changed = threading.Condition()
+        self._read_upto = 0  # where wait_for_log's next search starts
+        self._reader = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._reader.start()
+
+    def _drain_stderr(self):
+        fd = self.proc.stderr.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                chunk = b""
+            with self._stderr_changed:
+                if chunk:
+                    self._stderr += chunk
+                else:
+                    self._stderr_ended = True
+                self._stderr_changed.notify_all()
+            if not chunk:
+                return
+
+    @property
+    def _log(self):
+        """Everything tabd has written to its stderr so far (bytes)."""
+        with self._stderr_changed:
+            return bytes(self._stderr)
+
+    def log_so_far(self):
+        """Everything tabd has written to its stderr so far (text)."""
+        return self._log.decode(errors="replace")
 
     def wait_for_log(self, text, timeout=WAIT):
-        """Reads tabd's stderr until `text` appears in it (after what earlier calls read);
-        returns the lines read. Fails after `timeout` seconds."""
-        fd = self.proc.stderr.fileno()
+        """Waits until `text` appears in tabd's stderr (after what earlier calls found);
+        returns the lines read since. Fails after `timeout` seconds."""
         deadline = time.monotonic() + timeout
-        start = len(self._log)
-        while text.encode() not in self._log[start:]:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([fd], [], [], max(0, left))
-            if not ready:
-                raise AssertionError(f"tabd did not log {text!r} within {timeout} s; it logged {self._log[start:]!r}")
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise AssertionError(f"tabd ended without logging {text!r}: {self._log[start:]!r}")
-            self._log += chunk
-        return self._log[start:].decode(errors="replace")
+        start = self._read_upto
+        want = text.encode()
+        with self._stderr_changed:
+            while True:
+                at = self._stderr.find(want, start)
+                if at >= 0:
+                    end = self._stderr.find(b"\n", at)
+                    self._read_upto = len(self._stderr) if end < 0 else end + 1
+                    return bytes(self._stderr[start:self._read_upto]).decode(errors="replace")
+                if self._stderr_ended:
+                    raise AssertionError(f"tabd ended without logging {text!r}: {bytes(self._stderr[start:])!r}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"tabd did not log {text!r} within {timeout} s; it logged {bytes(self._stderr[start:])!r}")
+                self._stderr_changed.wait(left)
 
     def fetch(self, path, headers=None):
         """(status, body bytes) of an HTTP GET."""
@@ -131,11 +169,12 @@ class Daemon:
             self._signal(sig)
         if self.stderr is None:
             try:
-                _, self.stderr = self.proc.communicate(timeout=WAIT)
+                self.proc.wait(timeout=WAIT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                _, self.stderr = self.proc.communicate()
-            self.stderr = self._log.decode(errors="replace") + self.stderr
+                self.proc.wait()
+            self._reader.join(timeout=WAIT)
+            self.stderr = self.log_so_far()
         return self.proc.returncode
 
 

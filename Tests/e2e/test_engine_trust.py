@@ -28,7 +28,6 @@ import json
 import os
 import random
 import re
-import select
 import sys
 import time
 import uuid
@@ -310,14 +309,8 @@ async def command_storm(clients, n, seed, timeout=60):
 
 
 def log_so_far(d):
-    """Everything node `d` has written to its stderr so far (read without waiting)."""
-    fd = d.proc.stderr.fileno()
-    while select.select([fd], [], [], 0)[0]:
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            break
-        d._log += chunk
-    return d._log.decode(errors="replace")
+    """Everything node `d` has written to its stderr so far."""
+    return d.log_so_far()
 
 
 # --- forged, replayed and re-aimed core messages ---------------------------------------------
