@@ -151,7 +151,7 @@ extension ClusterNode {
     /// Creates room `id` in its shard: its first message, stored only if the room's subject
     /// still ends where it was read (nothing, or the tombstone of its last life), so of
     /// nodes creating it at once exactly one succeeds; then its directory record.
-    func createInShard(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
+    func createInShard(_ id: RoomID, tabs: [TabInfo], recordLater: Bool = false) throws(Failure) -> Bool {
         let shard = layout.shard(of: id)
         let subject = EngineNames.shardSubject(shard, id)
         let genesis = Genesis(epoch: Coordinator.newEpoch(), tabs: tabs)
@@ -163,6 +163,9 @@ extension ClusterNode {
         // Most rooms are new: the first try expects an empty subject without reading it
         // (refused if it is not, and then read).
         var expected: UInt64? = 0
+        // Kept from before the room's first message: what follows it, for the room's load here.
+        let follower = follower(of: shard)
+        let listener = follower.listen(id)
         // Done with the place of the room's first message, or nil when the room lives.
         let result: UInt64??
         do {
@@ -194,17 +197,50 @@ extension ClusterNode {
             case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
             }
             }
+        } catch {
+            follower.stopListening(id, listener)
+            throw error
         }
         guard let outcome = result, let seq = outcome else {
+            follower.stopListening(id, listener)
             if result == nil { throw Failure("cannot create room '\(id)': the engine does not answer") }
             return false
         }
-        writeRecord(SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq, state: state, owners: [:],
-                                   sealed: true, lifeBound: true, shard: shard, lifeStart: seq), room: id)
+        // The directory record is written while the room is opened and started; its load
+        // here starts from what was just written, reading nothing.
+        let record = SnapshotRecord(streamCreated: shardCreated(shard), streamSeq: seq, state: state, owners: [:],
+                                    sealed: true, lifeBound: true, shard: shard, lifeStart: seq)
+        let written = DispatchGroup()
+        written.enter()
+        DispatchQueue.global().async { [self] in
+            writeRecord(record, room: id)
+            written.leave()
+        }
+        let start = ClusterRoom.Start(state: state, from: seq, end: seq, streamCreated: shardCreated(shard), sealed: true, lifeBound: true,
+                                      lifeStart: seq, recordWritten: written)
+        let stale = justCreated.withLock { created -> (ShardListener, ClusterRoom.Start)? in
+            defer { created[id] = (listener, start) }
+            return created[id]
+        }
+        if let (old, _) = stale { follower.stopListening(id, old) }
+        // Not loaded here after all: the listener stops keeping the room's messages.
+        DispatchQueue.global().asyncAfter(deadline: .now() + 30) { [weak self] in
+            guard let self else { return }
+            let left = justCreated.withLock { created -> ShardListener? in
+                guard let entry = created[id], entry.0 === listener else { return nil }
+                created[id] = nil
+                return entry.0
+            }
+            if let left { follower.stopListening(id, left) }
+        }
+        if !recordLater { written.wait() }
         return true
     }
 
-
+    /// The room `id` this node has just created, taken once by its load.
+    func takeJustCreated(_ id: RoomID) -> (ShardListener, ClusterRoom.Start)? {
+        justCreated.withLock { $0.removeValue(forKey: id) }
+    }
 
     /// Stores `record` as room `id`'s directory record (its latest snapshot), sealed.
     func writeRecord(_ record: SnapshotRecord, room id: RoomID) {

@@ -64,6 +64,9 @@ public final class ClusterNode: Sendable {
     /// Each shard's follower on this node, and its stream's creation time.
     let followers: [ShardFollower]
     let shardCreation: [Int64]
+    /// Rooms this node has just created in a shard, until their load here takes them: the
+    /// listener registered before their first message, and where they start.
+    let justCreated = Locked([RoomID: (ShardListener, ClusterRoom.Start)]())
 
     /// Where rooms are created (``createsInShards``).
     public enum RoomPlacement: String, Sendable, CaseIterable {
@@ -467,14 +470,18 @@ public final class ClusterNode: Sendable {
     /// Creates room `id` with `tabs` unless it exists; true when this call created it.
     /// The first message of its stream (epoch and tabs) is stored only if the stream is
     /// still empty, so of nodes creating it at once exactly one succeeds.
-    public func createRoom(_ id: RoomID, tabs: [TabInfo]) throws(Failure) -> Bool {
+    ///
+    /// With `recordLater`, a room created in a shard is answered before its directory record
+    /// is stored (its load here waits for that: ``ClusterRoom/recordStored()``); else the
+    /// room is listed when this returns.
+    public func createRoom(_ id: RoomID, tabs: [TabInfo], recordLater: Bool = false) throws(Failure) -> Bool {
         // A room is in one place: one that lives in the other is not created again.
         let elsewhere: Bool
         do { elsewhere = createsInShards ? try client.streamInfo(EngineNames.stream(id)) != nil : try existsInShard(id) } catch {
             throw Failure("cannot create room '\(id)': \(error)", mayPass: true)
         }
         if elsewhere { return false }
-        return createsInShards ? try createInShard(id, tabs: tabs) : try createOwnStream(id, tabs: tabs)
+        return createsInShards ? try createInShard(id, tabs: tabs, recordLater: recordLater) : try createOwnStream(id, tabs: tabs)
     }
 
     /// Creates room `id` as a stream of its own (``RoomPlacement/streams``).

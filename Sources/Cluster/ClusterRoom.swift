@@ -27,6 +27,8 @@ public final class ClusterRoom: Durability, Sendable {
     /// The room's life (its epoch): every message this node seals for the room binds it.
     let life: String
     let place: Place
+    /// A room created here: its directory record being written (``recordStored()``).
+    private let recordWritten: DispatchGroup?
     private let state: Locked<Shell>
     /// Sends publications in the order the machine asks for them (their answers come back
     /// on libnats' thread).
@@ -86,12 +88,24 @@ public final class ClusterRoom: Durability, Sendable {
         var lifeStart: UInt64?
         var tail: [StreamMessage] = []
         var rewriteRecord = false
+        /// A room just created here: its directory record being written meanwhile.
+        var recordWritten: DispatchGroup?
     }
 
     /// Room `id` loaded from its shard, or nil when the shard holds no life of it.
     static func openInShard(node: ClusterNode, room: RoomID, resumeWindow: Int, attempts: Int) throws(ClusterNode.Failure) -> ClusterRoom? {
         let shard = node.layout.shard(of: room)
         let follower = node.follower(of: shard)
+        // Created here a moment ago: started from its first message, with what the follower
+        // kept since before it.
+        if let (listener, start) = node.takeJustCreated(room) {
+            do {
+                return try ClusterRoom(node: node, room: room, resumeWindow: resumeWindow, place: .shard(shard, follower, listener), start: start)
+            } catch {
+                follower.stopListening(room, listener)
+                throw error
+            }
+        }
         // Kept from now on: what the follower delivers while the room is read.
         let listener = follower.listen(room)
         do {
@@ -320,6 +334,7 @@ public final class ClusterRoom: Durability, Sendable {
         watchdog = DispatchQueue(label: "tabd.cluster.\(room).watch")
         streamCreated = start.streamCreated
         life = start.state.epoch
+        recordWritten = start.recordWritten
         let machine = ClusterRoomMachine(room: room, start: start.state, owners: start.owners, incarnations: start.incarnations, from: start.from,
                                          streamEnd: start.end, streamCreated: start.streamCreated, resumeWindow: resumeWindow,
                                          messageIDPrefix: "\(node.name)-\(room)-\(String(UInt64.random(in: 0...UInt64.max), radix: 36))",
@@ -710,6 +725,12 @@ public final class ClusterRoom: Durability, Sendable {
     static let fencesOff = ProcessInfo.processInfo.environment["TABD_TEST_NO_FENCE"] == "1"
 
     public func published(through seq: Int) { state.withLock { $0.machine.published(through: seq) } }
+
+    /// Waits until the directory record of a room created here is stored (a room is listed
+    /// once its creation is answered); at once for any other.
+    public func recordStored() {
+        recordWritten?.wait()
+    }
 
     /// Reads the machine (under the room's lock).
     func withMachine<T>(_ read: (ClusterRoomMachine) -> T) -> T { state.withLock { read($0.machine) } }

@@ -58,9 +58,8 @@ public final class EngineClient: @unchecked Sendable {
         natsOptions_SetFailRequestsOnDisconnect(opts, true)
         // Each subscription has its own delivery thread (libnats' default): a node follows a
         // few shards and hears a few core subjects, whatever its rooms, so its threads do not
-        // grow with them. (libnats' shared delivery pool, tried for fewer threads, stalled
-        // every room of a node for a minute after the engine server it was on was killed:
-        // Tests/e2e/test_shard_faults.py.)
+        // grow with them. (libnats' shared delivery pool would save those few threads; it
+        // is not needed for the bound, so a node does without it.)
         let status = StatusBox(changed: onChange, gaveUp: onGiveUp)
         let box = Unmanaged.passRetained(status)
         natsOptions_SetDisconnectedCB(opts, { _, closure in

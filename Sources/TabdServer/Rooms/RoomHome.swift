@@ -123,7 +123,8 @@ struct EngineHome: RoomHome {
         do {
             created = try await offPool { () throws(ClusterNode.Failure) -> Bool in
                 guard let template else { return false }
-                return try cluster.createRoom(id, tabs: template)
+                // Its directory record is stored while the room starts (below).
+                return try cluster.createRoom(id, tabs: template, recordLater: true)
             }
             // While the engine answers errors (its stream being created, a leader being
             // elected), each read holds a thread only for itself: the pauses between them
@@ -148,6 +149,8 @@ struct EngineHome: RoomHome {
             room.close()
             throw RoomLoadError("room '\(id)': \(error.message)")
         }
+        // A room created here is listed once its creation is answered.
+        if created { await offPool { room.recordStored() } }
         let seq = await coordinator.currentSeq
         return LoadedRoom(coordinator: coordinator, created: created, stream: room, unload: { room.close() },
                           summary: "room '\(id)' \(created ? "created" : "loaded") from the engine: epoch \(coordinator.epoch), at seq \(seq)")
