@@ -32,7 +32,7 @@ public final class ClusterNode: Sendable {
     /// A node not heard from for this long is dead: its clients leave their rooms.
     public let heartbeatTimeout: Double
     let client: EngineClient
-    let log: @Sendable (String) -> Void
+    package let log: @Sendable (String) -> Void
     package let stats = EngineStats()
     /// How this node seals what it writes and judges what it reads.
     public let trust: EngineTrust

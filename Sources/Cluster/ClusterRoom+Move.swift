@@ -55,11 +55,7 @@ extension ClusterRoom {
             case .stored, .wrongLastSequence:
                 // Stored, or another message is there (another node's fence, or a batch):
                 // what the consumer delivers says which.
-                let waitUntil = min(deadline, DispatchTime.now().uptimeNanoseconds + 5_000_000_000)
-                while DispatchTime.now().uptimeNanoseconds < waitUntil {
-                    if withMachine({ $0.movedOut || $0.delivered > after }) { break }
-                    Thread.sleep(forTimeInterval: 0.01)
-                }
+                _ = waitUntil(deadline: min(deadline, DispatchTime.now().uptimeNanoseconds + 5_000_000_000)) { $0.movedOut || $0.delivered > after }
             case .unknown, .failed:
                 Thread.sleep(forTimeInterval: 0.1)
             }

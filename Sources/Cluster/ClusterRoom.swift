@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import JetStream
 import Locking
+import Synchronization
 
 /// One room of a cluster node: its ``Durability`` (batches appended to the room's log with
 /// a compare-and-set on the room's last message) and its view of that log, this node's
@@ -45,6 +46,10 @@ public final class ClusterRoom: Durability, Sendable {
     /// While loading: something read was sealed with a key other than the one this node
     /// seals with (a key being rotated out), so the room gets a snapshot of this key.
     private let readOtherKey = Locked(false)
+    /// Threads waiting for the machine to reach a state (``waitUntil(deadline:_:)``), woken
+    /// by every step while any waits.
+    private let wakers = Locked<[DispatchSemaphore]>([])
+    private let waiting = Atomic<Int>(0)
 
     /// Where the room's messages are.
     enum Place: Sendable {
@@ -386,12 +391,9 @@ public final class ClusterRoom: Durability, Sendable {
             // The same id every time: the engine stores it once.
             if case .stored = client.publish(subject: subject, data: [], headers: headers, msgID: msgID) {
                 // What the consumer delivers decides.
-                while DispatchTime.now().uptimeNanoseconds < deadline {
-                    if state.withLock({ $0.machine.lifeBound || $0.machine.broken != nil }) {
-                        node.log("room '\(room)': marked bound to its life; every later message of it must be sealed so")
-                        return
-                    }
-                    Thread.sleep(forTimeInterval: 0.01)
+                if waitUntil(deadline: deadline, { $0.lifeBound || $0.broken != nil }) {
+                    node.log("room '\(room)': marked bound to its life; every later message of it must be sealed so")
+                    return
                 }
                 break
             }
@@ -443,6 +445,7 @@ public final class ClusterRoom: Durability, Sendable {
             return s.machine.conflicts - before
         }
         for _ in 0..<conflicts { node.stats.conflict() }
+        if waiting.load(ordering: .acquiring) > 0 { for waker in wakers.withLock({ $0 }) { waker.signal() } }
         performInOrder()
     }
 
@@ -687,26 +690,26 @@ public final class ClusterRoom: Durability, Sendable {
     }
 
     public func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
-        append(batch, generation: generation, forwardID: nil, done: done)
+        append(batch, generation: generation, commandKey: nil, done: done)
     }
 
-    public func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
-        append(batch, generation: generation, forwardID: Optional(forwardID), done: done)
+    public func append(_ batch: EventBatch, generation: Int, commandKey: String, done: @escaping @Sendable (CommandError?) -> Void) {
+        append(batch, generation: generation, commandKey: Optional(commandKey), done: done)
     }
 
-    private func append(_ batch: EventBatch, generation: Int, forwardID: String?, done: @escaping @Sendable (CommandError?) -> Void) {
+    private func append(_ batch: EventBatch, generation: Int, commandKey: String?, done: @escaping @Sendable (CommandError?) -> Void) {
         state.withLock { s in
             let waiter = s.nextWaiter
             s.nextWaiter += 1
             s.waiters[waiter] = done
-            s.outbox += s.machine.append(batch, generation: generation, waiter: waiter, forwardID: forwardID)
+            s.outbox += s.machine.append(batch, generation: generation, waiter: waiter, commandKey: commandKey)
         }
         performInOrder()
     }
 
-    public func storedForward(_ forwardID: String) -> ForwardRecord? { state.withLock { $0.machine.storedForward(forwardID) } }
+    public func storedOutcome(_ commandKey: String) -> KeyedOutcome? { state.withLock { $0.machine.storedOutcome(commandKey) } }
 
-    public func fence(after seq: Int, record: ForwardRecord, generation: Int, forwardID: String,
+    public func recordOutcome(after seq: Int, record: KeyedOutcome, generation: Int, commandKey: String,
                       done: @escaping @Sendable (CommandError?) -> Void) {
         // The test-only switch that shows the fault rounds' checker catching what fences prevent.
         if Self.fencesOff { return done(nil) }
@@ -714,7 +717,7 @@ public final class ClusterRoom: Durability, Sendable {
             let waiter = s.nextWaiter
             s.nextWaiter += 1
             s.waiters[waiter] = done
-            s.outbox += s.machine.fence(.init(after: seq, id: forwardID, record: record), generation: generation, waiter: waiter)
+            s.outbox += s.machine.fence(.init(after: seq, id: commandKey, record: record), generation: generation, waiter: waiter)
         }
         performInOrder()
     }
@@ -734,6 +737,23 @@ public final class ClusterRoom: Durability, Sendable {
 
     /// Reads the machine (under the room's lock).
     func withMachine<T>(_ read: (ClusterRoomMachine) -> T) -> T { state.withLock { read($0.machine) } }
+
+    /// Waits until `done` holds of the machine, or `deadline` (uptime nanoseconds) passes:
+    /// woken by the machine's steps, not by polling. False at the deadline.
+    func waitUntil(deadline: UInt64, _ done: (ClusterRoomMachine) -> Bool) -> Bool {
+        let waker = DispatchSemaphore(value: 0)
+        wakers.withLock { $0.append(waker) }
+        waiting.add(1, ordering: .releasing)
+        defer {
+            waiting.subtract(1, ordering: .releasing)
+            wakers.withLock { $0.removeAll { $0 === waker } }
+        }
+        while !withMachine(done) {
+            guard DispatchTime.now().uptimeNanoseconds < deadline,
+                  waker.wait(timeout: DispatchTime(uptimeNanoseconds: deadline)) == .success else { return withMachine(done) }
+        }
+        return true
+    }
 
     /// The room as delivered here, as a snapshot record would hold it.
     package var snapshotRecordForTests: SnapshotRecord { state.withLock { $0.machine.snapshotRecord } }

@@ -208,9 +208,9 @@ package struct ClusterRoomMachine: Sendable {
     package struct Fence: Equatable, Sendable {
         package let after: Int
         package let id: String
-        package let record: ForwardRecord
+        package let record: KeyedOutcome
 
-        package init(after: Int, id: String, record: ForwardRecord) { self.after = after; self.id = id; self.record = record }
+        package init(after: Int, id: String, record: KeyedOutcome) { self.after = after; self.id = id; self.record = record }
 
         var headerEntry: String {
             switch record {
@@ -226,7 +226,7 @@ package struct ClusterRoomMachine: Sendable {
         let fence: Fence?
         let generation: Int
         let waiter: Waiter
-        let forwardID: String?
+        let commandKey: String?
 
         /// The room seqs it covers: a fence covers none (it follows `after`).
         var firstSeq: Int { batch?.firstSeq ?? fence!.after + 1 }
@@ -357,7 +357,7 @@ package struct ClusterRoomMachine: Sendable {
     /// The last seq the coordinator has published: the history keeps every batch after it.
     private var publishedThrough: Int
     /// The forwarded commands the stream holds, by id: the room seq their batch ends at.
-    private var storedForwards: [String: ForwardRecord] = [:]
+    private var storedForwards: [String: KeyedOutcome] = [:]
     /// The same ids, oldest first (from `forwardHead` on), for forgetting the oldest.
     private var forwardOrder: [String] = []
     private var forwardHead = 0
@@ -426,13 +426,13 @@ package struct ClusterRoomMachine: Sendable {
         failure = nil
     }
 
-    /// A batch to append, decided in `generation`; `forwardID` when it is a forwarded
+    /// A batch to append, decided in `generation`; `commandKey` when it is a forwarded
     /// command's (its id goes into the message's header).
-    package mutating func append(_ batch: EventBatch, generation: Int, waiter: Waiter, forwardID: String? = nil) -> [Action] {
+    package mutating func append(_ batch: EventBatch, generation: Int, waiter: Waiter, commandKey: String? = nil) -> [Action] {
         if closed { return [.report(waiter, closedError)] }
         if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
         if let failure { return fail(waiter, failure) }
-        queue.append(Queued(batch: batch, fence: nil, generation: generation, waiter: waiter, forwardID: forwardID))
+        queue.append(Queued(batch: batch, fence: nil, generation: generation, waiter: waiter, commandKey: commandKey))
         return chain.count + awaiting.count < pipelineDepth ? advance() : []
     }
 
@@ -443,7 +443,7 @@ package struct ClusterRoomMachine: Sendable {
         if closed { return [.report(waiter, closedError)] }
         if generation < self.generation { return [.report(waiter, .unavailable("rolled back"))] }
         if let failure { return fail(waiter, failure) }
-        queue.append(Queued(batch: nil, fence: fence, generation: generation, waiter: waiter, forwardID: fence.id))
+        queue.append(Queued(batch: nil, fence: fence, generation: generation, waiter: waiter, commandKey: fence.id))
         return chain.count + awaiting.count < pipelineDepth ? advance() : []
     }
 
@@ -491,7 +491,7 @@ package struct ClusterRoomMachine: Sendable {
                                           messageID: "\(messageIDPrefix)-\(published)")
             for queued in group {
                 if let fence = queued.fence { publication.fences.append(fence) }
-                else if let id = queued.forwardID, let batch = queued.batch { publication.forwards[batch.lastSeq] = id }
+                else if let id = queued.commandKey, let batch = queued.batch { publication.forwards[batch.lastSeq] = id }
             }
             chain.append(Link(publication: publication, sentAsHead: chain.isEmpty))
             sentGeneration[publication.messageID] = first.generation
@@ -969,7 +969,7 @@ package struct ClusterRoomMachine: Sendable {
 
     /// What the stream holds of the forwarded command `id` (as far as it was delivered
     /// here): its batch, or the fence of a decision that changed nothing.
-    package func storedForward(_ id: String) -> ForwardRecord? { storedForwards[id] }
+    package func storedOutcome(_ id: String) -> KeyedOutcome? { storedForwards[id] }
 
     /// Takes note of a message's forwarded commands (``Publication/forwardsHeader``: a
     /// batch's entry must name one of the message's own seqs, `first` to `last`, a fence's
@@ -994,7 +994,7 @@ package struct ClusterRoomMachine: Sendable {
     }
 
     /// The record one `Tabd-Forwards` key names: `SEQ`, `SEQ/u` or `SEQ/CODE/MESSAGE`.
-    private static func record(_ key: Substring, first: Int, last: Int) -> ForwardRecord? {
+    private static func record(_ key: Substring, first: Int, last: Int) -> KeyedOutcome? {
         let parts = key.split(separator: "/", omittingEmptySubsequences: false)
         guard let seq = Int(parts[0]) else { return nil }
         if parts.count == 1 { return seq >= first && seq <= last ? .applied(seq: seq) : nil }

@@ -107,11 +107,12 @@ public final class Daemon: Sendable {
         let settings = RoomRegistry.Settings(
             creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
             resumeWindow: options.resumeWindow, rateLimit: options.rateLimit,
-            byteRateLimit: options.byteRateLimit, presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval, forwarding: options.clusterForwarding,
+            byteRateLimit: options.byteRateLimit, presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval,
             maxStateBytes: options.maxRoomBytes)
-        let registry = RoomRegistry(settings: settings, store: store, cluster: cluster, existing: stored, metrics: Metrics(), log: log,
+        let home = cluster.map { EngineHome(cluster: $0, resumeWindow: settings.resumeWindow, forwarding: options.clusterForwarding) }
+        let registry = RoomRegistry(settings: settings, store: store, home: home, existing: stored, metrics: Metrics(), log: log,
                                     clock: clock)
-        let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry)
+        let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry, cluster: cluster)
 
         let server: WebSocketServer
         do {

@@ -43,7 +43,7 @@ enum EngineTarget {
             for pair in header.split(separator: ",") {
                 guard let eq = pair.firstIndex(of: "="), let seq = Int(pair[..<eq]), seqs.contains(seq) else { continue }
                 let id = String(pair[pair.index(after: eq)...])
-                if !id.isEmpty, case let .applied(found)? = machine.storedForward(id) { require(seqs.contains(found), "a forwarded id found outside its message") }
+                if !id.isEmpty, case let .applied(found)? = machine.storedOutcome(id) { require(seqs.contains(found), "a forwarded id found outside its message") }
             }
         }
 

@@ -185,23 +185,23 @@ import Testing
     @Test func aMessageNamesItsForwardedBatchesAndEveryNodeLearnsThemFromTheStream() throws {
         var m = try ClusterRoomMachineTests.machine(depth: 1)
         let first = ClusterRoomMachineTests.batch(1)
-        let p1 = try #require(ClusterRoomMachineTests.publication(m.append(first, generation: 0, waiter: 1, forwardID: "n2:i:r:f1")))
+        let p1 = try #require(ClusterRoomMachineTests.publication(m.append(first, generation: 0, waiter: 1, commandKey: "n2:i:r:f1")))
         // Queued behind it: one forwarded, one not, in one group.
         _ = m.append(ClusterRoomMachineTests.batch(2), generation: 0, waiter: 2)
-        _ = m.append(ClusterRoomMachineTests.batch(3), generation: 0, waiter: 3, forwardID: "n3:i:r:f9")
+        _ = m.append(ClusterRoomMachineTests.batch(3), generation: 0, waiter: 3, commandKey: "n3:i:r:f9")
         #expect(p1.forwardsHeader == "1=n2:i:r:f1")
         _ = m.published(p1, .stored(seq: 2), now: 0)
-        #expect(m.storedForward("n2:i:r:f1") == nil, "known once delivered, not when stored")
+        #expect(m.storedOutcome("n2:i:r:f1") == nil, "known once delivered, not when stored")
         let back = m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "n1", messageID: p1.messageID, forwards: p1.forwardsHeader,
                                                 data: p1.data), now: 1)
-        #expect(m.storedForward("n2:i:r:f1") == .applied(seq: 1) && m.lastWriter == "n1")
+        #expect(m.storedOutcome("n2:i:r:f1") == .applied(seq: 1) && m.lastWriter == "n1")
         let p2 = try #require(ClusterRoomMachineTests.publication(back))
         #expect(p2.batches.count == 2 && p2.forwardsHeader == "3=n3:i:r:f9")
         // Another node's message: its header is learned too (a seq outside it is not).
         let other = ClusterRoomMachineTests.batch(2, offset: 5)
         _ = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n3", forwards: "2=n1:i:r:f4,9=n1:i:r:f5,junk",
                                          data: other.frameBytes), now: 2)
-        #expect(m.storedForward("n1:i:r:f4") == .applied(seq: 2) && m.storedForward("n1:i:r:f5") == nil)
+        #expect(m.storedOutcome("n1:i:r:f4") == .applied(seq: 2) && m.storedOutcome("n1:i:r:f5") == nil)
         #expect(m.lastWriter == "n3")
     }
 
@@ -223,19 +223,19 @@ import Testing
         let p2 = try #require(ClusterRoomMachineTests.publication(back))
         #expect(p2.batches.map(\.lastSeq) == [2] && p2.lastSeq == 2 && p2.waiters == [2, 3, 4] && p2.expectedLastSeq == 2)
         #expect(p2.forwardsHeader?.hasPrefix("1/u=n2:i:r:f1,2/unknown_tab/") == true)
-        #expect(m.storedForward("n2:i:r:f1") == nil, "known once delivered")
+        #expect(m.storedOutcome("n2:i:r:f1") == nil, "known once delivered")
         _ = m.published(p2, .stored(seq: 3), now: 1)
         let done = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", messageID: p2.messageID, forwards: p2.forwardsHeader,
                                                 data: p2.data), now: 2)
         #expect([2, 3, 4].allSatisfy { done.contains(.report($0, nil)) }, "fences are committed with the message")
-        #expect(m.storedForward("n2:i:r:f1") == .unchanged(seq: 1))
-        #expect(m.storedForward("n2:i:r:f2") == .refused(refused), "the error, as decided, comes back from the header")
+        #expect(m.storedOutcome("n2:i:r:f1") == .unchanged(seq: 1))
+        #expect(m.storedOutcome("n2:i:r:f2") == .refused(refused), "the error, as decided, comes back from the header")
 
         // Another node reads the same message alike.
         var other = try ClusterRoomMachineTests.machine()
         _ = other.delivered(ClusterRoomMachineTests.delivery(2, ClusterRoomMachineTests.batch(1), writer: "n1"), now: 0)
         _ = other.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", forwards: p2.forwardsHeader, data: p2.data), now: 1)
-        #expect(other.storedForward("n2:i:r:f1") == .unchanged(seq: 1) && other.storedForward("n2:i:r:f2") == .refused(refused))
+        #expect(other.storedOutcome("n2:i:r:f1") == .unchanged(seq: 1) && other.storedOutcome("n2:i:r:f2") == .refused(refused))
     }
 
     /// A fence with no batch around it is a message of its own, without a body: it lands
@@ -250,7 +250,7 @@ import Testing
         let done = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", messageID: p.messageID, forwards: p.forwardsHeader,
                                                 data: []), now: 1)
         #expect(done.contains(.report(5, nil)) && m.broken == nil && m.delivered == 3)
-        #expect(m.storedForward("n2:i:r:f7") == .unchanged(seq: 1))
+        #expect(m.storedOutcome("n2:i:r:f7") == .unchanged(seq: 1))
         let next = try #require(ClusterRoomMachineTests.publication(m.append(ClusterRoomMachineTests.batch(2), generation: 0, waiter: 6)))
         #expect(next.expectedLastSeq == 3, "the next batch follows the fence")
         // An empty message that is no fence does not fold.
@@ -270,7 +270,7 @@ import Testing
         let after = m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "n2", forwards: "1=f1",
                                                  data: ClusterRoomMachineTests.batch(1).frameBytes), now: 1)
         #expect(after.contains(.report(1, .conflict())))
-        #expect(m.storedForward("f1") == .applied(seq: 1), "the other node's decision is the record")
+        #expect(m.storedOutcome("f1") == .applied(seq: 1), "the other node's decision is the record")
     }
 
     /// The first record of a forwarded command stands: a later batch or fence naming the
@@ -280,11 +280,11 @@ import Testing
         var m = try ClusterRoomMachineTests.machine()
         _ = m.delivered(Machine.Delivery(streamSeq: 2, kind: nil, writer: "n2", forwards: "0/u=f1", data: []), now: 0)
         _ = m.delivered(Machine.Delivery(streamSeq: 3, kind: nil, writer: "n1", forwards: "1=f1", data: ClusterRoomMachineTests.batch(1).frameBytes), now: 1)
-        #expect(m.storedForward("f1") == .unchanged(seq: 0))
+        #expect(m.storedOutcome("f1") == .unchanged(seq: 0))
         // Fences outside the message's place, and malformed ones, are not records.
         _ = m.delivered(Machine.Delivery(streamSeq: 4, kind: nil, writer: "n2", forwards: "7/u=f2,1/bogus/eA=f3,1/invalid/!!=f4,1/x=f5",
                                          data: ClusterRoomMachineTests.batch(2).frameBytes), now: 2)
-        #expect(["f2", "f3", "f4", "f5"].allSatisfy { m.storedForward($0) == nil } && m.broken == nil)
+        #expect(["f2", "f3", "f4", "f5"].allSatisfy { m.storedOutcome($0) == nil } && m.broken == nil)
     }
 
     @Test func theWriterIsTheNodeThatWroteMostOfTheLatestMessages() throws {

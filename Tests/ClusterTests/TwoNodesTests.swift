@@ -157,8 +157,8 @@ struct TwoNodesTests {
         let selected = await first.snapshot().selected
         let other = try #require(TabInfo.defaults.map(\.id).first { $0 != selected })
         // n1 decides forward f1 (select the selected tab: nothing) and f2 (a tab that is not there).
-        await first.enqueue(.select(tab: selected), by: "c1", ref: "a", replyTo: 1, forwardID: "n2:i:r:f1")
-        await first.enqueue(.select(tab: "later"), by: "c1", ref: "b", replyTo: 1, forwardID: "n2:i:r:f2")
+        await first.enqueue(.select(tab: selected), by: "c1", ref: "a", replyTo: 1, commandKey: "n2:i:r:f1")
+        await first.enqueue(.select(tab: "later"), by: "c1", ref: "b", replyTo: 1, commandKey: "n2:i:r:f2")
         try await eventually("n1's answers") { logs[0].count(1) == 2 }
         let answers = logs[0].answers.withLock { $0[1]! }
         guard case let .ack("a", at) = answers[0], case .error("b", let refused) = answers[1] else {
@@ -171,8 +171,8 @@ struct TwoNodesTests {
         let end = await first.currentSeq
         try await eventually("n2 has the room") { await second.currentSeq == end }
         // n2 decides the same forwards (its forwarder gave up on n1): the stream's record answers.
-        await second.enqueue(.select(tab: selected), by: "c1", ref: "a", replyTo: 2, forwardID: "n2:i:r:f1")
-        await second.enqueue(.select(tab: "later"), by: "c1", ref: "b", replyTo: 2, forwardID: "n2:i:r:f2")
+        await second.enqueue(.select(tab: selected), by: "c1", ref: "a", replyTo: 2, commandKey: "n2:i:r:f1")
+        await second.enqueue(.select(tab: "later"), by: "c1", ref: "b", replyTo: 2, commandKey: "n2:i:r:f2")
         try await eventually("n2's answers") { logs[1].count(2) == 2 }
         let again = logs[1].answers.withLock { $0[2]! }
         #expect(again == [.ack(ref: "a", seq: at), .error(ref: "b", refused)], "the first decisions' answers")

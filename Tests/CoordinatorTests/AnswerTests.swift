@@ -102,29 +102,29 @@ import Testing
 
     @Test func aForwardedCommandTheStoreHoldsAlreadyIsAckedWithItsBatchAndNotAppliedAgain() async throws {
         let (c, _, log) = try await durable()
-        await c.enqueue(.push(tab: nil, route: "x"), by: "c1", ref: "1", replyTo: 1, forwardID: "n2:i:r:f1")
+        await c.enqueue(.push(tab: nil, route: "x"), by: "c1", ref: "1", replyTo: 1, commandKey: "n2:i:r:f1")
         try await until { log.answers.count == 1 }
         // The same forward again (a writer that got it late, or the sender deciding it in
         // the writer's stead): the stored batch's ack, nothing applied.
-        await c.enqueue(.push(tab: nil, route: "x"), by: "c1", ref: "1", replyTo: 2, forwardID: "n2:i:r:f1")
+        await c.enqueue(.push(tab: nil, route: "x"), by: "c1", ref: "1", replyTo: 2, commandKey: "n2:i:r:f1")
         try await until { log.answers.count == 2 }
         #expect(log.answers.map(\.frame) == [.ack(ref: "1", seq: 6), .ack(ref: "1", seq: 6)])
         let seq = await c.currentSeq
         #expect(log.batches.count == 1 && seq == 6)
         // Another id is another command.
-        await c.enqueue(.push(tab: nil, route: "x"), by: "c1", ref: "1", replyTo: 2, forwardID: "n2:i:r:f2")
+        await c.enqueue(.push(tab: nil, route: "x"), by: "c1", ref: "1", replyTo: 2, commandKey: "n2:i:r:f2")
         try await until { log.answers.count == 3 }
         #expect(log.answers.last?.frame == .ack(ref: "1", seq: 10))
     }
 
     @Test func answersOfForwardedCommandsKeepTheirTurnAmongTheConnectionsAnswers() async throws {
         let (c, _, log) = try await durable()
-        let order = await c.expectRemote(.tap(tab: "profile"), by: "c1", ref: "t", replyTo: 1, forwardID: "f1")
+        let order = await c.expectElsewhere(.tap(tab: "profile"), by: "c1", ref: "t", replyTo: 1, commandKey: "f1")
         await c.enqueue(.ping, by: "c1", ref: "p", replyTo: 1)
         await c.enqueue(.ping, by: "c2", ref: "q", replyTo: 2)
         #expect(log.answers == [Answer(to: 2, client: "c2", frame: .pong(ref: "q"))], "the ping behind the forward waits for its answer")
         // The writer acks at a seq this coordinator has not published: held until it has.
-        await c.settleRemote(1, order: order, frame: .ack(ref: "t", seq: 3))
+        await c.settleElsewhere(1, order: order, frame: .ack(ref: "t", seq: 3))
         #expect(log.answers.count == 1)
         await c.enqueue(.scroll(tab: nil, offset: 4), by: "c3", ref: "s", replyTo: 3)
         try await until { log.answers.count == 4 }
@@ -133,7 +133,7 @@ import Testing
 
     @Test func aSyncBehindAForwardIsTakenOnceTheForwardIsAcked() async throws {
         let (c, _, log) = try await durable()
-        let order = await c.expectRemote(.scroll(tab: nil, offset: 9), by: "c1", ref: "s", replyTo: 1, forwardID: "f1")
+        let order = await c.expectElsewhere(.scroll(tab: nil, offset: 9), by: "c1", ref: "s", replyTo: 1, commandKey: "f1")
         await c.enqueue(.sync, by: "c1", ref: "y", replyTo: 1)
         #expect(log.answers.isEmpty)
         // The forwarded command is decided here after all (its writer did not answer).
@@ -147,9 +147,9 @@ import Testing
     @Test func aForwardDecidedHereThatTheStoreHoldsIsOnlyAcked() async throws {
         let (c, _, log) = try await durable()
         // The writer stored it (its answer was lost): the stream's record answers.
-        await c.enqueue(.tap(tab: "profile"), by: "c1", ref: "a", replyTo: 5, forwardID: "f7")
+        await c.enqueue(.tap(tab: "profile"), by: "c1", ref: "a", replyTo: 5, commandKey: "f7")
         try await until { log.answers.count == 1 }
-        let order = await c.expectRemote(.tap(tab: "profile"), by: "c1", ref: "a", replyTo: 1, forwardID: "f7")
+        let order = await c.expectElsewhere(.tap(tab: "profile"), by: "c1", ref: "a", replyTo: 1, commandKey: "f7")
         await c.decideInstead(1, order: order)
         try await until { log.answers.count == 2 }
         #expect(log.answers[1] == Answer(to: 1, client: "c1", frame: log.answers[0].frame))
@@ -158,8 +158,8 @@ import Testing
 
     @Test func aForwardAckedByItsWriterSurvivesARollbackHere() async throws {
         let (c, store, log) = try await durable()
-        let order = await c.expectRemote(.tap(tab: "profile"), by: "c1", ref: "t", replyTo: 1, forwardID: "f1")
-        await c.settleRemote(1, order: order, frame: .ack(ref: "t", seq: 3))
+        let order = await c.expectElsewhere(.tap(tab: "profile"), by: "c1", ref: "t", replyTo: 1, commandKey: "f1")
+        await c.settleElsewhere(1, order: order, frame: .ack(ref: "t", seq: 3))
         // A batch of this node's own fails: what it rolls back is its own, not what
         // another node stored.
         store.setFailing(true)

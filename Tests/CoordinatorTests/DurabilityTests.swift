@@ -19,7 +19,7 @@ final class ScriptedStore: Durability {
         var holdingCommits = false
         var heldCommits: [@Sendable () -> Void] = []
         /// Forwarded commands committed, by id: their batch's last seq.
-        var forwards: [String: ForwardRecord] = [:]
+        var forwards: [String: KeyedOutcome] = [:]
     }
     // `Locked` (a pthread mutex), not `Mutex`: the TSan run must see this synchronisation.
     private let state: Locked<State>
@@ -62,14 +62,14 @@ final class ScriptedStore: Durability {
         for commit in commits { queue.async(execute: commit) }
     }
 
-    func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
+    func append(_ batch: EventBatch, generation: Int, commandKey: String, done: @escaping @Sendable (CommandError?) -> Void) {
         append(batch, generation: generation) { [state] error in
-            if error == nil { state.withLock { $0.forwards[forwardID] = .applied(seq: batch.lastSeq) } }
+            if error == nil { state.withLock { $0.forwards[commandKey] = .applied(seq: batch.lastSeq) } }
             done(error)
         }
     }
 
-    func storedForward(_ forwardID: String) -> ForwardRecord? { state.withLock { $0.forwards[forwardID] } }
+    func storedOutcome(_ commandKey: String) -> KeyedOutcome? { state.withLock { $0.forwards[commandKey] } }
 
     func append(_ batch: EventBatch, generation: Int, done: @escaping @Sendable (CommandError?) -> Void) {
         // Whether the disk is full is decided when the batch arrives, so tests are deterministic.

@@ -20,16 +20,17 @@ struct AnswerQueues {
         case unchanged(after: Int)
         /// To be decided again after a conflict: it, and everything after it, waits.
         case held
-        /// A forwarded command that changed nothing: its answer waits for its fence's
-        /// commit (``Coordinator/recordFence(_:forwardID:address:order:ref:)``), which
-        /// settles it; a failed fence decides it again.
-        case fenced
-        /// Forwarded to another node, whose answer it waits for (``settleRemote(_:order:frame:)``).
-        case remote
-        /// Acked by the node it was forwarded to, at `seq`: sent once `seq` is published
-        /// here. Nothing this coordinator rolls back changes it (another node stored it).
+        /// A keyed command that changed nothing: its answer waits for the commit of its
+        /// outcome's record (``Coordinator/storeOutcome(_:commandKey:address:order:ref:)``),
+        /// which settles it; a record that fails decides it again.
+        case recordingOutcome
+        /// Decided by another writer of the log, whose answer it waits for
+        /// (``settleElsewhere(_:order:frame:)``).
+        case elsewhere
+        /// Acked by the writer that decided it, at `seq`: sent once `seq` is published
+        /// here. Nothing this coordinator rolls back changes it (the other writer stored it).
         case acked(seq: Int)
-        /// A `sync` behind answers that wait for other nodes: its snapshot is taken once
+        /// A `sync` behind answers that wait for other writers: its snapshot is taken once
         /// it is its turn (``takeDueSyncs()``), so that it holds every command acked before it.
         case syncLater
         /// Its snapshot is being taken.
@@ -44,9 +45,9 @@ struct AnswerQueues {
         let client: ClientID
         let ref: String?
         let command: Command
-        /// The id it was forwarded with, if it was: the store's record of it keeps it from
-        /// being applied twice.
-        let forwardID: String?
+        /// Its key, if it has one: the log's record of the key keeps it from being
+        /// applied twice.
+        let commandKey: String?
     }
 
     private struct Entry {
@@ -56,7 +57,7 @@ struct AnswerQueues {
         let order: Int
         /// The command, for entries that a conflict may send back to be decided again.
         let command: Command?
-        let forwardID: String?
+        let commandKey: String?
     }
 
     /// Only addresses with answers not yet released.
@@ -86,20 +87,20 @@ struct AnswerQueues {
     }
 
     /// `command`: keep it, so a conflict can have it decided again. Returns the entry's
-    /// order (its name for ``settleRemote(_:order:frame:)``).
+    /// order (its name for ``settleElsewhere(_:order:frame:)``).
     @discardableResult
     mutating func add(_ pending: Pending, client: ClientID, ref: String?, to address: UInt64, command: Command? = nil,
-                      forwardID: String? = nil) -> Int {
+                      commandKey: String? = nil) -> Int {
         nextOrder += 1
         queues[address, default: []].append(Entry(client: client, ref: ref, pending: pending, order: nextOrder, command: command,
-                                                  forwardID: forwardID))
+                                                  commandKey: commandKey))
         return nextOrder
     }
 
-    /// A forwarded command's answer came back: an `ack` goes once its seq is published
+    /// The answer of a command decided elsewhere came back: an `ack` goes once its seq is published
     /// here too, anything else at its turn.
-    mutating func settleRemote(_ address: UInt64, order: Int, frame: ServerFrame) {
-        guard let i = queues[address]?.firstIndex(where: { $0.order == order }), case .remote = queues[address]![i].pending else { return }
+    mutating func settleElsewhere(_ address: UInt64, order: Int, frame: ServerFrame) {
+        guard let i = queues[address]?.firstIndex(where: { $0.order == order }), case .elsewhere = queues[address]![i].pending else { return }
         if case let .ack(_, seq) = frame {
             queues[address]![i].pending = .acked(seq: seq)
         } else {
@@ -107,12 +108,12 @@ struct AnswerQueues {
         }
     }
 
-    /// A forwarded command that is to be decided here instead, as a ``Redo``; nil when it
-    /// is not waiting for another node's answer.
-    func remote(_ address: UInt64, order: Int) -> Redo? {
-        guard let entry = queues[address]?.first(where: { $0.order == order }), case .remote = entry.pending,
+    /// A command decided elsewhere that is to be decided here instead, as a ``Redo``; nil
+    /// when it is not waiting for another writer's answer.
+    func elsewhere(_ address: UInt64, order: Int) -> Redo? {
+        guard let entry = queues[address]?.first(where: { $0.order == order }), case .elsewhere = entry.pending,
               let command = entry.command else { return nil }
-        return Redo(address: address, order: order, client: entry.client, ref: entry.ref, command: command, forwardID: entry.forwardID)
+        return Redo(address: address, order: order, client: entry.client, ref: entry.ref, command: command, commandKey: entry.commandKey)
     }
 
     /// After a conflict rolled the state back to `committed`: every command whose answer
@@ -126,12 +127,12 @@ struct AnswerQueues {
                 switch queue[i].pending {
                 case let .applied(seq) where seq > committed: break
                 case let .unchanged(after) where after > committed: break
-                case .fenced: break
+                case .recordingOutcome: break
                 default: continue
                 }
                 queue[i].pending = .held
                 out.append(Redo(address: address, order: queue[i].order, client: queue[i].client, ref: queue[i].ref, command: command,
-                                forwardID: queue[i].forwardID))
+                                commandKey: queue[i].commandKey))
             }
             queues[address] = queue
         }
@@ -178,7 +179,7 @@ struct AnswerQueues {
         case let .ready(frame): return frame
         case let .applied(seq), let .acked(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
         case let .unchanged(after): return after <= published ? .ack(ref: entry.ref, seq: after) : nil
-        case .held, .fenced, .remote, .syncLater, .syncDue: return nil
+        case .held, .recordingOutcome, .elsewhere, .syncLater, .syncDue: return nil
         }
     }
 
@@ -193,7 +194,7 @@ struct AnswerQueues {
                 switch entry.pending {
                 case let .applied(seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
                 case let .unchanged(after) where after > committed: entry.pending = .ready(.error(ref: entry.ref, error))
-                case .held, .fenced: entry.pending = .ready(.error(ref: entry.ref, error))
+                case .held, .recordingOutcome: entry.pending = .ready(.error(ref: entry.ref, error))
                 default: break
                 }
                 return entry

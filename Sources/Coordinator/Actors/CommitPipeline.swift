@@ -1,7 +1,7 @@
-/// The coordinator's batches (and fences) waiting for their commit, as a value: what the
-/// store's reports come to. Its inputs: a batch or a fence recorded, the store's reports
+/// The coordinator's batches (and outcome records) waiting for their commit, as a value: what the
+/// store's reports come to. Its inputs: a batch or an outcome record recorded, the store's reports
 /// arrived, other writers' batches stored, a failed commit, a reset. Its decisions: what
-/// can be published (the committed prefix, in order; a fence not committed holds back what
+/// can be published (the committed prefix, in order; an outcome record not committed holds back what
 /// follows it), when to roll back, when to take in the other writers' batches, and at a
 /// rollback how far this coordinator's own work really committed (``Rollback``). The
 /// coordinator performs them (publishes, answers, rolls its state back, tells the store).
@@ -19,8 +19,8 @@ struct CommitPipeline {
 
     /// What the coordinator is to do, in order, after the store's reports arrived.
     enum Action {
-        /// Publish these committed batches, in order, and answer these committed fences.
-        case publish([EventBatch], fences: [Unpublished.Fence])
+        /// Publish these committed batches, in order, and answer these committed outcome records.
+        case publish([EventBatch], outcomeRecords: [Unpublished.OutcomeRecord])
         /// A commit failed (`failed` is its entry's wait): roll back
         /// (``CommitPipeline/rollback(after:stored:publishedSeq:otherWriters:)`` decides how).
         case rollBack(CommandError, failed: CommitWait)
@@ -37,27 +37,27 @@ struct CommitPipeline {
         waiting.append(Unpublished(lastSeq: batch.lastSeq, batch: batch, wait: wait))
     }
 
-    /// A fence after `seq` (a forwarded command that changed nothing), committed when `wait` says so.
-    mutating func fenced(after seq: Int, wait: CommitWait, fence: Unpublished.Fence) {
-        waiting.append(Unpublished(lastSeq: seq, batch: nil, wait: wait, fence: fence))
+    /// An outcome record after `seq` (a keyed command that changed nothing), committed when `wait` says so.
+    mutating func recordingOutcome(after seq: Int, wait: CommitWait, outcomeRecord: Unpublished.OutcomeRecord) {
+        waiting.append(Unpublished(lastSeq: seq, batch: nil, wait: wait, outcomeRecord: outcomeRecord))
     }
 
     /// Takes the entries up to `seq` out, in order (they are committed), and returns their
-    /// batches and fences. A fence not committed yet stops it there: it comes after every
+    /// batches and outcome records. An outcome record not committed yet stops it there: it comes after every
     /// batch up to its seq, so nothing of `seq` is held back.
-    mutating func takeCommitted(through seq: Int) -> (batches: [EventBatch], fences: [Unpublished.Fence]) {
+    mutating func takeCommitted(through seq: Int) -> (batches: [EventBatch], outcomeRecords: [Unpublished.OutcomeRecord]) {
         var n = 0
-        var fences: [Unpublished.Fence] = []
+        var outcomeRecords: [Unpublished.OutcomeRecord] = []
         while n < waiting.count, waiting[n].lastSeq <= seq {
-            if let fence = waiting[n].fence {
+            if let outcomeRecord = waiting[n].outcomeRecord {
                 guard case .some(nil) = waiting[n].wait.value else { break }
-                fences.append(fence)
+                outcomeRecords.append(outcomeRecord)
             }
             n += 1
         }
         let batches = waiting.prefix(n).compactMap(\.batch)
         waiting.removeFirst(n)
-        return (batches, fences)
+        return (batches, outcomeRecords)
     }
 
     /// What the reports so far say: the last seq of the committed prefix (nil when the
@@ -78,8 +78,8 @@ struct CommitPipeline {
         var actions: [Action] = []
         let reported = reported
         if let through = reported.committedThrough {
-            let (batches, fences) = takeCommitted(through: through)
-            actions.append(.publish(batches, fences: fences))
+            let (batches, outcomeRecords) = takeCommitted(through: through)
+            actions.append(.publish(batches, outcomeRecords: outcomeRecords))
         }
         if let failure = reported.failure {
             actions.append(.rollBack(failure.error, failed: failure.wait))
@@ -104,27 +104,27 @@ struct CommitPipeline {
 
     /// What a failed commit (`error`) comes to, decided before anything changes. `stored` is
     /// the store's committed state, `publishedSeq` the last seq published, `otherWriters`
-    /// whether other writers (a cluster's nodes) append to the same log.
+    /// whether other writers append to the same log.
     func rollback(after error: CommandError, stored: StoredState, publishedSeq: Int, otherWriters: Bool) -> Rollback {
         guard otherWriters else { return .alone(committed: stored.snapshot.seq) }
         let own = ownCommitted(after: publishedSeq, stored: stored)
-        return .shared(ownCommitted: own.seq, standingFences: own.fences, redo: error.isConflict, publishStoredAfter: publishedSeq)
+        return .shared(ownCommitted: own.seq, standingOutcomes: own.outcomeRecords, redo: error.isConflict, publishStoredAfter: publishedSeq)
     }
 
     /// How far this coordinator's own entries really committed, from `publishedSeq` on, and
-    /// the committed fences among them. An entry counts as committed when its report came,
+    /// the committed outcome records among them. An entry counts as committed when its report came,
     /// or (the report still on its way) when `stored`, the store's committed state, holds
     /// this very batch: decided again, it would be applied twice. The first entry that is
     /// neither ends it.
-    func ownCommitted(after publishedSeq: Int, stored: StoredState) -> (seq: Int, fences: [Unpublished.Fence]) {
+    func ownCommitted(after publishedSeq: Int, stored: StoredState) -> (seq: Int, outcomeRecords: [Unpublished.OutcomeRecord]) {
         var seq = publishedSeq
-        var fences: [Unpublished.Fence] = []
+        var outcomeRecords: [Unpublished.OutcomeRecord] = []
         for entry in waiting {
             if case .some(nil) = entry.wait.value {} else if let batch = entry.batch, stored.holds(batch) {} else { break }
             seq = entry.lastSeq
-            if let fence = entry.fence { fences.append(fence) }
+            if let outcomeRecord = entry.outcomeRecord { outcomeRecords.append(outcomeRecord) }
         }
-        return (seq, fences)
+        return (seq, outcomeRecords)
     }
 
     /// Forgets every entry (the store fails them: they were built on state that is gone)
@@ -144,33 +144,33 @@ enum Rollback: Equatable {
     /// published; every answer after it fails with the error.
     case alone(committed: Int)
     /// Other writers append too. This coordinator's own work committed through
-    /// `ownCommitted` (``CommitPipeline/ownCommitted(after:stored:)``): the fences among it
+    /// `ownCommitted` (``CommitPipeline/ownCommitted(after:stored:)``): the outcome records among it
     /// stand; the answers after it are decided again on the restored state when `redo` (a
     /// conflict: another writer took the seq, the command may still apply) and fail
     /// otherwise, taken before anything is published (another writer's batch may end at a
     /// seq one of them waits for). Then the store's history after `publishStoredAfter` (the
     /// last seq published) goes out in its order: this coordinator's committed batches and
     /// the others'.
-    case shared(ownCommitted: Int, standingFences: [Unpublished.Fence], redo: Bool, publishStoredAfter: Int)
+    case shared(ownCommitted: Int, standingOutcomes: [Unpublished.OutcomeRecord], redo: Bool, publishStoredAfter: Int)
 }
 
-/// A batch or a fence recorded and waiting for its commit.
+/// A batch or an outcome record recorded and waiting for its commit.
 struct Unpublished {
-    /// The batch's last seq; a fence's place (the seq it follows).
+    /// The batch's last seq; an outcome record's place (the seq it follows).
     let lastSeq: Int
-    /// Nil for a fence.
+    /// Nil for an outcome record.
     let batch: EventBatch?
     let wait: CommitWait
-    var fence: Fence? = nil
+    var outcomeRecord: OutcomeRecord? = nil
 
-    /// A forwarded command's decision that changed nothing, and where its answer waits.
-    struct Fence: Equatable {
+    /// A keyed command's decision that changed nothing, and where its answer waits.
+    struct OutcomeRecord: Equatable {
         let address: UInt64
         let order: Int
-        let record: ForwardRecord
+        let record: KeyedOutcome
         let ref: String?
 
-        /// The answer the command gets once the fence is committed.
+        /// The answer the command gets once the outcome record is committed.
         var answer: AnswerQueues.Pending {
             switch record {
             case let .applied(seq), let .unchanged(seq): .unchanged(after: seq)

@@ -45,12 +45,12 @@ extension Coordinator {
     /// submitted before it to the same address, and an `ack` together with the batch it
     /// reports. The daemon's short road: nobody waits for the commit.
     ///
-    /// `forwardID`: the command was forwarded by another node of a cluster with this id
-    /// (or is decided here for one that did not answer): if the store holds it already, it
-    /// is not applied again, and its answer is the `ack` of its stored batch.
-    public func enqueue(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64, forwardID: String? = nil) async {
+    /// `commandKey`: a keyed command (``Durability``), which another writer of the log may
+    /// decide too: if the log holds its outcome already, it is not applied again, and its
+    /// answer is the one recorded.
+    public func enqueue(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64, commandKey: String? = nil) async {
         await enter(); defer { leave() }
-        // A `sync` behind answers that wait for another node (forwarded commands): its
+        // A `sync` behind answers that wait for another writer (commands decided elsewhere): its
         // snapshot is taken when its turn comes, to hold what those answers report.
         if case .sync = command, answers.hasAnswers(address) {
             _ = await settle()
@@ -61,39 +61,39 @@ extension Coordinator {
         }
         // The ack is queued before the batch is recorded: in memory, recording publishes
         // the batch at once, and the ack goes with it.
-        let step = await perform(command, by: client, ref: ref, forwardID: forwardID) { lastSeq in
-            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address, command: command, forwardID: forwardID)
+        let step = await perform(command, by: client, ref: ref, commandKey: commandKey) { lastSeq in
+            answers.add(.applied(seq: lastSeq), client: client, ref: ref, to: address, command: command, commandKey: commandKey)
         }
         guard let pending = pendingAnswer(step, ref: ref) else { return } // its ack goes with the batch
-        if let forwardID, let record = fenceRecord(step) {
-            let order = answers.add(.fenced, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
-            recordFence(record, forwardID: forwardID, address: address, order: order, ref: ref)
+        if let commandKey, let record = outcomeToRecord(step) {
+            let order = answers.add(.recordingOutcome, client: client, ref: ref, to: address, command: command, commandKey: commandKey)
+            storeOutcome(record, commandKey: commandKey, address: address, order: order, ref: ref)
             return
         }
-        answers.add(pending, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
+        answers.add(pending, client: client, ref: ref, to: address, command: command, commandKey: commandKey)
         publishAnswers(to: address)
     }
 
-    /// A command of `client` forwarded to another node with `forwardID`: its answer
-    /// (``settleRemote(_:order:frame:)``) goes to `address` in its turn among the
+    /// A command of `client` handed to another writer of the log with `commandKey`: its
+    /// answer (``settleElsewhere(_:order:frame:)``) goes to `address` in its turn among the
     /// address's answers, an `ack` once its seq is published here. Returns the name of
     /// the wait.
-    public func expectRemote(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64, forwardID: String) -> Int {
-        answers.add(.remote, client: client, ref: ref, to: address, command: command, forwardID: forwardID)
+    public func expectElsewhere(_ command: Command, by client: ClientID, ref: String?, replyTo address: UInt64, commandKey: String) -> Int {
+        answers.add(.elsewhere, client: client, ref: ref, to: address, command: command, commandKey: commandKey)
     }
 
-    /// The other node's answer to a command of ``expectRemote(_:by:ref:replyTo:forwardID:)``.
-    public func settleRemote(_ address: UInt64, order: Int, frame: ServerFrame) {
-        answers.settleRemote(address, order: order, frame: frame)
+    /// The other writer's answer to a command of ``expectElsewhere(_:by:ref:replyTo:commandKey:)``.
+    public func settleElsewhere(_ address: UInt64, order: Int, frame: ServerFrame) {
+        answers.settleElsewhere(address, order: order, frame: frame)
         publishAnswers(to: address)
     }
 
-    /// The other node did not answer: the command is decided here instead, in its turn
-    /// (unless the store holds its forwarded batch already: then that is its `ack`).
+    /// The other writer did not answer: the command is decided here instead, in its turn
+    /// (unless the log holds its outcome already: then that is its answer).
     public func decideInstead(_ address: UInt64, order: Int) async {
         await enter(); defer { leave() }
-        guard let redo = answers.remote(address, order: order) else { return }
-        settle(redo, await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
+        guard let redo = answers.elsewhere(address, order: order) else { return }
+        settle(redo, await perform(redo.command, by: redo.client, ref: redo.ref, commandKey: redo.commandKey) { lastSeq in
             answers.settle(redo, .applied(seq: lastSeq))
         })
         publishAnswers(to: address)
@@ -131,9 +131,9 @@ extension Coordinator {
         case let .answered(.applied(seq, _)): .ready(.ack(ref: ref, seq: seq))
         case let .refused(error): .ready(.error(ref: ref, error))
         case .unchanged: .unchanged(after: seq)
-        case .forwardedBefore(.applied(let stored)): .applied(seq: stored)
-        case .forwardedBefore(.unchanged(let at)): .unchanged(after: at)
-        case .forwardedBefore(.refused(let error)): .ready(.error(ref: ref, error))
+        case .decidedBefore(.applied(let stored)): .applied(seq: stored)
+        case .decidedBefore(.unchanged(let at)): .unchanged(after: at)
+        case .decidedBefore(.refused(let error)): .ready(.error(ref: ref, error))
         case .recorded: nil
         }
     }
@@ -144,40 +144,40 @@ extension Coordinator {
     /// (it may be `unknown_tab` or `invalid` now, or change nothing).
     func redecide(_ held: [AnswerQueues.Redo]) async {
         for redo in held {
-            settle(redo, await perform(redo.command, by: redo.client, ref: redo.ref, forwardID: redo.forwardID) { lastSeq in
+            settle(redo, await perform(redo.command, by: redo.client, ref: redo.ref, commandKey: redo.commandKey) { lastSeq in
                 answers.settle(redo, .applied(seq: lastSeq))
             })
         }
     }
 
-    /// Gives a command decided again (or instead of another node) the answer its step
-    /// leaves to wait for; a forwarded one that changed nothing waits for its fence.
+    /// Gives a command decided again (or instead of another writer) the answer its step
+    /// leaves to wait for; a forwarded one that changed nothing waits for its outcome record.
     private func settle(_ redo: AnswerQueues.Redo, _ step: Decided) {
         guard let pending = pendingAnswer(step, ref: redo.ref) else { return }
-        if let forwardID = redo.forwardID, let record = fenceRecord(step) {
-            answers.settle(redo, .fenced)
-            recordFence(record, forwardID: forwardID, address: redo.address, order: redo.order, ref: redo.ref)
+        if let commandKey = redo.commandKey, let record = outcomeToRecord(step) {
+            answers.settle(redo, .recordingOutcome)
+            storeOutcome(record, commandKey: commandKey, address: redo.address, order: redo.order, ref: redo.ref)
         } else {
             answers.settle(redo, pending)
         }
     }
 
-    /// What the fence of a forwarded command's step records, when it must have one: the
-    /// step decided it (not the stream's record of it) and it changed nothing. In a
-    /// cluster, another node may decide the same command (its forwarder, when this node
-    /// seemed dead; this node, when its forwarder gave up on it): the fence, ordered in
-    /// the room's stream like a batch, makes the first decision the only one, so that a
+    /// What the outcome record of a keyed command's step records, when it must have one: the
+    /// step decided it (not the log's record of it) and it changed nothing. Another writer
+    /// may decide the same command (the one that handed it over, when this one seemed dead;
+    /// this one, when the other gave up on it): the outcome record, ordered in the log like a
+    /// batch, makes the first decision the only one, so that a
     /// command's answer and its effect can never come from two decisions.
-    private func fenceRecord(_ step: Decided) -> ForwardRecord? {
-        guard fencesForwards else { return nil }
+    private func outcomeToRecord(_ step: Decided) -> KeyedOutcome? {
+        guard recordsOutcomes else { return nil }
         switch step {
         case .unchanged: return .unchanged(seq: seq)
         case let .refused(error): return .refused(error)
-        case .answered, .recorded, .forwardedBefore: return nil
+        case .answered, .recorded, .decidedBefore: return nil
         }
     }
 
-    /// What a command came to when it was decided (``perform(_:by:ref:forwardID:recording:)``),
+    /// What a command came to when it was decided (``perform(_:by:ref:commandKey:recording:)``),
     /// on either road: the answer queues take it as the answer to wait for
     /// (``pendingAnswer(_:ref:)``), a ``Receipt`` keeps it for ``outcome(of:)``.
     enum Decided: Sendable {
@@ -188,8 +188,8 @@ extension Coordinator {
         case unchanged
         /// Applied and recorded; with a store, `wait` tells when it is committed.
         case recorded(EventBatch, wait: CommitWait?)
-        /// A forwarded command the store holds a decision of already.
-        case forwardedBefore(ForwardRecord)
+        /// A keyed command the store holds a decision of already.
+        case decidedBefore(KeyedOutcome)
 
         var changedNothing: Bool {
             if case .unchanged = self { return true }
@@ -200,7 +200,7 @@ extension Coordinator {
     /// What both roads share, inside the gate: `sync` and `ping` answered, any other
     /// command decided, applied and recorded. `recording` runs with the batch's last seq
     /// just before the batch is applied and recorded.
-    private func perform(_ command: Command, by client: ClientID, ref: String?, forwardID: String? = nil,
+    private func perform(_ command: Command, by client: ClientID, ref: String?, commandKey: String? = nil,
                          recording: (Int) -> Void = { _ in }) async -> Decided {
         switch command {
         case .sync:
@@ -218,13 +218,13 @@ extension Coordinator {
         default:
             break
         }
-        if let forwardID, let stored = storedForward(forwardID) { return .forwardedBefore(stored) }
+        if let commandKey, let stored = storedOutcome(commandKey) { return .decidedBefore(stored) }
         let events: [Event]
         do { events = try await decide(command) } catch { return .refused(error) }
         guard !events.isEmpty else { return .unchanged }
         recording(seq + events.count)
         await apply(events)
-        let (batch, wait) = record(events, by: client, ref: ref, forwardID: forwardID)!
+        let (batch, wait) = record(events, by: client, ref: ref, commandKey: commandKey)!
         return .recorded(batch, wait: wait)
     }
 
@@ -241,9 +241,9 @@ extension Coordinator {
         switch receipt.decided {
         case let .answered(outcome):
             return outcome
-        case let .refused(error), .forwardedBefore(.refused(let error)):
+        case let .refused(error), .decidedBefore(.refused(let error)):
             throw error
-        case .forwardedBefore: // no forward id on this road
+        case .decidedBefore: // no key on this road
             return .applied(seq: currentSeq, batch: nil)
         case let .recorded(batch, nil):
             return .applied(seq: batch.lastSeq, batch: batch)

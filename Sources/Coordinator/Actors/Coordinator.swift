@@ -102,7 +102,7 @@ public actor Coordinator {
     private var waiting: [CheckedContinuation<Void, Never>] = []
     private var waitingHead = 0
     private let durability: (any Durability)?
-    /// Applied batches and fences waiting for their commit, and the generation of the
+    /// Applied batches and outcome records waiting for their commit, and the generation of the
     /// store's work (bumped on every rollback): what their reports come to.
     private var pipeline = CommitPipeline()
     /// A task to answer the due `sync`s is on its way (``scheduleDueSyncs()``): at most one
@@ -282,7 +282,7 @@ public actor Coordinator {
 
     /// Stamps applied events as the next batch. In memory it is published at once (and
     /// nil returned); with a store it is queued for commit and its wait returned.
-    func record(_ events: [Event], by: ClientID, ref: String?, forwardID: String? = nil) -> (EventBatch, CommitWait?)? {
+    func record(_ events: [Event], by: ClientID, ref: String?, commandKey: String? = nil) -> (EventBatch, CommitWait?)? {
         guard !events.isEmpty else { return nil }
         let batch = Self.stamp(events, after: seq, by: by, ref: ref)
         seq = batch.lastSeq
@@ -292,8 +292,8 @@ public actor Coordinator {
         }
         let (wait, done) = commitWait()
         pipeline.recorded(batch, wait: wait)
-        if let forwardID {
-            durability.append(batch, generation: pipeline.generation, forwardID: forwardID, done: done)
+        if let commandKey {
+            durability.append(batch, generation: pipeline.generation, commandKey: commandKey, done: done)
         } else {
             durability.append(batch, generation: pipeline.generation, done: done)
         }
@@ -309,15 +309,15 @@ public actor Coordinator {
         })
     }
 
-    /// Records a fence (``Durability/fence(after:record:generation:forwardID:done:)``) for a
-    /// forwarded command that changed nothing (`record`) on the state at the current seq:
-    /// its answer, waiting as ``AnswerQueues/Pending/fenced`` at `address` and `order`,
-    /// is released once the fence is committed, and decided again if the fence fails.
-    func recordFence(_ record: ForwardRecord, forwardID: String, address: UInt64, order: Int, ref: String?) {
+    /// Records an outcome (``Durability/recordOutcome(after:record:generation:commandKey:done:)``) for a
+    /// keyed command that changed nothing (`record`) on the state at the current seq:
+    /// its answer, waiting as ``AnswerQueues/Pending/recordingOutcome`` at `address` and `order`,
+    /// is released once the outcome record is committed, and decided again if the outcome record fails.
+    func storeOutcome(_ record: KeyedOutcome, commandKey: String, address: UInt64, order: Int, ref: String?) {
         guard let durability else { return }
         let (wait, done) = commitWait()
-        pipeline.fenced(after: seq, wait: wait, fence: .init(address: address, order: order, record: record, ref: ref))
-        durability.fence(after: seq, record: record, generation: pipeline.generation, forwardID: forwardID, done: done)
+        pipeline.recordingOutcome(after: seq, wait: wait, outcomeRecord: .init(address: address, order: order, record: record, ref: ref))
+        durability.recordOutcome(after: seq, record: record, generation: pipeline.generation, commandKey: commandKey, done: done)
     }
 
     /// Records events and, with a store, waits (holding the gate) until they are
@@ -348,17 +348,17 @@ public actor Coordinator {
     }
 
     /// Publishes, in order, the waiting batches up to `seq` (they are committed), and
-    /// answers the committed fences among them. A fence not committed yet stops it there: it
+    /// answers the committed outcome records among them. An outcome record not committed yet stops it there: it
     /// comes after every batch up to its seq, so nothing of `seq` is held back.
     func publishCommitted(through seq: Int) {
-        let (ready, fences) = pipeline.takeCommitted(through: seq)
-        publishTaken(ready, fences: fences)
+        let (ready, outcomeRecords) = pipeline.takeCommitted(through: seq)
+        publishTaken(ready, outcomeRecords: outcomeRecords)
     }
 
-    /// Answers the committed fences, then publishes the committed batches taken out of the
+    /// Answers the committed outcome records, then publishes the committed batches taken out of the
     /// pipeline.
-    private func publishTaken(_ batches: [EventBatch], fences: [Unpublished.Fence]) {
-        for fence in fences { answers.settle(fence.address, order: fence.order, fence.answer) }
+    private func publishTaken(_ batches: [EventBatch], outcomeRecords: [Unpublished.OutcomeRecord]) {
+        for outcomeRecord in outcomeRecords { answers.settle(outcomeRecord.address, order: outcomeRecord.order, outcomeRecord.answer) }
         publish(batches)
     }
 
@@ -369,7 +369,7 @@ public actor Coordinator {
         commitSignalled.lower()
         for action in pipeline.reportsArrived() {
             switch action {
-            case let .publish(batches, fences): publishTaken(batches, fences: fences)
+            case let .publish(batches, outcomeRecords): publishTaken(batches, outcomeRecords: outcomeRecords)
             case let .rollBack(error, failed): await rollBack(error, failed: failed)
             case .takeInOthers: await absorb()
             }
@@ -391,10 +391,10 @@ public actor Coordinator {
         switch plan {
         case let .alone(committed):
             publishCommitted(through: committed)
-        case let .shared(ownCommitted, standingFences, redo, publishStoredAfter):
+        case let .shared(ownCommitted, standingOutcomes, redo, publishStoredAfter):
             // Answers past what really committed must not be released by what is published
             // below.
-            for fence in standingFences { answers.settle(fence.address, order: fence.order, fence.answer) }
+            for outcomeRecord in standingOutcomes { answers.settle(outcomeRecord.address, order: outcomeRecord.order, outcomeRecord.answer) }
             if redo {
                 held = answers.takeRedo(after: ownCommitted)
             } else {
@@ -420,7 +420,7 @@ public actor Coordinator {
         publish([])
     }
 
-    /// Takes in what other writers stored (a cluster's other nodes): every batch of the
+    /// Takes in what other writers stored: every batch of the
     /// store's committed state past this coordinator's, applied and published in order.
     /// While batches of this coordinator's own are pending, nothing is taken in and the
     /// gate is not held for their commit: once they have all committed, the commit task
@@ -449,11 +449,11 @@ public actor Coordinator {
         await rollBackHoldingGate(error, failed: failed)
     }
 
-    /// Where the store holds the batch of the forwarded command `id`, if it does.
-    func storedForward(_ id: String) -> ForwardRecord? { durability?.storedForward(id) }
+    /// What the log holds of the keyed command `id`, if anything.
+    func storedOutcome(_ id: String) -> KeyedOutcome? { durability?.storedOutcome(id) }
 
-    /// Whether a forwarded command's decisions must be fenced: another node may decide it too.
-    var fencesForwards: Bool { durability?.hasOtherWriters ?? false }
+    /// Whether a keyed command's decisions that change nothing are recorded: another writer may decide it too.
+    var recordsOutcomes: Bool { durability?.hasOtherWriters ?? false }
 
     /// The commit wait and last seq of the last applied batch, if it is not published yet.
     var lastUnpublished: (wait: CommitWait, seq: Int)? { pipeline.last.map { ($0.wait, $0.lastSeq) } }

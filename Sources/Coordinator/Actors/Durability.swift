@@ -38,7 +38,16 @@ extension StoredState {
     }
 }
 
-/// A store that makes batches durable before the coordinator publishes them.
+/// The room's log: a store that makes batches durable before the coordinator publishes
+/// them. Two implementations: the state file (or memory) of a single tabd, which only this
+/// coordinator writes, and a cluster's engine, which other writers append to as well.
+///
+/// **Keyed commands.** A command may come with a key (a writer that took it over from
+/// another, or that another handed over): the log remembers each key's outcome, its batch or,
+/// for a decision that changed nothing, a record of that outcome, in the log's order, so
+/// that whichever writer decides the command again finds it decided
+/// (``storedOutcome(_:)``) and nothing is applied twice. A log without other writers never
+/// sees a key twice and keeps nothing for it.
 ///
 /// Batches are committed in the order they are appended, many per transaction. Each
 /// append's `done` is called exactly once, from the store's own thread: with nil once
@@ -50,45 +59,43 @@ public protocol Durability: Sendable {
     func committedState() -> StoredState
     /// Accepts batches of `generation` (and later) again; fails what is left of older ones.
     func reset(generation: Int)
-    /// Whether other writers append to the same log (a cluster's other nodes, through its
-    /// engine). Then a conflict is decided again (its commands get the answers of their
+    /// Whether other writers append to the same log. Then a conflict is decided again (its commands get the answers of their
     /// new decisions, not `unavailable`), and ``committedState()``'s history holds every
     /// batch past what this coordinator published, other writers' batches included. A
     /// store of its own (false) only ever holds this coordinator's batches.
     var hasOtherWriters: Bool { get }
-    /// In a cluster, the node that owns a listed client (the one it joined), if known.
+    /// With other writers, the writer that owns a listed client (the one it joined), if known.
     func owner(of client: ClientID) -> String?
-    /// Like ``append(_:generation:done:)``, for the batch of a command another node
-    /// forwarded (or one forwarded to another node and decided here in its stead): the
-    /// store records `forwardID` with it, and ``storedForward(_:)`` finds it from then on.
-    func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void)
-    /// What the log holds of the forwarded command `forwardID` (its batch, or the fence
-    /// of a decision that changed nothing), if anything: that command is never decided
+    /// Like ``append(_:generation:done:)``, for the batch of a keyed command: the log
+    /// records `commandKey` with it, and ``storedOutcome(_:)`` finds it from then on.
+    func append(_ batch: EventBatch, generation: Int, commandKey: String, done: @escaping @Sendable (CommandError?) -> Void)
+    /// What the log holds of the keyed command `commandKey` (its batch, or the record of
+    /// a decision that changed nothing), if anything: that command is never decided
     /// again, and its answer is the one recorded.
-    func storedForward(_ forwardID: String) -> ForwardRecord?
-    /// Records, in the log's order after `seq`, that the forwarded command `forwardID` was
+    func storedOutcome(_ commandKey: String) -> KeyedOutcome?
+    /// Records, in the log's order after `seq`, that the keyed command `commandKey` was
     /// decided here and changed nothing (`record` says how: unchanged at `seq`, or
-    /// refused): a **fence**. Another writer that decides the same command afterwards
-    /// finds it (``storedForward(_:)``); one that recorded it first makes this fence fail
+    /// refused). Another writer that decides the same command afterwards finds it
+    /// (``storedOutcome(_:)``); one that recorded it first makes this record fail
     /// as a conflict (the command is then decided again, and finds that record). `done`
     /// as for ``append(_:generation:done:)``, in order with the batches.
-    func fence(after seq: Int, record: ForwardRecord, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void)
+    func recordOutcome(after seq: Int, record: KeyedOutcome, generation: Int, commandKey: String, done: @escaping @Sendable (CommandError?) -> Void)
     /// The coordinator has published every batch up to `seq`: with other writers, the
     /// history of ``committedState()`` may drop batches up to it, and must keep every one
-    /// after it, however far the coordinator lags (a node paused while the others wrote).
+    /// after it, however far the coordinator lags (paused while the others wrote).
     func published(through seq: Int)
 }
 
 extension Durability {
     public var hasOtherWriters: Bool { false }
     public func owner(of client: ClientID) -> String? { nil }
-    /// A store with no other writers is never forwarded a command.
-    public func append(_ batch: EventBatch, generation: Int, forwardID: String, done: @escaping @Sendable (CommandError?) -> Void) {
+    /// A log with no other writers never meets a key twice: nothing to keep.
+    public func append(_ batch: EventBatch, generation: Int, commandKey: String, done: @escaping @Sendable (CommandError?) -> Void) {
         append(batch, generation: generation, done: done)
     }
-    public func storedForward(_ forwardID: String) -> ForwardRecord? { nil }
-    /// Without other writers nobody else can decide the command: nothing to fence.
-    public func fence(after seq: Int, record: ForwardRecord, generation: Int, forwardID: String,
+    public func storedOutcome(_ commandKey: String) -> KeyedOutcome? { nil }
+    /// Without other writers nobody else can decide the command: nothing to record.
+    public func recordOutcome(after seq: Int, record: KeyedOutcome, generation: Int, commandKey: String,
                       done: @escaping @Sendable (CommandError?) -> Void) {
         done(nil)
     }
@@ -96,9 +103,9 @@ extension Durability {
     public func published(through seq: Int) {}
 }
 
-/// What a log holds of a forwarded command's decision: its batch, or a fence of a decision
-/// that changed nothing (``Durability/fence(after:record:generation:forwardID:done:)``).
-public enum ForwardRecord: Sendable, Equatable {
+/// What a log holds of a keyed command's decision: its batch, or the record of a decision
+/// that changed nothing (``Durability/recordOutcome(after:record:generation:commandKey:done:)``).
+public enum KeyedOutcome: Sendable, Equatable {
     /// Applied: its batch ends at `seq`.
     case applied(seq: Int)
     /// Changed nothing, decided on the state at `seq`: its answer is `ack` at `seq`.

@@ -1,4 +1,5 @@
 import Auth
+import Cluster
 import Coordinator
 import Dispatch
 import Foundation
@@ -83,6 +84,8 @@ final class Gateway: WebSocketServerHandler {
     let metrics: Metrics
     let log: Log
     let registry: RoomRegistry
+    /// The cluster this tabd is a node of, if it is one (`/healthz`, `/metrics`).
+    let cluster: ClusterNode?
     let api: RoomsAPI
     /// Other web sites fenced out (``screen(_:)``).
     let fence: SiteFence
@@ -91,8 +94,8 @@ final class Gateway: WebSocketServerHandler {
     private let connections = Atomic<Int>(0)
     private let state = Locked(State())
 
-    init(options: Options, auth: Authenticator, metrics: Metrics, log: Log, registry: RoomRegistry) {
-        self.options = options; self.auth = auth; self.metrics = metrics; self.log = log; self.registry = registry
+    init(options: Options, auth: Authenticator, metrics: Metrics, log: Log, registry: RoomRegistry, cluster: ClusterNode? = nil) {
+        self.options = options; self.auth = auth; self.metrics = metrics; self.log = log; self.registry = registry; self.cluster = cluster
         api = RoomsAPI(registry: registry, auth: auth, log: log)
         fence = SiteFence(options: options, credentials: auth.isOn)
     }
@@ -318,9 +321,9 @@ final class Gateway: WebSocketServerHandler {
         case "/healthz":
             if stopping.load(ordering: .relaxed) {
                 responder.respond(HTTPResponse(status: 503, contentType: "text/plain", body: Array("stopping\n".utf8)))
-            } else if let cluster = registry.cluster, !cluster.connected {
+            } else if let cluster, !cluster.connected {
                 responder.respond(HTTPResponse(status: 503, text: "engine unreachable (node \(cluster.name))\n"))
-            } else if let cluster = registry.cluster {
+            } else if let cluster {
                 responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok node \(cluster.name)".utf8)))
             } else {
                 responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
@@ -339,7 +342,7 @@ final class Gateway: WebSocketServerHandler {
                                       queuedBytes: registry.server?.queuedBytes ?? 0,
                                       queuedAnswerBytes: registry.server?.queuedAnswerBytes ?? 0,
                                       droppedAnswers: registry.server?.droppedAnswers ?? 0)
-                + (registry.cluster?.metricsText ?? "")
+                + (cluster?.metricsText ?? "")
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:
             if request.path.hasPrefix(RoomsAPI.prefix) {

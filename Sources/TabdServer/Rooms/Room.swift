@@ -1,4 +1,3 @@
-import Cluster
 import Coordinator
 import Dispatch
 import Locking
@@ -31,20 +30,19 @@ actor Room: DirectoryRoom {
         case idleCheck
         /// The room is being deleted: close its clients with 4404 and stop.
         case delete(OneShot<Void>)
-        /// Cluster: other nodes' batches arrived; take them in.
+        /// A shared log: other writers' batches arrived; take them in.
         case absorb
-        /// Cluster: clients of nodes that died leave (checked every second).
+        /// A shared log: clients of writers that died leave (checked every second).
         case sweep
-        /// Cluster: the engine connection is back; a deletion may have been missed.
-        case verifyStream
+        /// A shared log: the room may have ended there (a deletion, a move, or the log was
+        /// out of reach and one may have been missed): its standing is checked.
+        case verifyStanding
         /// A counted room's changed count is due to be reported.
         case presenceReport
-        /// Cluster: another node forwarded a command of its client (this node writes the room).
-        case forwarded(ForwardRequest)
-        /// Cluster: the writer's answer to a command this node forwarded.
-        case forwardAnswer(ForwardAnswer)
-        /// Cluster: forwards in flight may be late.
-        case forwardCheck
+        /// A shared log: another writer's message for the room's ``CommandRouter``.
+        case peer(any PeerMessage)
+        /// A shared log: commands handed to another writer may be late.
+        case peerCheck
         /// The last read's answer has been kept long enough (``readKept``).
         case dropRead
     }
@@ -90,10 +88,13 @@ actor Room: DirectoryRoom {
     /// once it has finished, so incarnations never keep each other in memory).
     private var predecessor: Room?
     private var coordinator: Coordinator?
-    /// The room as its home loaded it (its stream in a cluster; how to unload it).
+    /// The room as its home loaded it (how to unload it, and its shared log if it has one).
     private var loaded: LoadedRoom?
-    /// Cluster: the room's stream in the engine.
-    private var clusterRoom: ClusterRoom? { loaded?.stream }
+    /// What other writers of the room's log add to the room (a cluster's engine); nil when
+    /// only this room writes its log.
+    private var shared: (any SharedLog)? { loaded?.shared }
+    /// Where this room's commands are decided, when one writer of a shared log decides them.
+    private var router: (any CommandRouter)?
     /// The client of every welcomed connection.
     private var clients: [ConnectionID: ClientID] = [:]
     /// Clients whose departure could not be stored yet; retried with the next presence.
@@ -116,40 +117,12 @@ actor Room: DirectoryRoom {
     static let readKept: Duration = .seconds(1)
     private var nextAPIAddress: UInt64 = 0
     /// The room's timers that run on its loop: a counted room's count report, the check of
-    /// forwards in flight. (The idle check is armed by the registry's count of users.)
+    /// commands handed to another writer. (The idle check is armed by the registry's count
+    /// of users.)
     private var timers = RoomTimers<Timer>()
-    enum Timer: Hashable, Sendable { case presenceReport, forwardCheck, dropRead }
-    /// Time for this room (``RoomRegistry/clock``), and when it was loaded: forwarding
-    /// counts nanoseconds from there.
+    enum Timer: Hashable, Sendable { case presenceReport, peerCheck, dropRead }
+    /// Time for this room (``RoomRegistry/clock``).
     private nonisolated var clock: any RoomClock { registry.clock }
-    private nonisolated let origin: ContinuousClock.Instant
-
-    /// Cluster: where this node's clients' commands go, and which inputs wait meanwhile
-    /// (``ForwardingPlan``).
-    private var forwarding: ForwardingPlan<Input>?
-    /// Cluster: the sessions of the nodes that forward commands to this one.
-    private var forwardSessions = ForwardSessions()
-    /// Cluster: where the answer of each forwarded command goes, by answer address, and the
-    /// latest answers sent (a command sent again is answered again).
-    private let forwardReplies = Locked(ForwardReplies())
-
-    struct ForwardReplies {
-        var pending: [UInt64: (id: String, reply: String)] = [:]
-        var sent: [String: ForwardAnswer] = [:]
-        var sentOrder: [String] = []
-        static let kept = 10_000
-
-        mutating func answered(_ answer: ForwardAnswer) {
-            if sent.updateValue(answer, forKey: answer.id) == nil { sentOrder.append(answer.id) }
-            if sentOrder.count > Self.kept * 2 {
-                for id in sentOrder.prefix(Self.kept) { sent[id] = nil }
-                sentOrder.removeFirst(Self.kept)
-            }
-        }
-    }
-    private var nextForwardAddress: UInt64 = 0
-    /// Forwards made in this turn of the loop, sent together at its end (one message).
-    private var outgoing: (to: String, requests: [ForwardRequest])?
 
     init(id: RoomID, channel: ChannelID, registry: RoomRegistry, server: WebSocketServer, template: [TabInfo]?, predecessor: Room?) {
         self.id = id
@@ -158,7 +131,6 @@ actor Room: DirectoryRoom {
         self.server = server
         self.template = template
         self.predecessor = predecessor
-        origin = registry.clock.now
         apiLimiter = Locked(RateLimiter(rate: registry.settings.rateLimit, byteRate: registry.settings.byteRateLimit))
     }
 
@@ -200,18 +172,15 @@ actor Room: DirectoryRoom {
                     }
                 case .command, .refused:
                     await route(input, coordinator: coordinator)
-                case let .forwarded(request):
-                    await decideForwarded(request, coordinator: coordinator)
-                case let .forwardAnswer(answer):
-                    let now = uptime()
-                    if let steps = forwarding?.answered(answer, now: now) { await perform(steps, coordinator: coordinator) }
-                case .forwardCheck:
-                    guard timers.fired(.forwardCheck, now: clock.now) else { break }
-                    if let cluster = registry.cluster, let (steps, resend) = forwarding?.check(now: uptime(), isAlive: { cluster.isAlive($0) }) {
-                        if let target = forwarding?.target, !resend.isEmpty { cluster.forward(resend, to: target, incarnation: clusterRoom?.incarnation(of: target)) }
-                        await perform(steps, coordinator: coordinator)
+                case let .peer(message):
+                    guard let router else {
+                        message.refuse(room: id)
+                        break
                     }
-                    armForwardCheck()
+                    await router.receive(message, coordinator: coordinator, decideHere: { await self.decideHere($0, coordinator) }, isolation: self)
+                case .peerCheck:
+                    guard timers.fired(.peerCheck, now: clock.now) else { break }
+                    await router?.check(coordinator: coordinator, decideHere: { await self.decideHere($0, coordinator) }, isolation: self)
                 case let .api(call):
                     await handle(call, coordinator: coordinator)
                 case .idleCheck:
@@ -232,8 +201,7 @@ actor Room: DirectoryRoom {
                     }
                     await armPresenceReport(coordinator)
                 case .sweep:
-                    let gone = clusterRoom?.orphans(includingOwn: false) ?? []
-                    let deadNodes = clusterRoom?.deadShares(includingOwn: false) ?? []
+                    let (gone, deadNodes) = shared?.departed(includingOwn: false) ?? ([], [])
                     if !gone.isEmpty || !deadNodes.isEmpty {
                         if !gone.isEmpty { log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave") }
                         if !deadNodes.isEmpty { log.info("room '\(id)': the clients counted on nodes \(deadNodes.sorted().joined(separator: ", ")), which stopped answering, leave") }
@@ -242,9 +210,9 @@ actor Room: DirectoryRoom {
                         }
                         await armPresenceReport(coordinator)
                     }
-                case .verifyStream:
-                    guard let clusterRoom else { break }
-                    switch try? await offPool({ () throws(ClusterNode.Failure) in try clusterRoom.standing() }) {
+                case .verifyStanding:
+                    guard let shared else { break }
+                    switch await shared.standing() {
                     case .gone?:
                         // Not awaited: the deletion comes back to this loop as `.delete`.
                         Task { [registry, id, self] in await registry.deletedElsewhere(id, found: self) }
@@ -266,7 +234,8 @@ actor Room: DirectoryRoom {
                     return
                 }
             }
-            sendForwards()
+            router?.endOfTurn()
+            armPeerCheck()
             if !presence.isEmpty {
                 readIsCurrent = false
                 await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves)
@@ -306,14 +275,14 @@ actor Room: DirectoryRoom {
         let coordinator = loaded.coordinator
         publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
         if let summary = loaded.summary { log.info(summary) }
+        router = loaded.shared?.makeRouter(room: id, clock: clock)
         await attach(coordinator)
-        if let stream = loaded.stream, let cluster = registry.cluster {
-            if settings.forwarding { forwarding = ForwardingPlan(node: cluster.name, incarnation: cluster.incarnation, room: id) }
-            // Other nodes' batches from now on, and those that arrived while loading.
+        if let shared = loaded.shared {
+            // Other writers' batches from now on, and those that arrived while loading.
             let inbox = inbox
-            stream.onForeignBatches { inbox.put([.absorb]) }
-            // Its tombstone (another node deleted it): checked against the engine, then closed.
-            stream.onGone { inbox.put([.verifyStream]) }
+            shared.onForeignBatches { inbox.put([.absorb]) }
+            // Its end in the log (another writer deleted or moved it): checked, then closed.
+            shared.onEnded { inbox.put([.verifyStanding]) }
             await coordinator.absorb()
         }
         return coordinator
@@ -324,7 +293,7 @@ actor Room: DirectoryRoom {
     /// wake-up; answers to HTTP calls go to their responders.
     private func attach(_ coordinator: Coordinator) async {
         let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
-        let (forwardReplies, cluster, apiLimiter) = (forwardReplies, registry.cluster, apiLimiter)
+        let (peerAnswers, apiLimiter) = (router?.answers, apiLimiter)
         let counter = coordinator.counter
         await coordinator.addPublisher { [weak self] batches, answers in
             if let last = batches.last {
@@ -334,7 +303,6 @@ actor Room: DirectoryRoom {
             var replies: [(ConnectionID, OutgoingFrame)] = []
             replies.reserveCapacity(answers.count)
             var answeredCalls = 0
-            var forwardAnswers: [String: [ForwardAnswer]] = [:]
             for answer in answers {
                 if case let .error(_, e) = answer.frame {
                     metrics.error(e.code)
@@ -346,69 +314,27 @@ actor Room: DirectoryRoom {
                     if case .clients = answer.frame { apiLimiter.withLock { $0.charge(bytes: answer.frame.bytes.count) } }
                     responders.withLock { $0.removeValue(forKey: n) }?.respond(RoomsAPI.response(for: answer.frame))
                     answeredCalls += 1
-                case let .forward(n):
-                    let forwarded = ForwardAnswer(id: "", room: id, frame: answer.frame)
-                    if let (reply, answer) = forwardReplies.withLock({ f -> (String, ForwardAnswer)? in
-                        guard let (forwardID, reply) = f.pending.removeValue(forKey: n) else { return nil }
-                        var answer = forwarded
-                        answer.id = forwardID
-                        f.answered(answer)
-                        return (reply, answer)
-                    }) {
-                        forwardAnswers[reply, default: []].append(answer)
-                    }
+                case let .peer(n):
+                    peerAnswers?.answer(n, answer.frame)
                 case let .connection(connection):
                     let frame = OutgoingFrame(answer.frame.bytes)
                     if case .clients = answer.frame { registry.gateway?.charge(connection, bytes: frame.count) }
                     replies.append((connection, frame))
                 }
             }
-            for (reply, answers) in forwardAnswers { cluster?.answer(answers, to: reply) }
+            peerAnswers?.flush()
             server.publish(batches.map { (OutgoingFrame($0.frameBytes), $0.lastSeq) }, on: channel, replies: replies)
             if answeredCalls > 0, let self, registry.release(self, answeredCalls) { self.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
         }
     }
 
-    // MARK: Forwarding (cluster)
+    // MARK: Where commands are decided
 
-    /// Now, for ``ForwardingPlan`` and ``ForwardSessions``: nanoseconds since the room loaded.
-    private func uptime() -> UInt64 { clock.nanoseconds(since: origin) }
-
-    /// A client's command (or a frame refused before it became one): decided here, or
-    /// forwarded to the node that writes the room (``ForwardingPlan``). `sync`, `ping`,
-    /// `clients` and refusals are answered here, in their turn among the connection's
-    /// answers; while commands are held, everything after them is held too.
+    /// A client's command (or a frame refused before it became one), in its turn: decided
+    /// here, or, with a shared log whose commands one writer decides, as its router says.
     private func route(_ input: Input, coordinator: Coordinator) async {
-        guard forwarding != nil, let cluster = registry.cluster, let stream = clusterRoom else { return await decideHere(input, coordinator) }
-        if forwarding!.holdBehindWaiting(input) { return }
-        guard case let .command(connection, client, envelope) = input, !envelope.command.isQuery else {
-            return await decideHere(input, coordinator)
-        }
-        let now = uptime()
-        switch forwarding!.route(writer: stream.writer, isAlive: { cluster.isAlive($0) }, now: now) {
-        case .local:
-            await decideHere(input, coordinator)
-        case .hold:
-            forwarding!.hold(input)
-        case let .forward(to, fresh):
-            // None of this node's own batches may come after the first forward.
-            if fresh, await coordinator.hasUnpublished { await coordinator.settled() }
-            let id = forwarding!.nextID()
-            let order = await coordinator.expectRemote(envelope.command, by: client, ref: envelope.ref, replyTo: AnswerAddress.connection(connection).rawValue,
-                                                       forwardID: id)
-            let request = forwarding!.forward(envelope, client: client, to: to, fresh: fresh, address: connection.rawValue, order: order,
-                                              reply: cluster.forwardReply, now: uptime())
-            if outgoing?.to != to { sendForwards() }
-            outgoing = (to, (outgoing?.requests ?? []) + [request])
-        }
-    }
-
-    /// Sends the forwards of this turn of the loop, in their order, in one message.
-    private func sendForwards() {
-        guard let (to, requests) = outgoing else { return }
-        outgoing = nil
-        registry.cluster?.forward(requests, to: to, incarnation: clusterRoom?.incarnation(of: to))
-        armForwardCheck()
+        guard let router else { return await decideHere(input, coordinator) }
+        await router.route(input, coordinator: coordinator, decideHere: { await self.decideHere($0, coordinator) }, isolation: self)
     }
 
     private func decideHere(_ input: Input, _ coordinator: Coordinator) async {
@@ -425,51 +351,11 @@ actor Room: DirectoryRoom {
         }
     }
 
-    /// Performs what the plan said of answers, refusals and a writer's death, then lets held commands go
-    /// once nothing is being decided here any more.
-    private func perform(_ steps: [ForwardingPlan<Input>.Step], coordinator: Coordinator) async {
-        let here = steps.count { if case .decideHere = $0 { true } else { false } }
-        if here > 0 {
-            log.info("room '\(id)': \(here) forwarded command\(here == 1 ? "" : "s") refused by the room's writer (or it died); deciding \(here == 1 ? "it" : "them") here")
-        }
-        for step in steps {
-            switch step {
-            case let .settle(address, order, frame):
-                await coordinator.settleRemote(address, order: order, frame: frame)
-            case let .decideHere(address, order):
-                registry.cluster?.stats.forwardDecidedHere()
-                await coordinator.decideInstead(address, order: order)
-            }
-        }
-        for input in forwarding?.release() ?? [] { await route(input, coordinator: coordinator) }
-    }
-
-    /// A command another node forwarded: decided here in its session's order.
-    private func decideForwarded(_ request: ForwardRequest, coordinator: Coordinator) async {
-        guard let cluster = registry.cluster else { return }
-        let now = uptime()
-        forwarding?.wasForwarded(now: now)
-        cluster.stats.forwardReceived()
-        switch forwardSessions.admit(request, now: now) {
-        case .seen:
-            // Sent again (its answer was lost, or is slow): answered again once answered.
-            if let answer = forwardReplies.withLock({ $0.sent[request.id] }) { cluster.answer([answer], to: request.reply) }
-        case .gap:
-            cluster.answer([ForwardAnswer(id: request.id, room: id, refused: "an earlier command of its session did not arrive")],
-                           to: request.reply)
-        case .decide:
-            nextForwardAddress += 1
-            forwardReplies.withLock { $0.pending[nextForwardAddress] = (request.id, request.reply) }
-            await coordinator.enqueue(request.envelope.command, by: request.client, ref: request.envelope.ref,
-                                      replyTo: AnswerAddress.forward(nextForwardAddress).rawValue,
-                                      forwardID: request.id)
-        }
-    }
-
-    /// Checks the forwards in flight for late ones every so often while there are any.
-    private func armForwardCheck() {
-        guard let plan = forwarding, !plan.isIdle, !timers.isArmed(.forwardCheck) else { return }
-        arm(.forwardCheck, at: clock.now + .milliseconds(250))
+    /// Checks the commands handed to another writer for late answers every so often while
+    /// there are any.
+    private func armPeerCheck() {
+        guard let router, router.wantsCheck, !timers.isArmed(.peerCheck) else { return }
+        arm(.peerCheck, at: clock.now + .milliseconds(250))
     }
 
     /// Arms `timer` for `deadline` (see ``RoomTimers``): its input comes back to the loop.
@@ -478,7 +364,7 @@ actor Room: DirectoryRoom {
         let inbox = inbox
         let input: Input = switch timer {
         case .presenceReport: .presenceReport
-        case .forwardCheck: .forwardCheck
+        case .peerCheck: .peerCheck
         case .dropRead: .dropRead
         }
         clock.wake(at: deadline) { inbox.put([input]) }
@@ -633,8 +519,8 @@ actor Room: DirectoryRoom {
                       leftovers: [Input] = []) async {
         for connection in Array(clients.keys) + joining { server.close(connection, code: code, reason: reason) }
         refuse(leftovers, code: code, reason: reason)
-        // A deleted room's stream is gone: what it still publishes can never be answered.
-        if code == .roomGone { clusterRoom?.close() }
+        // A deleted room's log is gone: what it still writes can never be stored.
+        if code == .roomGone { shared?.abandon() }
         _ = await coordinator.snapshot() // settles what is still committing
         await loaded?.unload()
         server.removeChannel(channel, code: code, reason: reason)
@@ -642,6 +528,7 @@ actor Room: DirectoryRoom {
         // Nothing of the room stays in memory, even while a connection still refers to it.
         self.coordinator = nil
         loaded = nil
+        router = nil
         clients = [:]
         registry.retired(self)
     }
@@ -669,10 +556,9 @@ actor Room: DirectoryRoom {
                     : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
             case let .delete(done):
                 done.signal()
-            case let .forwarded(request):
-                registry.cluster?.answer([ForwardAnswer(id: request.id, room: request.room, refused: "room '\(id)' is not open here")],
-                                         to: request.reply)
-            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStream, .presenceReport, .forwardAnswer, .forwardCheck, .dropRead:
+            case let .peer(message):
+                message.refuse(room: id)
+            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStanding, .presenceReport, .peerCheck, .dropRead:
                 break
             }
         }

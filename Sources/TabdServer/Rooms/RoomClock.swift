@@ -1,8 +1,8 @@
 import Locking
 
 /// Time for the rooms: what time it is, and waking a room when a deadline comes. Every
-/// timer of a room (its idle check, a counted room's count report, the check of forwards
-/// in flight) and every time it reads goes through one of these. The daemon's is
+/// timer of a room (its idle check, a counted room's count report, the check of commands
+/// handed to another writer) and every time it reads goes through one of these. The daemon's is
 /// ``SystemRoomClock``; a test's is a ``ManualRoomClock`` that it moves by hand, so an
 /// idle timeout of five minutes takes no time at all.
 package protocol RoomClock: Sendable {
@@ -12,7 +12,7 @@ package protocol RoomClock: Sendable {
 }
 
 extension RoomClock {
-    /// Nanoseconds from `origin` to now: the time ``ForwardingPlan`` counts in.
+    /// Nanoseconds from `origin` to now: the time a ``CommandRouter`` counts in.
     func nanoseconds(since origin: ContinuousClock.Instant) -> UInt64 {
         let (seconds, attoseconds) = origin.duration(to: now).components
         return UInt64(max(0, seconds)) &* 1_000_000_000 &+ UInt64(max(0, attoseconds) / 1_000_000_000)

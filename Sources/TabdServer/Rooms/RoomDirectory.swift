@@ -63,7 +63,7 @@ package struct RoomDirectory<R: DirectoryRoom> {
     package func isDeleting(_ id: RoomID) -> Bool { deleting.contains(id) }
     package func isKnown(_ id: RoomID) -> Bool { existing.contains(id) || deleting.contains(id) }
 
-    /// A room the cluster's engine holds, learnt from it.
+    /// A room the home holds that another writer created, learnt from the home.
     package mutating func learn(_ id: RoomID) { existing.insert(id) }
 
     // MARK: Taking and releasing rooms
@@ -182,7 +182,7 @@ package struct RoomDirectory<R: DirectoryRoom> {
         /// This node is deleting it itself.
         case deletingHere
         /// Another incarnation than the one found gone is loaded now (it loaded after the
-        /// check): it is kept, and checks its own stream.
+        /// check): it is kept, and checks its own standing.
         case loadedSince(R)
     }
 

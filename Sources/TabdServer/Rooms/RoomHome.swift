@@ -1,4 +1,3 @@
-import Cluster
 import Coordinator
 import StateStore
 
@@ -20,6 +19,19 @@ protocol RoomHome: Sendable {
 
     /// Removes a room's whole state (its clients are gone).
     func delete(_ id: RoomID) async throws(RoomLoadError)
+
+    /// Whether rooms can appear in the home without this tabd knowing (another writer
+    /// created them): then ``stored(_:)`` is asked about a room unknown here.
+    var learnsRooms: Bool { get }
+
+    /// Whether room `id` is stored now, asked of the home itself (it may block for a read
+    /// of the engine); false when the home cannot say now.
+    func stored(_ id: RoomID) -> Bool
+}
+
+extension RoomHome {
+    var learnsRooms: Bool { false }
+    func stored(_ id: RoomID) -> Bool { false }
 }
 
 /// Why a room could not be loaded, listed or deleted: one line for the log.
@@ -34,8 +46,9 @@ struct LoadedRoom: Sendable {
     /// Whether this load created the room (a `PUT` of a room another node created first
     /// answers 409).
     let created: Bool
-    /// In a cluster: the room's stream (other nodes' batches, their dead clients).
-    let stream: ClusterRoom?
+    /// A log other writers share (a cluster's engine): what it adds to the room; nil for a
+    /// log only this room writes.
+    let shared: (any SharedLog)?
     /// Writes what is left and lets go of the room's state (idle unloading, deletion).
     let unload: @Sendable () async -> Void
     /// The log line of the load, if it is worth one.
@@ -52,7 +65,7 @@ struct MemoryHome: RoomHome {
     func load(_ id: RoomID, template: [TabInfo]?, configuration: Coordinator.Configuration) async throws(RoomLoadError) -> LoadedRoom {
         do {
             let coordinator = try Coordinator(tabs: template ?? defaultTabs, configuration: configuration)
-            return LoadedRoom(coordinator: coordinator, created: true, stream: nil, unload: {}, summary: nil)
+            return LoadedRoom(coordinator: coordinator, created: true, shared: nil, unload: {}, summary: nil)
         } catch {
             throw RoomLoadError("room '\(id)': \(error.message)")
         }
@@ -90,7 +103,7 @@ struct StateFileHome: RoomHome {
             await opened.unload()
             throw RoomLoadError("room '\(id)': \(error.message)")
         }
-        return LoadedRoom(coordinator: coordinator, created: template != nil, stream: nil, unload: { await opened.unload() },
+        return LoadedRoom(coordinator: coordinator, created: template != nil, shared: nil, unload: { await opened.unload() },
                           summary: template == nil
                               ? "room '\(id)' loaded: epoch \(coordinator.epoch), continuing at seq \(opened.loaded.snapshot.seq)"
                               : "room '\(id)' created: epoch \(coordinator.epoch)")
@@ -104,71 +117,5 @@ struct StateFileHome: RoomHome {
 
     func delete(_ id: RoomID) async throws(RoomLoadError) {
         do { _ = try await store.deleteRoom(id) } catch { throw RoomLoadError(error.message) }
-    }
-}
-
-/// A cluster's engine: every room is a stream that every node follows.
-struct EngineHome: RoomHome {
-    let cluster: ClusterNode
-    let resumeWindow: Int
-
-    var persistent: Bool { true }
-
-    /// Creates the room in the engine if it is to be created (another node may have been
-    /// first), reads it, and follows its stream; clients of dead nodes, and of this node in
-    /// an earlier life, leave.
-    func load(_ id: RoomID, template: [TabInfo]?, configuration: Coordinator.Configuration) async throws(RoomLoadError) -> LoadedRoom {
-        let (cluster, window) = (cluster, resumeWindow)
-        let room: ClusterRoom, created: Bool
-        do {
-            created = try await offPool { () throws(ClusterNode.Failure) -> Bool in
-                guard let template else { return false }
-                // Its directory record is stored while the room starts (below).
-                return try cluster.createRoom(id, tabs: template, recordLater: true)
-            }
-            // While the engine answers errors (its stream being created, a leader being
-            // elected), each read holds a thread only for itself: the pauses between them
-            // hold none, however many rooms wait.
-            var attempt = 1
-            while true {
-                do {
-                    room = try await offPool { () throws(ClusterNode.Failure) in try cluster.openRoom(id, resumeWindow: window, attempts: 1) }
-                    break
-                } catch where error.mayPass && attempt < ClusterNode.loadAttempts {
-                    try? await Task.sleep(for: ClusterNode.loadPause(after: attempt))
-                    attempt += 1
-                }
-            }
-        } catch {
-            throw RoomLoadError("room '\(id)': \(error)")
-        }
-        var configuration = configuration
-        configuration.node = cluster.name
-        let coordinator = Coordinator(restoring: room.committedState(), durability: room, configuration: configuration)
-        do { try await coordinator.start(forgetting: room.orphans(includingOwn: true), forgettingNodes: room.deadShares(includingOwn: true)) } catch {
-            room.close()
-            throw RoomLoadError("room '\(id)': \(error.message)")
-        }
-        // A room created here is listed once its creation is answered.
-        if created { await offPool { room.recordStored() } }
-        let seq = await coordinator.currentSeq
-        return LoadedRoom(coordinator: coordinator, created: created, stream: room, unload: { room.close() },
-                          summary: "room '\(id)' \(created ? "created" : "loaded") from the engine: epoch \(coordinator.epoch), at seq \(seq)")
-    }
-
-    func list(after: RoomID?, limit: Int) async throws(RoomLoadError) -> [(id: RoomID, seq: Int?)] {
-        let cluster = cluster
-        let ids: [RoomID]
-        do { ids = try await offPool { () throws(ClusterNode.Failure) in try cluster.roomIDs() } } catch {
-            throw RoomLoadError("\(error)")
-        }
-        return ids.sorted().filter { after == nil || $0 > after! }.prefix(limit).map { ($0, nil) }
-    }
-
-    func delete(_ id: RoomID) async throws(RoomLoadError) {
-        let cluster = cluster
-        do { _ = try await offPool { () throws(ClusterNode.Failure) in try cluster.deleteRoom(id) } } catch {
-            throw RoomLoadError("\(error)")
-        }
     }
 }

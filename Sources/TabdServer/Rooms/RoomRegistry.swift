@@ -1,4 +1,3 @@
-import Cluster
 import Coordinator
 import Dispatch
 import Locking
@@ -55,8 +54,6 @@ final class RoomRegistry: Sendable {
         /// `--presence-limit` and `--presence-interval` (milliseconds).
         var presenceLimit = Limits.maxClientsInSnapshot
         var presenceIntervalMS = 1_000
-        /// Cluster: clients' commands go to the room's writer (`--cluster-forwarding`).
-        var forwarding = true
         /// `--max-room-bytes`: what a room's state may weigh.
         var maxStateBytes = Coordinator.Configuration.defaultMaxStateBytes
     }
@@ -72,28 +69,26 @@ final class RoomRegistry: Sendable {
     }
 
     let settings: Settings
-    /// Where rooms live: memory, the state file or the cluster's engine.
+    /// Where rooms live: memory, the state file or a cluster's engine.
     let home: any RoomHome
-    /// Set when this tabd is a node of a cluster: rooms live in the engine.
-    let cluster: ClusterNode?
     let metrics: Metrics
     let log: Log
     /// Time for the rooms: their timers and what they read of the time.
     let clock: any RoomClock
     private let state: Locked<State>
 
-    init(settings: Settings, store: StateStore?, cluster: ClusterNode? = nil, existing: [RoomID], metrics: Metrics, log: Log,
+    /// `home`: where rooms live; by default memory (or `store`, the state file).
+    init(settings: Settings, store: StateStore?, home: (any RoomHome)? = nil, existing: [RoomID], metrics: Metrics, log: Log,
          clock: any RoomClock = SystemRoomClock()) {
         self.settings = settings
         self.clock = clock
-        if let cluster {
-            home = EngineHome(cluster: cluster, resumeWindow: settings.resumeWindow)
+        if let home {
+            self.home = home
         } else if let store {
-            home = StateFileHome(store: store)
+            self.home = StateFileHome(store: store)
         } else {
-            home = MemoryHome(defaultTabs: settings.template)
+            self.home = MemoryHome(defaultTabs: settings.template)
         }
-        self.cluster = cluster
         self.metrics = metrics
         self.log = log
         let rules = RoomDirectory<Room>.Settings(creation: settings.creation, maxRooms: settings.maxRooms, idle: .seconds(settings.idleSeconds))
@@ -115,24 +110,24 @@ final class RoomRegistry: Sendable {
 
     var counts: (loaded: Int, stored: Int) { state.withLock { ($0.directory.loadedCount, $0.directory.existing.count) } }
 
-    /// Whether rooms outlive their time in memory (a state file or a cluster's engine).
+    /// Whether rooms outlive their time in memory (a state file or an engine).
     var persistent: Bool { home.persistent }
 
-    /// In a cluster, a room another node created is unknown here until asked: asks the
-    /// engine, and remembers the room if it exists. Not while the engine is unreachable:
-    /// the question would hold the caller (an upgrade on the service thread) for the
-    /// whole request timeout, and the room could not be loaded anyway.
+    /// A room another writer of the home created is unknown here until asked: asks the
+    /// home (``RoomHome/stored(_:)``), and remembers the room if it exists.
     private func learn(_ id: RoomID) {
-        guard let cluster, cluster.connected,
-              !state.withLock({ $0.directory.isKnown(id) }) else { return }
-        if (try? cluster.roomExists(id)) == true { state.withLock { $0.directory.learn(id) } }
+        guard home.learnsRooms, !state.withLock({ $0.directory.isKnown(id) }) else { return }
+        if home.stored(id) { state.withLock { $0.directory.learn(id) } }
     }
 
     /// Whether room `id` is loaded on this node now.
     func isLoaded(_ id: RoomID) -> Bool { state.withLock { $0.directory.loadedRoom(id) != nil } }
 
-    /// Every loaded room (for the cluster's sweep).
+    /// Every loaded room (for the sweep of a shared log).
     var loadedRooms: [Room] { state.withLock { $0.directory.loadedRooms } }
+
+    /// Room `id` if it is loaded here now.
+    func loadedRoom(_ id: RoomID) -> Room? { state.withLock { $0.directory.loadedRoom(id) } }
 
     // MARK: Taking and releasing rooms
 
@@ -200,8 +195,8 @@ final class RoomRegistry: Sendable {
 
     /// Deletes a room: closes its clients with 4404, forgets it, removes its state.
     func delete(_ id: RoomID) async -> Deletion {
-        // A room another node created since this one started is unknown here until asked.
-        if cluster != nil { await offPool { self.learn(id) } }
+        // A room another writer created since this one started is unknown here until asked.
+        if home.learnsRooms { await offPool { self.learn(id) } }
         let taken = state.withLock { $0.directory.beginDeletion(id) }
         guard let (loaded, retiring) = taken else { return .unknown }
         if let loaded {
@@ -222,75 +217,14 @@ final class RoomRegistry: Sendable {
         return .deleted
     }
 
-    /// Cluster: rooms deleted by other nodes are closed here too, and every second each
-    /// loaded room checks for clients of nodes that died. Keep the returned timer.
-    func followCluster(_ cluster: ClusterNode) throws(ClusterNode.Failure) -> any DispatchSourceTimer {
-        // A deletion notice is sealed and recent, yet a replay of one within its lifetime is
-        // possible: what it changes is decided by the engine (the room's stream gone or
-        // created again), never by the notice alone.
-        try cluster.onDeletion { [weak self] id, _ in
-            guard let self else { return }
-            if let loaded = state.withLock({ $0.directory.loadedRoom(id) }) {
-                loaded.submit([.verifyStream])
-            } else {
-                DispatchQueue.global().async { [weak self] in
-                    guard (try? cluster.roomExists(id)) == false else { return }
-                    Task { await self?.deletedElsewhere(id, found: nil) }
-                }
-            }
-        }
-        // Deletion notices sent while this node was cut off from the engine are lost: on
-        // reconnecting, every loaded room's stream is checked.
-        cluster.onReconnect { [weak self] in
-            for room in self?.loadedRooms ?? [] { room.submit([.verifyStream]) }
-        }
-        // Commands other nodes forward to this one go to the room if it is open here (a
-        // node that is not the room's writer any more refuses them: the sender decides
-        // them itself); answers go to the room that forwarded.
-        try cluster.onForwards(requests: { [weak self] requests in
-            for (room, group) in Self.byRoom(requests, \.room) {
-                if let loaded = self?.state.withLock({ $0.directory.loadedRoom(room) }) {
-                    loaded.submit(group.map { .forwarded($0) })
-                } else {
-                    for (reply, asked) in Self.byRoom(group, \.reply) {
-                        cluster.answer(asked.map { ForwardAnswer(id: $0.id, room: room, refused: "room '\(room)' is not open here") }, to: reply)
-                    }
-                }
-            }
-        }, answers: { [weak self] answers in
-            for (room, group) in Self.byRoom(answers, \.room) {
-                self?.state.withLock { $0.directory.loadedRoom(room) }?.submit(group.map { .forwardAnswer($0) })
-            }
-        })
-        let sweep = DispatchSource.makeTimerSource(queue: .global())
-        sweep.schedule(deadline: .now() + 1, repeating: 1)
-        sweep.setEventHandler { [weak self] in
-            for room in self?.loadedRooms ?? [] { room.submit([.sweep]) }
-        }
-        sweep.resume()
-        return sweep
-    }
-
-    /// `items` grouped by `key`, each group in its order, the groups in order of first appearance.
-    private static func byRoom<T>(_ items: [T], _ key: (T) -> String) -> [(String, [T])] {
-        var order: [String] = []
-        var groups: [String: [T]] = [:]
-        for item in items {
-            let k = key(item)
-            if groups[k] == nil { order.append(k) }
-            groups[k, default: []].append(item)
-        }
-        return order.map { ($0, groups[$0]!) }
-    }
-
-    /// Another node deleted room `id`, as the engine said while `found` was its incarnation
+    /// Another writer deleted room `id`, as the home said while `found` was its incarnation
     /// here (nil: none was loaded): its clients here are closed with 4404 and it is
-    /// forgotten (the engine's state is gone already). An incarnation loaded after that
-    /// answer is not closed on its strength: it checks its own stream.
+    /// forgotten (the home's state is gone already). An incarnation loaded after that
+    /// answer is not closed on its strength: it checks its own standing.
     func deletedElsewhere(_ id: RoomID, found: Room?) async {
         switch state.withLock({ $0.directory.deletedElsewhere(id, found: found) }) {
         case .deletingHere, .forgotten(nil): return
-        case let .loadedSince(room): room.submit([.verifyStream])
+        case let .loadedSince(room): room.submit([.verifyStanding])
         case let .forgotten(loaded?):
             let done = OneShot<Void>()
             loaded.submit([.delete(done)])
