@@ -40,6 +40,7 @@ public struct LatencySummary: Sendable, Equatable {
     public var p50: Double
     public var p90: Double
     public var p99: Double
+    public var p999: Double
     public var max: Double
 
     /// Percentiles (nearest rank) of `samples`, reported in milliseconds.
@@ -54,6 +55,7 @@ public struct LatencySummary: Sendable, Equatable {
         p50 = rank(0.50)
         p90 = rank(0.90)
         p99 = rank(0.99)
+        p999 = rank(0.999)
         max = sorted.last.map { Double($0) / 1e6 } ?? 0
     }
 }

@@ -187,7 +187,7 @@ enum LoadRun {
         summary.add("messages done", "\(grouped(latency.count)) (\(format(Double(latency.count) / seconds, 0))/s)")
         summary.add("frame size", measured.deliveries > 0 ? "\(measured.bytes / measured.deliveries) bytes" : "-")
         summary.add("latency to last client", "p50 \(format(latency.p50, 3)) ms, p90 \(format(latency.p90, 3)) ms, "
-                    + "p99 \(format(latency.p99, 3)) ms, max \(format(latency.max, 3)) ms (\(latency.count) messages)")
+                    + "p99 \(format(latency.p99, 3)) ms, p99.9 \(format(latency.p999, 3)) ms, max \(format(latency.max, 3)) ms (\(latency.count) messages)")
         var errors = final.errors + final.lost + final.duplicates + final.overflow + final.unknown + (drained ? 0 : 1)
         var errorText = "\(final.errors) error replies, \(final.lost) connections lost, \(final.duplicates) duplicate deliveries, "
             + "\(final.overflow) sends skipped, \(final.unknown) unexpected frames"
@@ -230,7 +230,7 @@ enum LoadRun {
             "rate": options.rate ?? 0, "message_bytes": options.messageBytes, "seconds": seconds,
             "messages": measured.sent, "messages_done": latency.count, "deliveries": measured.deliveries, "deliveries_per_second": rate,
             "frame_bytes": measured.deliveries > 0 ? measured.bytes / measured.deliveries : 0,
-            "latency_ms": ["p50": latency.p50, "p90": latency.p90, "p99": latency.p99, "max": latency.max, "count": latency.count],
+            "latency_ms": ["p50": latency.p50, "p90": latency.p90, "p99": latency.p99, "p999": latency.p999, "max": latency.max, "count": latency.count],
             "errors": errors, "error_text": errors == 0 ? "" : errorText,
             "check": options.check ? (checkProblems.isEmpty ? "passed" : "failed") : "skipped",
             "check_problems": checkProblems,
