@@ -24,6 +24,57 @@ import Testing
         }
     }
 
+    /// A kind's typed case reads exactly its declared fields, each with the accessor its
+    /// declaration implies (a required string with `string`, an optional one with
+    /// `optionalString`, a badge that null clears with `nullableString`, …). So the
+    /// declaration that checks a frame and the case that builds the command cannot drift
+    /// apart: a case that read an optional field as required would refuse (never trap on)
+    /// a frame the declaration lets through, and this fails first.
+    @Test func everyKindsCaseReadsItsDeclaredFieldsAsDeclared() throws {
+        func sample(_ value: CommandField.Value) -> JSONValue {
+            switch value {
+            case .string: .string("s")
+            case .number: .double(1.5)
+            case .integer: .int(1)
+            case .json: .int(7)
+            case let .object(members): .object(members.map { ($0.name, sample($0.value)) })
+            }
+        }
+        func expected(_ fields: [CommandField], prefix: String = "") -> [String: String] {
+            var out: [String: String] = [:]
+            for field in fields {
+                let path = prefix + field.name
+                switch (field.value, field.presence) {
+                case (.string, .required): out[path] = "string"
+                case (.string, .optional): out[path] = "optionalString"
+                case (.string, .optionalOrNull): out[path] = "nullableString"
+                case (.number, .required): out[path] = "number"
+                case (.integer, .required): out[path] = "int"
+                case (.integer, .optional): out[path] = "optionalInt"
+                case (.json, .requiredOrNull): out[path] = "value"
+                case let (.object(members), .required):
+                    out[path] = "object"
+                    out.merge(expected(members, prefix: path + "."), uniquingKeysWith: { a, _ in a })
+                default: out[path] = "no accessor for \(field.value) \(field.presence)"
+                }
+            }
+            return out
+        }
+        for kind in CommandKind.allCases {
+            let frame = JSONValue.object(kind.declaration.fields.map { ($0.name, sample($0.value)) })
+            let reads = CommandFields.Reads()
+            _ = try Command(kind, CommandFields(unchecked: frame, reads: reads))
+            let read = Dictionary(reads.list.map { ($0.path, $0.accessor) }, uniquingKeysWith: { a, b in a == b ? a : "\(a) and \(b)" })
+            #expect(read == expected(kind.declaration.fields), "\(kind)")
+            // Only the required fields: the case builds the command (optional ones read as absent).
+            let bare = JSONValue.object(kind.declaration.fields.filter(\.isRequired).map { field in
+                guard case let .object(members) = field.value else { return (field.name, sample(field.value)) }
+                return (field.name, .object(members.filter(\.isRequired).map { ($0.name, sample($0.value)) }))
+            })
+            #expect(throws: Never.self, "\(kind) with its required fields only") { _ = try Command.parse(bare.merging(type: kind.rawValue)) }
+        }
+    }
+
     @Test func aKindsCommandLineNameIsItsNameInKebabCase() {
         #expect(CommandKind.popToRoot.commandLineName == "pop-to-root")
         #expect(CommandKind.tap.commandLineName == "tap")
@@ -96,5 +147,13 @@ import Testing
         let selected = try CommandEnvelope.parse(Array(#"{"type":"pop","tab":null}"#.utf8))
         #expect(selected.command == .pop(tab: nil))
         #expect(throws: RejectedFrame.self) { try CommandEnvelope.parse(Array(#"{"type":"select","tab":null}"#.utf8)) }
+    }
+}
+
+private extension JSONValue {
+    /// This object with `type` first.
+    func merging(type: String) -> JSONValue {
+        guard case let .object(members) = self else { return self }
+        return .object([("type", .string(type))] + members)
     }
 }

@@ -1,6 +1,16 @@
 import Locking
 /// One thing that happened to the shared tab state. The kinds and fields are those of
 /// PROTOCOL.md; the order in which commands produce them is SEMANTICS.md's table.
+/// Every kind of event, by its wire name: the one place the names are written. The encoder
+/// writes ``Event/kind``, the decoder (``SequencedEvent/init(json:)``) switches over these
+/// cases (so a kind it cannot read does not compile), and `Tests/e2e/test_event_kinds.py`
+/// checks the browser's model, its types and the page's log against this list.
+public enum EventKind: String, CaseIterable, Sendable {
+    case selected, firstAppear, appear, disappear, pushed, popped, scrollToTop, scrolled, valueSet
+    case tabAdded, tabUpdated, tabMoved, tabRemoved
+    case clientJoined, clientLeft, presenceCounted, clientCount, presenceListed, clientIdsReserved
+}
+
 public enum Event: Sendable, Equatable {
     case selected(from: TabID, to: TabID)
     case firstAppear(tab: TabID, page: PageID)
@@ -35,28 +45,31 @@ public enum Event: Sendable, Equatable {
     /// counted room's joins use them without an event each.
     case clientIdsReserved(node: String?, from: Int, count: Int)
 
-    /// The wire name of the event's kind.
-    public var kind: String {
+    /// The wire name of the event's kind (``EventKind``: every name is declared there once).
+    public var kind: String { eventKind.rawValue }
+
+    /// The event's kind.
+    public var eventKind: EventKind {
         switch self {
-        case .selected: "selected"
-        case .firstAppear: "firstAppear"
-        case .appear: "appear"
-        case .disappear: "disappear"
-        case .pushed: "pushed"
-        case .popped: "popped"
-        case .scrollToTop: "scrollToTop"
-        case .scrolled: "scrolled"
-        case .valueSet: "valueSet"
-        case .tabAdded: "tabAdded"
-        case .tabUpdated: "tabUpdated"
-        case .tabMoved: "tabMoved"
-        case .tabRemoved: "tabRemoved"
-        case .clientJoined: "clientJoined"
-        case .clientLeft: "clientLeft"
-        case .presenceCounted: "presenceCounted"
-        case .clientCount: "clientCount"
-        case .presenceListed: "presenceListed"
-        case .clientIdsReserved: "clientIdsReserved"
+        case .selected: .selected
+        case .firstAppear: .firstAppear
+        case .appear: .appear
+        case .disappear: .disappear
+        case .pushed: .pushed
+        case .popped: .popped
+        case .scrollToTop: .scrollToTop
+        case .scrolled: .scrolled
+        case .valueSet: .valueSet
+        case .tabAdded: .tabAdded
+        case .tabUpdated: .tabUpdated
+        case .tabMoved: .tabMoved
+        case .tabRemoved: .tabRemoved
+        case .clientJoined: .clientJoined
+        case .clientLeft: .clientLeft
+        case .presenceCounted: .presenceCounted
+        case .clientCount: .clientCount
+        case .presenceListed: .presenceListed
+        case .clientIdsReserved: .clientIdsReserved
         }
     }
 

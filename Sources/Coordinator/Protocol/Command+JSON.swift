@@ -135,14 +135,26 @@ extension Command {
     static func parse(_ json: JSONValue) throws(CommandError) -> Command {
         guard let type = json["type"]?.stringValue else { throw .badCommand("missing string field 'type'") }
         guard let kind = CommandKind(rawValue: type) else { throw .badCommand("unknown command type '\(type.prefix(40))'") }
-        return Command(kind, try CommandFields(json, kind.declaration.fields))
+        return try Command(kind, try CommandFields(json, kind.declaration.fields))
     }
 }
 
-/// A command frame's fields, checked against their declaration when made: the accessors
-/// read only declared fields, of the declared type, so what they return is there.
+/// A command frame's fields, checked against their declaration when made. The accessors
+/// read what the typed case needs; a field the declaration lets be absent, or of another
+/// type, that the case reads as present is a `bad_command`, never a trap: peer input cannot
+/// stop the daemon even where a declaration and its case disagree (`CommandDeclarationTests`
+/// holds them together, through ``reads``).
 struct CommandFields {
     private let json: JSONValue
+    /// When set, every read is written down: (path, accessor) — what a kind's case reads.
+    private let reads: Reads?
+    /// The path of an object field's members (`tab.`), for errors and reads.
+    private var prefix = ""
+
+    /// The reads of a command's case, for the tests of its declaration.
+    final class Reads: @unchecked Sendable {
+        var list: [(path: String, accessor: String)] = []
+    }
 
     init(_ json: JSONValue, _ declared: [CommandField], prefix: String = "") throws(CommandError) {
         for field in declared {
@@ -170,9 +182,13 @@ struct CommandFields {
             }
         }
         self.json = json
+        reads = nil
     }
 
-    private init(checked json: JSONValue) { self.json = json }
+    private init(checked json: JSONValue, reads: Reads?) { self.json = json; self.reads = reads }
+
+    /// A frame's fields read without checking them first, each read written down in `reads`.
+    init(unchecked json: JSONValue, reads: Reads) { self.json = json; self.reads = reads; prefix = "" }
 
     private static func integer(_ v: JSONValue, _ path: String) throws(CommandError) -> Int {
         guard case .number = v else { throw .badCommand("'\(path)' must be an integer") }
@@ -189,15 +205,59 @@ struct CommandFields {
         return v
     }
 
-    func string(_ key: String) -> String { present(key)!.stringValue! }
-    func optionalString(_ key: String) -> String? { present(key)?.stringValue }
+    private func read(_ key: String, _ accessor: String) { reads?.list.append((prefix + key, accessor)) }
+
+    private func missing(_ key: String) -> CommandError { .badCommand("missing field '\(prefix + key)'") }
+
+    func string(_ key: String) throws(CommandError) -> String {
+        read(key, "string")
+        guard let v = present(key) else { throw missing(key) }
+        guard let s = v.stringValue else { throw .badCommand("'\(prefix + key)' must be a string") }
+        return s
+    }
+    func optionalString(_ key: String) throws(CommandError) -> String? {
+        read(key, "optionalString")
+        guard let v = present(key) else { return nil }
+        guard let s = v.stringValue else { throw .badCommand("'\(prefix + key)' must be a string") }
+        return s
+    }
     /// nil: absent; `.some(nil)`: null; `.some(text)`: a string.
-    func nullableString(_ key: String) -> String?? { json[key].map(\.stringValue) }
-    func number(_ key: String) -> Double { present(key)!.doubleValue! }
-    func int(_ key: String) -> Int { try! Self.integer(present(key)!, key) }
-    func optionalInt(_ key: String) -> Int? { present(key).map { try! Self.integer($0, key) } }
-    func value(_ key: String) -> JSONValue { json[key]! }
-    func object(_ key: String) -> CommandFields { CommandFields(checked: present(key)!) }
+    func nullableString(_ key: String) throws(CommandError) -> String?? {
+        read(key, "nullableString")
+        guard let v = json[key] else { return nil }
+        if v.isNull { return .some(nil) }
+        guard let s = v.stringValue else { throw .badCommand("'\(prefix + key)' must be a string or null") }
+        return s
+    }
+    func number(_ key: String) throws(CommandError) -> Double {
+        read(key, "number")
+        guard let v = present(key) else { throw missing(key) }
+        guard let d = v.doubleValue else { throw .badCommand("'\(prefix + key)' must be a number") }
+        return d
+    }
+    func int(_ key: String) throws(CommandError) -> Int {
+        read(key, "int")
+        guard let v = present(key) else { throw missing(key) }
+        return try Self.integer(v, prefix + key)
+    }
+    func optionalInt(_ key: String) throws(CommandError) -> Int? {
+        read(key, "optionalInt")
+        guard let v = present(key) else { return nil }
+        return try Self.integer(v, prefix + key)
+    }
+    func value(_ key: String) throws(CommandError) -> JSONValue {
+        read(key, "value")
+        guard let v = json[key] else { throw missing(key) }
+        return v
+    }
+    func object(_ key: String) throws(CommandError) -> CommandFields {
+        read(key, "object")
+        guard let v = present(key) else { throw missing(key) }
+        guard case .object = v else { throw .badCommand("'\(prefix + key)' must be an object") }
+        var fields = CommandFields(checked: v, reads: reads)
+        fields.prefix = prefix + key + "."
+        return fields
+    }
 
     /// `values` as members in the declared order; nil values are left out.
     static func members(of declared: [CommandField], _ values: [String: JSONValue?]) -> [(String, JSONValue)] {

@@ -116,29 +116,29 @@ extension Command {
 
     /// The command from fields that ``CommandFields`` has checked against its kind's
     /// declaration: presence and types hold here.
-    init(_ kind: CommandKind, _ f: CommandFields) {
+    init(_ kind: CommandKind, _ f: CommandFields) throws(CommandError) {
         switch kind {
-        case .select: self = .select(tab: f.string("tab"))
-        case .tap: self = .tap(tab: f.string("tab"))
-        case .push: self = .push(tab: f.optionalString("tab"), route: f.string("route"))
-        case .pop: self = .pop(tab: f.optionalString("tab"))
-        case .popToRoot: self = .popToRoot(tab: f.optionalString("tab"))
-        case .scroll: self = .scroll(tab: f.optionalString("tab"), offset: f.number("offset"))
-        case .set: self = .set(tab: f.optionalString("tab"), key: f.string("key"), value: f.value("value"))
+        case .select: self = .select(tab: try f.string("tab"))
+        case .tap: self = .tap(tab: try f.string("tab"))
+        case .push: self = .push(tab: try f.optionalString("tab"), route: try f.string("route"))
+        case .pop: self = .pop(tab: try f.optionalString("tab"))
+        case .popToRoot: self = .popToRoot(tab: try f.optionalString("tab"))
+        case .scroll: self = .scroll(tab: try f.optionalString("tab"), offset: try f.number("offset"))
+        case .set: self = .set(tab: try f.optionalString("tab"), key: try f.string("key"), value: try f.value("value"))
         case .addTab:
-            let t = f.object("tab")
-            self = .addTab(TabInfo(id: t.string("id"), title: t.string("title"), icon: t.string("icon"),
-                                   color: t.string("color"), badge: t.optionalString("badge")),
-                           index: f.optionalInt("index"))
+            let t = try f.object("tab")
+            self = .addTab(TabInfo(id: try t.string("id"), title: try t.string("title"), icon: try t.string("icon"),
+                                   color: try t.string("color"), badge: try t.optionalString("badge")),
+                           index: try f.optionalInt("index"))
         case .updateTab:
-            let t = f.object("tab")
-            self = .updateTab(TabUpdate(id: t.string("id"), title: t.optionalString("title"), icon: t.optionalString("icon"),
-                                        color: t.optionalString("color"), badge: t.nullableString("badge")))
-        case .moveTab: self = .moveTab(tab: f.string("tab"), index: f.int("index"))
-        case .removeTab: self = .removeTab(tab: f.string("tab"))
+            let t = try f.object("tab")
+            self = .updateTab(TabUpdate(id: try t.string("id"), title: try t.optionalString("title"), icon: try t.optionalString("icon"),
+                                        color: try t.optionalString("color"), badge: try t.nullableString("badge")))
+        case .moveTab: self = .moveTab(tab: try f.string("tab"), index: try f.int("index"))
+        case .removeTab: self = .removeTab(tab: try f.string("tab"))
         case .sync: self = .sync
         case .ping: self = .ping
-        case .clients: self = .clients(after: f.optionalString("after"), limit: f.optionalInt("limit"))
+        case .clients: self = .clients(after: try f.optionalString("after"), limit: try f.optionalInt("limit"))
         }
     }
 

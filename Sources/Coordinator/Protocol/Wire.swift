@@ -195,39 +195,40 @@ extension SequencedEvent {
     public init(json j: JSONValue) throws(WireError) {
         let seq = try j.int("seq")
         let event: Event
-        switch try j.string("kind") {
-        case "selected": event = .selected(from: try j.string("from"), to: try j.string("to"))
-        case "firstAppear": event = .firstAppear(tab: try j.string("tab"), page: try j.string("page"))
-        case "appear": event = .appear(tab: try j.string("tab"), page: try j.string("page"))
-        case "disappear": event = .disappear(tab: try j.string("tab"), page: try j.string("page"))
-        case "pushed": event = .pushed(tab: try j.string("tab"), page: try j.string("page"), route: try j.string("route"))
-        case "popped":
+        let name = try j.string("kind")
+        guard let kind = EventKind(rawValue: name) else { throw WireError("unknown event kind '\(name.prefix(40))'") }
+        switch kind {
+        case .selected: event = .selected(from: try j.string("from"), to: try j.string("to"))
+        case .firstAppear: event = .firstAppear(tab: try j.string("tab"), page: try j.string("page"))
+        case .appear: event = .appear(tab: try j.string("tab"), page: try j.string("page"))
+        case .disappear: event = .disappear(tab: try j.string("tab"), page: try j.string("page"))
+        case .pushed: event = .pushed(tab: try j.string("tab"), page: try j.string("page"), route: try j.string("route"))
+        case .popped:
             var pages: [PageID] = []
             for p in try j.array("pages") {
                 guard let s = p.stringValue else { throw WireError("'pages' holds a non-string") }
                 pages.append(s)
             }
             event = .popped(tab: try j.string("tab"), pages: pages)
-        case "scrollToTop": event = .scrollToTop(tab: try j.string("tab"), count: try j.int("count"))
-        case "scrolled": event = .scrolled(tab: try j.string("tab"), offset: try j.double("offset"))
-        case "valueSet": event = .valueSet(tab: try j.string("tab"), key: try j.string("key"), value: try j.field("value"))
-        case "tabAdded": event = .tabAdded(try TabState(json: try j.field("tab")), index: try j.int("index"))
-        case "tabUpdated": event = .tabUpdated(try TabState(json: try j.field("tab")))
-        case "tabMoved": event = .tabMoved(tab: try j.string("tab"), index: try j.int("index"))
-        case "tabRemoved": event = .tabRemoved(tab: try j.string("tab"))
-        case "clientJoined": event = .clientJoined(try ClientInfo(json: try j.field("client")))
-        case "clientLeft": event = .clientLeft(try j.string("client"))
-        case "presenceCounted":
+        case .scrollToTop: event = .scrollToTop(tab: try j.string("tab"), count: try j.int("count"))
+        case .scrolled: event = .scrolled(tab: try j.string("tab"), offset: try j.double("offset"))
+        case .valueSet: event = .valueSet(tab: try j.string("tab"), key: try j.string("key"), value: try j.field("value"))
+        case .tabAdded: event = .tabAdded(try TabState(json: try j.field("tab")), index: try j.int("index"))
+        case .tabUpdated: event = .tabUpdated(try TabState(json: try j.field("tab")))
+        case .tabMoved: event = .tabMoved(tab: try j.string("tab"), index: try j.int("index"))
+        case .tabRemoved: event = .tabRemoved(tab: try j.string("tab"))
+        case .clientJoined: event = .clientJoined(try ClientInfo(json: try j.field("client")))
+        case .clientLeft: event = .clientLeft(try j.string("client"))
+        case .presenceCounted:
             let nodes = try j["nodes"].map { (_) throws(WireError) in try j.nodes("nodes") }
             event = .presenceCounted(count: try j.count("count"), nodes: nodes)
-        case "clientCount": event = .clientCount(node: try j.optionalNode(), count: try j.count("count"))
-        case "presenceListed":
+        case .clientCount: event = .clientCount(node: try j.optionalNode(), count: try j.count("count"))
+        case .presenceListed:
             var clients: [ClientInfo] = []
             for c in try j.array("clients") { clients.append(try ClientInfo(json: c)) }
             event = .presenceListed(node: try j.optionalNode(), clients: clients)
-        case "clientIdsReserved":
+        case .clientIdsReserved:
             event = .clientIdsReserved(node: try j.optionalNode(), from: try j.count("from"), count: try j.count("count"))
-        case let kind: throw WireError("unknown event kind '\(kind)'")
         }
         self.init(seq: seq, event: event)
     }
