@@ -268,93 +268,15 @@ extension Coordinator {
         }
     }
 
-    /// The rules of SEMANTICS.md's command table: the events a command causes, decided
-    /// from the current state, which it does not change. Each case checks everything
-    /// first (unknown_tab, then invalid); the events then change the state through
-    /// ``apply(_:)``, the one road for live changes.
+    /// The events a command causes (``CommandRules``, on values): the states of the tabs
+    /// it touches are read once each, the counter only when the rules need it.
     private func decide(_ command: Command) async throws(CommandError) -> [Event] {
-        switch command {
-        case let .select(id):
-            let to = try tab(id)
-            return await selectEvents(id, to)
-
-        case let .tap(id):
-            let tab = try tab(id)
-            guard id == bar.selected else { return await selectEvents(id, tab) }
-            // The selected tab (seed 003): the first tap goes back to the root page,
-            // the next one scrolls to the top through the scroll-to-top counter.
-            let popped = await tab.state.popToRootEvents(visible: true)
-            if !popped.isEmpty { return popped }
-            return [.scrollToTop(tab: id, count: await counter.working + 1)]
-
-        case let .push(id, route):
-            let (tabID, tab) = try target(id)
-            let state = await tab.state
-            let events = try state.pushEvents(route: route, page: ids.newPageID, visible: tabID == bar.selected)
-            try checkWeight(growing: StateWeight.change(of: events[0], to: state))
-            return events
-
-        case let .pop(id):
-            let (tabID, tab) = try target(id)
-            return await tab.state.popEvents(visible: tabID == bar.selected)
-
-        case let .popToRoot(id):
-            let (tabID, tab) = try target(id)
-            return await tab.state.popToRootEvents(visible: tabID == bar.selected)
-
-        case let .scroll(id, offset):
-            return try await target(id).1.state.scrollEvents(to: offset)
-
-        case let .set(id, key, value):
-            let tab = try target(id).1
-            let state = await tab.state
-            let events = try state.setEvents(key: key, value: value)
-            try checkWeight(growing: StateWeight.change(of: events[0], to: state))
-            return events
-
-        case let .addTab(info, index):
-            let info = try Limits.validate(info)
-            let at = try bar.insertionIndex(for: info.id, at: index)
-            let added = TabState(info: info, rootPage: ids.newPageID)
-            try checkWeight(growing: StateWeight.tab(added))
-            return [.tabAdded(added, index: at)]
-
-        case let .updateTab(update):
-            let updated = try tab(update.id)
-            let state = await updated.state
-            let events = try state.updateEvents(update)
-            if let event = events.first { try checkWeight(growing: StateWeight.change(of: event, to: state)) }
-            return events
-
-        case let .moveTab(id, index):
-            return try bar.moveEvents(id, to: index)
-
-        case let .removeTab(id):
-            try bar.checkRemovable(id)
-            guard let next = bar.successor(ofRemoved: id) else { return [.tabRemoved(tab: id)] }
-            return [await tabs[id]!.state.disappearEvent(), .tabRemoved(tab: id), .selected(from: id, to: next)]
-                + (await tabs[next]!.state.appearEvents())
-
-        case .sync, .ping, .clients:
-            return []
+        var states: [TabID: TabState] = [:]
+        for id in CommandRules.touchedTabs(command, bar: bar) where states[id] == nil {
+            if let tab = tabs[id] { states[id] = await tab.state }
         }
-    }
-
-    /// `selected`, `disappear P`, `[firstAppear Q]`, `appear Q`; nothing if already selected.
-    private func selectEvents(_ id: TabID, _ to: TabActor) async -> [Event] {
-        let from = bar.selected
-        guard id != from else { return [] }
-        return [.selected(from: from, to: id), await tabs[from]!.state.disappearEvent()] + (await to.state.appearEvents())
-    }
-
-    private func tab(_ id: TabID) throws(CommandError) -> TabActor {
-        guard let tab = tabs[id] else { throw .unknownTab(id) }
-        return tab
-    }
-
-    /// The tab a command names, or the selected one when it names none.
-    private func target(_ id: TabID?) throws(CommandError) -> (TabID, TabActor) {
-        let id = id ?? bar.selected
-        return (id, try tab(id))
+        let counter = CommandRules.needsCounter(command, bar: bar, tabs: states) ? await self.counter.working : nil
+        let room = CommandRules.Room(bar: bar, newPageID: ids.newPageID, counter: counter, weight: stateWeight, maxWeight: maxStateBytes)
+        return try CommandRules.decide(command, room: room, tabs: states)
     }
 }
