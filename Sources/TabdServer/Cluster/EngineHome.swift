@@ -1,7 +1,8 @@
 import Cluster
 import Coordinator
 
-/// A cluster's engine: every room is a stream that every node follows.
+/// A cluster's engine: rooms live in its shard streams (or, made by a tabd before shards,
+/// in streams of their own), and every node that serves a room follows it.
 struct EngineHome: RoomHome {
     let cluster: ClusterNode
     let resumeWindow: Int
