@@ -170,32 +170,32 @@ extension ClusterNode {
         let result: UInt64??
         do {
             result = try EngineRetry.standard.run("room '\(id)': creating in shard \(shard)", log: log) { _ -> EngineRetry.Outcome<UInt64?> in
-            if expected == nil {
-                do throws(EngineError) {
-                    if let last = try lastInShard(id) {
-                        if last.headers[EngineNames.messageIDHeader] == msgID { return .done(last.streamSeq) } // this call's earlier attempt
-                        guard isTombstone(last, of: id) else { return .done(nil) }
-                        expected = last.streamSeq
-                    } else {
-                        expected = 0
-                    }
-                } catch { return .again("cannot read its shard yet (\(error))") }
-            }
-            let follows = expected!
-            let seal = trust.sealStream(subject: subject, life: genesis.epoch, bound: true, kind: "genesis", follows: follows, node: name,
-                                        incarnation: incarnation, messageID: msgID, forwards: nil, sealMark: EngineNames.lifeMarkValue,
-                                        body: genesis.bytes)
-            let headers = [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name), (EngineNames.incarnationHeader, incarnation),
-                           (EngineNames.followsHeader, String(follows)), (EngineNames.sealMarkHeader, EngineNames.lifeMarkValue),
-                           (EngineNames.sealHeader, seal)]
-            switch client.publish(subject: subject, data: genesis.bytes, headers: headers, expectedLastSeq: follows, perSubject: true, msgID: msgID) {
-            case let .stored(seq, _): return .done(seq)
-            case .wrongLastSequence:
-                // Another node's first message, or this call's earlier attempt: read again.
-                expected = nil
-                return .again(nil)
-            case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
-            }
+                if expected == nil {
+                    do throws(EngineError) {
+                        if let last = try lastInShard(id) {
+                            if last.headers[EngineNames.messageIDHeader] == msgID { return .done(last.streamSeq) } // this call's earlier attempt
+                            guard isTombstone(last, of: id) else { return .done(nil) }
+                            expected = last.streamSeq
+                        } else {
+                            expected = 0
+                        }
+                    } catch { return .again("cannot read its shard yet (\(error))") }
+                }
+                let follows = expected!
+                let seal = trust.sealStream(subject: subject, life: genesis.epoch, bound: true, kind: "genesis", follows: follows, node: name,
+                                            incarnation: incarnation, messageID: msgID, forwards: nil, sealMark: EngineNames.lifeMarkValue,
+                                            body: genesis.bytes)
+                let headers = [(EngineNames.kindHeader, "genesis"), (EngineNames.nodeHeader, name), (EngineNames.incarnationHeader, incarnation),
+                               (EngineNames.followsHeader, String(follows)), (EngineNames.sealMarkHeader, EngineNames.lifeMarkValue),
+                               (EngineNames.sealHeader, seal)]
+                switch client.publish(subject: subject, data: genesis.bytes, headers: headers, expectedLastSeq: follows, perSubject: true, msgID: msgID) {
+                case let .stored(seq, _): return .done(seq)
+                case .wrongLastSequence:
+                    // Another node's first message, or this call's earlier attempt: read again.
+                    expected = nil
+                    return .again(nil)
+                case let .unknown(why), let .failed(why): return .again("no answer yet (\(why))")
+                }
             }
         } catch {
             follower.stopListening(id, listener)

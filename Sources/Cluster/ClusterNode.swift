@@ -40,7 +40,7 @@ public final class ClusterNode: Sendable {
     /// heartbeat carries only its name) and the time its last sealed heartbeat carried
     /// (a heartbeat older than that is a replay).
     private let seen = Locked([String: (time: Double, incarnation: String?, sealedAt: Double?)]())
-    /// Rejected engine messages not logged yet, by kind, and when each kind was last logged.
+    /// Engine messages not believed: each counted, logged once in a while per kind.
     private let rejections: RejectionLog
     private let started = ClusterNode.now()
     /// Since when the engine connection has been up (nil while down): other nodes are

@@ -640,8 +640,6 @@ public final class ClusterRoom: Durability, Sendable {
         return record.state.epoch == life
     }
 
-
-
     /// Stops following the stream; every wait fails.
     public func close() {
         subscription.withLock { $0 }?.cancel()

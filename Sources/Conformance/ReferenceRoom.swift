@@ -6,7 +6,8 @@ import Coordinator
 /// come to what this does: the differential tests run both on the same commands.
 public struct ReferenceRoom: Sendable {
     public private(set) var state: StoredState
-    /// The room's state limit in bytes (the weight the rules check), and what it weighs.
+    /// The room's state limit in bytes (the rules check a command's growth against it; the
+    /// room weighs what its tabs weigh, as the coordinator counts it).
     public var maxWeight: Int
 
     public init(_ state: StoredState, maxWeight: Int = .max) {

@@ -164,14 +164,6 @@ public actor Coordinator {
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
-    /// Refuses, `invalid`, a command that would take the room's state past its bound by
-    /// `growth` bytes. Commands that take nothing more (or give some back) always pass,
-    /// so a room over its bound (a lower bound than it was stored with) can still shrink.
-    func checkWeight(growing growth: Int) throws(CommandError) {
-        guard growth > 0, stateWeight + growth > maxStateBytes else { return }
-        throw .invalid("the room's state would be \(stateWeight + growth) bytes, more than its limit of \(maxStateBytes)")
-    }
-
     /// The bar, an actor per tab, and each tab weighed in full (once: its actor keeps it).
     private static func actors(for snapshot: Snapshot) -> (TabBar, [TabID: TabActor], [TabID: Int]) {
         let weights = Dictionary(uniqueKeysWithValues: snapshot.tabs.map { ($0.id, StateWeight.tab($0)) })

@@ -59,6 +59,9 @@ public enum CommandRules {
             guard let tab = tabs[id] else { throw .unknownTab(id) }
             return tab
         }
+        /// `invalid` when the room's state would pass its bound by `growth` bytes. Commands
+        /// that take nothing more (or give some back) always pass, so a room over its bound
+        /// (a lower bound than it was stored with) can still shrink.
         func checkWeight(growing growth: Int) throws(CommandError) {
             guard growth > 0, room.weight + growth > room.maxWeight else { return }
             throw .invalid("the room's state would be \(room.weight + growth) bytes, more than its limit of \(room.maxWeight)")

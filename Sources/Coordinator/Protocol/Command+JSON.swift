@@ -188,7 +188,7 @@ struct CommandFields {
     private init(checked json: JSONValue, reads: Reads?) { self.json = json; self.reads = reads }
 
     /// A frame's fields read without checking them first, each read written down in `reads`.
-    init(unchecked json: JSONValue, reads: Reads) { self.json = json; self.reads = reads; prefix = "" }
+    init(unchecked json: JSONValue, reads: Reads) { self.json = json; self.reads = reads }
 
     private static func integer(_ v: JSONValue, _ path: String) throws(CommandError) -> Int {
         guard case .number = v else { throw .badCommand("'\(path)' must be an integer") }
