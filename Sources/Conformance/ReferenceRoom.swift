@@ -2,7 +2,7 @@ import Coordinator
 
 /// The room as a value: a command is decided by the same rules the coordinator uses
 /// (``CommandRules``) and its events are applied by the fold (``StoredState/apply(_:)``),
-/// with no actor, gate or pipeline. Whatever the coordinator's actors and awaits do must
+/// with no actor, executor or pipeline. Whatever the coordinator's actors and commits do must
 /// come to what this does: the differential tests run both on the same commands.
 public struct ReferenceRoom: Sendable {
     public private(set) var state: StoredState

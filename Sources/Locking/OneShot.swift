@@ -28,9 +28,10 @@ public final class OneShot<Value: Sendable>: Sendable {
     /// The value, if it is set.
     public var value: Value? { state.withLock { $0.value } }
 
-    /// The value, once it is set.
-    public func wait() async -> Value {
-        await withCheckedContinuation { continuation in
+    /// The value, once it is set. The waiter stays on the caller's actor: it is resumed
+    /// there directly, without a hop through the global executor.
+    public func wait(isolation: isolated (any Actor)? = #isolation) async -> Value {
+        await withCheckedContinuation(isolation: isolation) { continuation in
             let ready = state.withLock { s -> Value? in
                 if let value = s.value { return value }
                 s.waiting.append(continuation)

@@ -139,7 +139,7 @@ import Testing
     @Test func aResetForgetsEveryEntryAndStartsANewGeneration() {
         var (p, waits) = Self.pipeline()
         #expect(p.isWaiting(waits[1]))
-        #expect(p.reset() == 1 && p.generation == 1)
+        #expect(p.reset(failing: .unavailable("disk full")) == 1 && p.generation == 1)
         #expect(p.isEmpty && !p.isWaiting(waits[1]), "a second report of the same failure finds nothing to roll back")
     }
 }

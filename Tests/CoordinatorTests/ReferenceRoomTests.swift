@@ -3,7 +3,7 @@ import Locking
 import Testing
 @testable import Coordinator
 
-/// The coordinator (tab actors, its gate, its pipeline) and the room as a value
+/// The coordinator (tab actors, its executor, its pipeline) and the room as a value
 /// (``ReferenceRoom``: the same rules, the fold) decide the same events for the same
 /// commands, refuse the same ones, and end in the same state: thousands of random
 /// commands, several seeds.

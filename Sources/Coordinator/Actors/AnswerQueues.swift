@@ -35,6 +35,8 @@ struct AnswerQueues {
         case syncLater
         /// Its snapshot is being taken.
         case syncDue
+        /// `sync`: its snapshot, of the room at `seq`, once `seq` is published.
+        case snapshot(Snapshot, seq: Int)
     }
 
     /// A command to decide again after a conflict: what it was and where its answer goes.
@@ -72,6 +74,17 @@ struct AnswerQueues {
     func hasAnswers(_ address: UInt64) -> Bool { queues[address] != nil }
 
     var hasDueSyncs: Bool { !dueSyncs.isEmpty }
+
+    /// Whether an answer of `address` waits for another writer (or for a `sync` that does):
+    /// what it will report may not be applied here yet.
+    func waitsForOthers(_ address: UInt64) -> Bool {
+        queues[address]?.contains { entry in
+            switch entry.pending {
+            case .elsewhere, .acked, .held, .recordingOutcome, .syncLater, .syncDue: true
+            case .ready, .applied, .unchanged, .snapshot: false
+            }
+        } ?? false
+    }
 
     /// The `sync`s whose snapshot is to be taken now (each is then given its answer with
     /// ``settle(_:order:_:)``).
@@ -127,6 +140,7 @@ struct AnswerQueues {
                 switch queue[i].pending {
                 case let .applied(seq) where seq > committed: break
                 case let .unchanged(after) where after > committed: break
+                case let .snapshot(_, seq) where seq > committed: break
                 case .recordingOutcome: break
                 default: continue
                 }
@@ -179,6 +193,7 @@ struct AnswerQueues {
         case let .ready(frame): return frame
         case let .applied(seq), let .acked(seq): return seq <= published ? .ack(ref: entry.ref, seq: seq) : nil
         case let .unchanged(after): return after <= published ? .ack(ref: entry.ref, seq: after) : nil
+        case let .snapshot(snapshot, seq): return seq <= published ? .snapshot(ref: entry.ref, snapshot) : nil
         case .held, .recordingOutcome, .elsewhere, .syncLater, .syncDue: return nil
         }
     }
@@ -194,6 +209,7 @@ struct AnswerQueues {
                 switch entry.pending {
                 case let .applied(seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
                 case let .unchanged(after) where after > committed: entry.pending = .ready(.error(ref: entry.ref, error))
+                case let .snapshot(_, seq) where seq > committed: entry.pending = .ready(.error(ref: entry.ref, error))
                 case .held, .recordingOutcome: entry.pending = .ready(.error(ref: entry.ref, error))
                 default: break
                 }

@@ -32,6 +32,9 @@ struct CommitPipeline {
     /// The last recorded entry.
     var last: Unpublished? { waiting.last }
 
+    /// The batches recorded and not published yet, in seq order.
+    var pendingBatches: [EventBatch] { waiting.isEmpty ? [] : waiting.compactMap(\.batch) }
+
     /// A batch handed to the store, committed when `wait` says so.
     mutating func recorded(_ batch: EventBatch, wait: CommitWait) {
         waiting.append(Unpublished(lastSeq: batch.lastSeq, batch: batch, wait: wait))
@@ -127,9 +130,23 @@ struct CommitPipeline {
         return (seq, outcomeRecords)
     }
 
-    /// Forgets every entry (the store fails them: they were built on state that is gone)
-    /// and starts a new generation, returned.
-    mutating func reset() -> Int {
+    /// The wait of the first entry whose report has not come: what holds back every
+    /// entry after it.
+    var firstUnreported: CommitWait? {
+        waiting.first { if case .none = $0.wait.value { true } else { false } }?.wait
+    }
+
+    /// Forgets every entry and starts a new generation, returned. The entries through
+    /// `committed` (a rollback counted them as committed: the store's state holds them,
+    /// their reports still on their way) say so at once; the others were built on state
+    /// that is gone: the store fails them, and their waits say `error` at once, whatever
+    /// the store reports later.
+    mutating func reset(failing error: CommandError, committed: Int? = nil) -> Int {
+        var prefix = true
+        for entry in waiting {
+            prefix = prefix && committed.map { entry.lastSeq <= $0 } ?? false
+            entry.wait.fulfil(prefix ? nil : error)
+        }
         waiting = []
         generation += 1
         return generation

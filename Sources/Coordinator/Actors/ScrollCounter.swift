@@ -6,15 +6,19 @@ import Locking
 /// goes down within an epoch. Its rule is ``apply(_:to:)`` (`Fold/Counters.swift`).
 ///
 /// Only the ``Coordinator`` changes it, inside a command, so the `scrollToTop` event and
-/// the new value agree. ``value`` and ``changes()`` show published values only: with a
+/// the new value agree; it runs on the coordinator's executor, which visits it synchronously. ``value`` and ``changes()`` show published values only: with a
 /// durable store, a value is announced once its event is committed.
 public actor ScrollCounter {
     /// The value as the coordinator applies commands (may run ahead of ``value`` while
     /// a commit is pending).
     private(set) var working: Int
     private let observers = Observers()
+    private nonisolated let home: any Actor
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { home.unownedExecutor }
 
-    public init(value: Int = 0) {
+    /// `home`: the actor whose serial executor it shares (its coordinator's).
+    public init(value: Int = 0, home: any Actor = RoomExecutor()) {
+        self.home = home
         working = value
         observers.announce(value)
     }

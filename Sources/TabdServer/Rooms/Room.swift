@@ -266,6 +266,9 @@ actor Room: DirectoryRoom {
                                                       presenceInterval: .milliseconds(settings.presenceIntervalMS),
                                                       maxStateBytes: settings.maxStateBytes)
         configuration.stateBytesGauge = stateBytes
+        // The coordinator and its tab actors run on this room's executor: the loop hands
+        // them commands without a hop, and rooms stay as fair to each other as actors are.
+        configuration.executor = self
         let loaded: LoadedRoom
         do { loaded = try await registry.home.load(id, template: template, configuration: configuration) } catch {
             log.error(error.description)
