@@ -9,6 +9,42 @@ public enum EventKind: String, CaseIterable, Sendable {
     case selected, firstAppear, appear, disappear, pushed, popped, scrollToTop, scrolled, valueSet
     case tabAdded, tabUpdated, tabMoved, tabRemoved
     case clientJoined, clientLeft, presenceCounted, clientCount, presenceListed, clientIdsReserved
+
+    /// The fields an event of this kind carries besides `seq` and `kind`, in the order the
+    /// encoder writes them, and whether each is always there: the one declaration of them.
+    /// `EventDeclarationTests` holds the encoder, the decoder and the JSON schema
+    /// (docs/schema/event.json) to it.
+    public var fields: [EventField] {
+        switch self {
+        case .selected: ["from", "to"]
+        case .firstAppear, .appear, .disappear: ["tab", "page"]
+        case .pushed: ["tab", "page", "route"]
+        case .popped: ["tab", "pages"]
+        case .scrollToTop: ["tab", "count"]
+        case .scrolled: ["tab", "offset"]
+        case .valueSet: ["tab", "key", "value"]
+        case .tabAdded: ["tab", "index"]
+        case .tabUpdated, .tabRemoved: ["tab"]
+        case .tabMoved: ["tab", "index"]
+        case .clientJoined, .clientLeft: ["client"]
+        case .presenceCounted: ["count", .optional("nodes")]
+        case .clientCount: [.optional("node"), "count"]
+        case .presenceListed: [.optional("node"), "clients"]
+        case .clientIdsReserved: [.optional("node"), "from", "count"]
+        }
+    }
+}
+
+/// A field of an event kind (``EventKind/fields``): its wire name, and whether every event
+/// of the kind has it (a cluster's `node` and `nodes` are there only in a cluster).
+public struct EventField: Sendable, Equatable, ExpressibleByStringLiteral {
+    public let name: String
+    public let required: Bool
+
+    public init(stringLiteral name: String) { self.name = name; required = true }
+    private init(name: String, required: Bool) { self.name = name; self.required = required }
+
+    public static func optional(_ name: String) -> EventField { EventField(name: name, required: false) }
 }
 
 public enum Event: Sendable, Equatable {

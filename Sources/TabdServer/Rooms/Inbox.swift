@@ -2,7 +2,7 @@ import Locking
 
 /// What the gateway and the HTTP API hand a room: inputs in order, taken all at once.
 ///
-/// Unlike an `AsyncStream` of batches, ``takeAll()`` returns everything that arrived
+/// Unlike an `AsyncStream` of batches, ``takeAll(isolation:)`` returns everything that arrived
 /// while the room was busy as one array, so the room can fold the joins and
 /// leaves of many passes into one presence batch (a reconnect storm of N clients then
 /// costs a few broadcasts to everyone, not one per pass).
@@ -50,9 +50,11 @@ final class Inbox<Element: Sendable>: Sendable {
     }
 
     /// Everything that arrived since the last call, waiting for at least one item; nil
-    /// once finished and empty. One caller at a time.
-    func takeAll() async -> [Element]? {
-        await withCheckedContinuation { continuation in
+    /// once finished and empty. One caller at a time. The caller stays on its actor: a
+    /// ``put(_:)`` resumes it there directly (one hop from the putter's thread), and
+    /// items already waiting are taken without leaving it.
+    func takeAll(isolation: isolated (any Actor)? = #isolation) async -> [Element]? {
+        await withCheckedContinuation(isolation: isolation) { continuation in
             let ready = state.withLock { s -> [Element]?? in
                 if !s.items.isEmpty {
                     defer { s.items.removeAll(keepingCapacity: true) }

@@ -57,6 +57,12 @@ actor Room: DirectoryRoom {
         case created(HTTPResponder)
         /// `GET /api/rooms/ID/clients`: one page of the connected clients.
         case clients(after: ClientID?, limit: Int, HTTPResponder)
+
+        var responder: HTTPResponder {
+            switch self {
+            case let .command(_, r), let .read(r), let .created(r), let .clients(_, _, r): r
+            }
+        }
     }
 
     /// Inputs handled between two yields of the loop.
@@ -99,23 +105,8 @@ actor Room: DirectoryRoom {
     private var clients: [ConnectionID: ClientID] = [:]
     /// Clients whose departure could not be stored yet; retried with the next presence.
     private var unrecordedLeaves: [ClientID] = []
-    /// HTTP calls waiting for their answer from the publisher, by answer address.
-    private let responders = Locked<[UInt64: HTTPResponder]>([:])
-    /// The HTTP API's budgets in this room, shared by every caller: calls per second, and
-    /// bytes per second, the answers' included (a read costs the snapshot it answers).
-    /// Locked: the publisher charges the `clients` pages it answers.
-    private nonisolated let apiLimiter: Locked<RateLimiter>
-    /// The last `GET /api/rooms/ID` answer's body and the snapshot it was made of, reused by
-    /// the reads that find the same snapshot: reads that come together share one encoding.
-    /// Kept for ``readKept`` after it was made, so an idle room holds none.
-    private var lastRead: (snapshot: Snapshot, body: [UInt8])?
-    /// Nothing but reads came through the loop since `lastRead` was made: the room's state is
-    /// still the one it shows (everything that changes it is an input of the loop), so a read
-    /// reuses it without asking the coordinator.
-    private var readIsCurrent = false
-    /// How long a read's answer is kept for the reads after it.
-    static let readKept: Duration = .seconds(1)
-    private var nextAPIAddress: UInt64 = 0
+    /// The room's HTTP API: its budgets, its calls waiting for answers, its last read.
+    private var api: RoomAPI
     /// The room's timers that run on its loop: a counted room's count report, the check of
     /// commands handed to another writer. (The idle check is armed by the registry's count
     /// of users.)
@@ -131,7 +122,7 @@ actor Room: DirectoryRoom {
         self.server = server
         self.template = template
         self.predecessor = predecessor
-        apiLimiter = Locked(RateLimiter(rate: registry.settings.rateLimit, byteRate: registry.settings.byteRateLimit))
+        api = RoomAPI(rate: registry.settings.rateLimit, byteRate: registry.settings.byteRateLimit)
     }
 
     private nonisolated var log: Log { registry.log }
@@ -162,7 +153,7 @@ actor Room: DirectoryRoom {
                 // A long take (a flood) lets other rooms' work onto the cooperative threads
                 // now and then: a room must not hold a thread for its whole backlog.
                 if n % Self.inputsPerYield == Self.inputsPerYield - 1 { await Task.yield() }
-                if case .api(.read) = input {} else { readIsCurrent = false }
+                if case .api(.read) = input {} else { api.changed() }
                 switch input {
                 case let .presence(joins, leaves):
                     for join in joins { presence.join(join) }
@@ -193,7 +184,7 @@ actor Room: DirectoryRoom {
                     await coordinator.absorb()
                     await armPresenceReport(coordinator)
                 case .dropRead:
-                    if timers.fired(.dropRead, now: clock.now) { lastRead = nil }
+                    if timers.fired(.dropRead, now: clock.now) { api.dropRead() }
                 case .presenceReport:
                     guard timers.fired(.presenceReport, now: clock.now) else { break }
                     do { try await coordinator.reportPresence(now: clock.now) } catch {
@@ -237,7 +228,7 @@ actor Room: DirectoryRoom {
             router?.endOfTurn()
             armPeerCheck()
             if !presence.isEmpty {
-                readIsCurrent = false
+                api.changed()
                 await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves)
             }
             if retire {
@@ -291,43 +282,16 @@ actor Room: DirectoryRoom {
         return coordinator
     }
 
-    /// Hands every publication to the sockets of this room's channel: the batches' frames
-    /// (encoded once, the same bytes for every connection), then the answers, with one
-    /// wake-up; answers to HTTP calls go to their responders.
+    /// Hands every publication out (``RoomOutput``).
     private func attach(_ coordinator: Coordinator) async {
-        let (server, channel, metrics, log, responders, registry, id) = (server, channel, registry.metrics, log, responders, registry, id)
-        let (peerAnswers, apiLimiter) = (router?.answers, apiLimiter)
-        let counter = coordinator.counter
+        let output = RoomOutput(room: id, channel: channel, server: server, registry: registry, api: api.shared,
+                                peerAnswers: router?.answers, counter: coordinator.counter)
+        let registry = registry
         await coordinator.addPublisher { [weak self] batches, answers in
-            if let last = batches.last {
-                metrics.published(batches, room: id, seq: last.lastSeq, scrollToTop: counter.value)
-                self?.publishedSeq.store(last.lastSeq, ordering: .relaxed)
-            }
-            var replies: [(ConnectionID, OutgoingFrame)] = []
-            replies.reserveCapacity(answers.count)
-            var answeredCalls = 0
-            for answer in answers {
-                if case let .error(_, e) = answer.frame {
-                    metrics.error(e.code)
-                    log.info("room '\(id)' client \(answer.client): \(e.code.rawValue): \(e.message)")
-                }
-                switch AnswerAddress(rawValue: answer.to) {
-                case let .apiCall(n):
-                    // A page of clients costs what it weighs (a sync was charged when read).
-                    if case .clients = answer.frame { apiLimiter.withLock { $0.charge(bytes: answer.frame.bytes.count) } }
-                    responders.withLock { $0.removeValue(forKey: n) }?.respond(RoomsAPI.response(for: answer.frame))
-                    answeredCalls += 1
-                case let .peer(n):
-                    peerAnswers?.answer(n, answer.frame)
-                case let .connection(connection):
-                    let frame = OutgoingFrame(answer.frame.bytes)
-                    if case .clients = answer.frame { registry.gateway?.charge(connection, bytes: frame.count) }
-                    replies.append((connection, frame))
-                }
-            }
-            peerAnswers?.flush()
-            server.publish(batches.map { (OutgoingFrame($0.frameBytes), $0.lastSeq) }, on: channel, replies: replies)
-            if answeredCalls > 0, let self, registry.release(self, answeredCalls) { self.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
+            let answeredCalls = output.publish(batches, answers)
+            guard let self else { return }
+            if let last = batches.last { self.publishedSeq.store(last.lastSeq, ordering: .relaxed) }
+            if answeredCalls > 0, registry.release(self, answeredCalls) { self.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
         }
     }
 
@@ -390,31 +354,20 @@ actor Room: DirectoryRoom {
             if case .sync = envelope.command {
                 // Asking costs a few bytes, the answer the whole room (as on a connection).
                 let weight = stateBytes.value - body.count
-                if weight > 0 { apiLimiter.withLock { $0.charge(bytes: weight) } }
+                if weight > 0 { api.shared.charge(weight) }
             }
-            nextAPIAddress += 1
-            responders.withLock { $0[nextAPIAddress] = responder }
-            await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: AnswerAddress.apiCall(nextAPIAddress).rawValue)
+            await coordinator.enqueue(envelope.command, by: Self.apiClient, ref: envelope.ref, replyTo: api.park(responder))
         case let .read(responder):
             guard allowAPICall(bytes: 0, responder) else { return }
-            let body: [UInt8]
-            if readIsCurrent, let last = lastRead {
-                body = last.body
-            } else {
+            var body = api.currentRead
+            if body == nil {
                 let snapshot = await coordinator.snapshot()
-                if let last = lastRead, last.snapshot == snapshot {
-                    body = last.body
-                } else {
-                    body = JSONValue.object([
-                        ("room", .string(id)), ("epoch", .string(coordinator.epoch)), ("snapshot", snapshot.json(capped: false)),
-                    ]).compactBytes
-                    if !timers.isArmed(.dropRead) { arm(.dropRead, at: clock.now + Self.readKept) }
-                }
-                lastRead = (snapshot, body)
-                readIsCurrent = true
+                let read = api.read(snapshot, room: id, epoch: coordinator.epoch)
+                if read.made, !timers.isArmed(.dropRead) { arm(.dropRead, at: clock.now + RoomAPI.readKept) }
+                body = read.body
             }
-            let answer = HTTPResponse(status: 200, contentType: "application/json", body: body)
-            apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
+            let answer = HTTPResponse(status: 200, contentType: "application/json", body: body!)
+            api.shared.charge(answer.body.count)
             responder.respond(answer)
             released(1)
         case let .clients(after, limit, responder):
@@ -428,7 +381,7 @@ actor Room: DirectoryRoom {
             } catch {
                 answer = RoomsAPI.response(for: .error(ref: nil, error))
             }
-            apiLimiter.withLock { $0.charge(bytes: answer.body.count) }
+            api.shared.charge(answer.body.count)
             responder.respond(answer)
             released(1)
         case let .created(responder):
@@ -446,7 +399,7 @@ actor Room: DirectoryRoom {
     /// Takes one call of `bytes` from the room's API budgets, or answers 429 `rate_limited`
     /// (before the body is parsed or anything is built: no ref) and returns false.
     private func allowAPICall(bytes: Int, _ responder: HTTPResponder) -> Bool {
-        if apiLimiter.withLock({ $0.allow(bytes: bytes) }) { return true }
+        if api.shared.allow(bytes: bytes) { return true }
         let settings = registry.settings
         let error = CommandError(.rateLimited, "more than \(settings.rateLimit) API calls or \(settings.byteRateLimit) bytes (answers included) per second in room '\(id)'")
         registry.metrics.error(error.code)
@@ -550,11 +503,7 @@ actor Room: DirectoryRoom {
             case let .presence(joins, _):
                 for join in joins { server.close(join.connection, code: code, reason: reason) }
             case let .api(call):
-                let responder: HTTPResponder = switch call {
-                case let .command(_, r): r
-                case let .read(r), let .created(r), let .clients(_, _, r): r
-                }
-                responder.respond(code == .roomGone
+                call.responder.respond(code == .roomGone
                     ? RoomsAPI.error(404, "unknown_room", "room '\(id)' was deleted")
                     : RoomsAPI.error(503, "unavailable", "room '\(id)' is unavailable"))
             case let .delete(done):
