@@ -20,7 +20,8 @@ def read(*path):
 def swift_kinds():
     text = read("Sources", "Coordinator", "Model", "Event.swift")
     body = re.search(r"public enum EventKind: String, CaseIterable, Sendable \{(.*?)\n\}", text, re.S).group(1)
-    return [name for line in body.splitlines() if line.strip().startswith("case ")
+    # The enum's own cases, at its first indentation (the cases of `fields`' switch are deeper).
+    return [name for line in body.splitlines() if re.match(r"    case \w", line)
             for name in re.findall(r"\w+", line.strip()[len("case "):])]
 
 

@@ -39,12 +39,13 @@ extension Coordinator {
             for id in decision.left { members.remove(id) }
             for client in decision.joined { members.add(client) }
             if decision.reserved != reservedIDs { (reservedIDs, reservedBy) = (decision.reserved, wait) }
+            let reportBefore = lastCountReport
             if decision.reported { lastCountReport = now }
             let welcomes = welcomes(for: joining, clients: decision.joined)
             guard let wait, let error = await waitForCommit(wait) else { return welcomes }
             // Rolled back: these joins are not in the room.
             for client in decision.joined { members.remove(client.id) }
-            if decision.reported, lastCountReport == now { lastCountReport = nil }
+            if decision.reported, lastCountReport == now { lastCountReport = reportBefore }
             if error.isConflict { continue } // another writer took the seq: decide again on what it left
             throw error
         }
