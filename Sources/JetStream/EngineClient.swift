@@ -300,7 +300,7 @@ public final class EngineClient: @unchecked Sendable {
             defer { jsPubAck_Destroy(ack) }
             return .stored(seq: ack.pointee.Sequence, duplicate: ack.pointee.Duplicate)
         }
-        if Int(err.rawValue) == EngineError.wrongLastSequence || Int(err.rawValue) == EngineError.wrongLastMessageID { return .wrongLastSequence }
+        if EngineError.isPlaceTaken(Int(err.rawValue)) { return .wrongLastSequence }
         let error = EngineError(s, err, "publish to \(subject)")
         // A timeout, or no connection at the moment: the message may have been stored.
         if s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED || s == NATS_CONNECTION_CLOSED || err.rawValue == 0 {
@@ -375,7 +375,7 @@ public final class EngineClient: @unchecked Sendable {
         }
         let status = pae?.pointee.Err ?? NATS_ERR
         let code = Int(pae?.pointee.ErrCode.rawValue ?? 0)
-        if code == EngineError.wrongLastSequence || code == EngineError.wrongLastMessageID { return callback(.wrongLastSequence) }
+        if EngineError.isPlaceTaken(code) { return callback(.wrongLastSequence) }
         let text = pae?.pointee.ErrText.map { String(cString: $0) } ?? String(cString: natsStatus_GetText(status))
         let why = code == 0 ? "asynchronous publish: \(text)" : "asynchronous publish: \(text) (JetStream error \(code))"
         if status == NATS_TIMEOUT || status == NATS_NO_RESPONDERS || status == NATS_CONNECTION_DISCONNECTED

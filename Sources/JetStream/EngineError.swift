@@ -13,6 +13,14 @@ public struct EngineError: Error, Sendable, CustomStringConvertible {
 
     /// JetStream error codes tabd acts on.
     public static let wrongLastSequence = 10071
+    /// The same refusal without the stream's sequence in its text: what a server answers a
+    /// stale `Nats-Expected-Last-Subject-Sequence` with (a room in a shard).
+    public static let wrongLastSequenceConstant = 10164
+
+    /// Whether JetStream's `code` says the message's expected place was taken.
+    public static func isPlaceTaken(_ code: Int) -> Bool {
+        code == wrongLastSequence || code == wrongLastSequenceConstant || code == wrongLastMessageID
+    }
     /// The stream does not end with the expected message id (a broken chain).
     public static let wrongLastMessageID = 10070
     public static let streamNotFound = 10059
