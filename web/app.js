@@ -25,7 +25,11 @@
 // read; the tab bar does the same for its tabs), and it sends nothing but `sync`, `ping`
 // and `clients`. It still follows the room live. A token that runs out (close 4001, or a
 // signed token past its `exp`) and a deleted room (4404) end the connection: the page says
-// so and does not reconnect.
+// so and does not reconnect. Unless the link names a token URL (`#tokenUrl=/path`, a path
+// of this site only): the page then asks it for a token (GET, with the site's cookies;
+// the body is the token) for every connection and before each token runs out, hands tabd
+// the fresh one without reconnecting, and ends only when the URL has no token to give
+// (401, 403 or 204).
 //
 // Presence: the header says "N online" (the state's clientCount, listed room or counted).
 // That label is a button that opens a panel of who is connected: in a listed room the
@@ -41,6 +45,17 @@ import { PresencePanel } from "./page-presence.js";
 import { ScrollSync } from "./page-scroll.js";
 import { SharePanel } from "./page-share.js";
 
+// `text` when it is a path of this site (`/…`, not `//…`), else null.
+function sameSitePath(text) {
+  if (!text || !text.startsWith("/") || text.startsWith("//") || text.startsWith("/\\")) return null;
+  try {
+    const u = new URL(text, location.origin);
+    return u.origin === location.origin ? u.pathname + u.search : null;
+  } catch (e) {
+    return null;
+  }
+}
+
 (function () {
   const PARAMS = new URLSearchParams(location.search);
   // A token comes in the fragment (`#token=…`, which browsers never send to a server, so
@@ -48,6 +63,9 @@ import { SharePanel } from "./page-share.js";
   // token that can be a WebSocket subprotocol in the handshake, any other in the query.
   const FRAGMENT = new URLSearchParams(location.hash.replace(/^#/, ""));
   const TOKEN = FRAGMENT.get("token") || PARAMS.get("token");
+  // Where fresh tokens come from: a path of this site (never another site's URL, which a
+  // crafted link could name).
+  const TOKEN_URL = sameSitePath(FRAGMENT.get("tokenUrl") || PARAMS.get("tokenUrl"));
   const NAME = (PARAMS.get("name") || "browser").slice(0, 64);
   const DEFAULT_ROOM = "main";
   const ROOM = PARAMS.has("room") ? PARAMS.get("room") : DEFAULT_ROOM;
@@ -132,11 +150,20 @@ import { SharePanel } from "./page-share.js";
   function start() {
     client = new TabdClient(location.href, {
       room: ROOM, token: TOKEN, name: NAME, WebSocket: PageSocket,
+      getToken: TOKEN_URL ? fetchToken : null,
       beforeEvent: (e, state) => { said.set(e, new Names(state, myIds).describe(e)); },
     });
     tabbarEl.client = client;
     client.subscribe(onUpdate);
     setConn("connecting", "Connecting…");
+  }
+
+  // A fresh token from TOKEN_URL; null when it has none to give (the page then ends).
+  async function fetchToken() {
+    const r = await fetch(TOKEN_URL, { credentials: "same-origin", cache: "no-store" });
+    if (r.status === 401 || r.status === 403 || r.status === 204) return null;
+    if (!r.ok) throw new Error(`the token URL answered ${r.status}`);
+    return (await r.text()).trim() || null;
   }
 
   function onUpdate(u) {

@@ -6,12 +6,12 @@ import type { Event, Snapshot } from "./model.js";
 
 /** The codes of tabd's error frames (PROTOCOL.md, Errors). */
 export type ProtocolErrorCode =
-  | "rate_limited" | "bad_json" | "bad_command" | "forbidden" | "unavailable" | "unknown_tab" | "invalid";
+  | "rate_limited" | "bad_json" | "bad_command" | "unauthorized" | "forbidden" | "unavailable" | "unknown_tab" | "invalid";
 
 /** The client's own codes; `not_connected` is <tabd-tab-bar>'s (a tap while offline). */
 export type ClientErrorCode =
-  | "connection_lost" | "closed" | "timed_out" | "room_deleted" | "token_expired" | "wrong_room" | "bad_url"
-  | "not_connected";
+  | "connection_lost" | "closed" | "timed_out" | "aborted" | "room_deleted" | "token_expired" | "token_failed"
+  | "wrong_room" | "bad_url" | "not_connected";
 
 /** WebSocket close codes by name: those tabd sends, and `clientDrop`, the code the client
  * closes a connection with when it drops it to open another. */
@@ -48,6 +48,13 @@ export class TabdError extends Error {
 /** When a signed token runs out, in ms since 1970; null for any other token. */
 export function tokenExpiry(token: string | null | undefined): number | null;
 
+/** How long (ms) before a token of `lifetime` ms runs out the client asks for the next
+ * one: a quarter of its life, at least 500 ms and at most a minute. */
+export function refreshLead(lifetime: number): number;
+
+/** Whether `token` can travel as the WebSocket subprotocol `tabd.token.<token>`. */
+export function tokenAsProtocol(token: string | null): boolean;
+
 /** What the machine asks its shell to do, in order. */
 export type Action =
   | { do: "open"; url: string; protocols: string[]; generation: number }
@@ -64,7 +71,10 @@ export type Action =
   | { do: "publish"; update: Update }
   | { do: "ready" }
   | { do: "failed"; error: TabdError }
-  | { do: "foldHeld" };
+  | { do: "foldHeld" }
+  | { do: "getToken"; generation: number; reason: "connect" | "refresh" }
+  | { do: "refreshLater"; delay: number; generation: number }
+  | { do: "cancelRefresh" };
 
 /** The machine's settings (tabd.js fills them from the client's options). */
 export interface MachineOptions {
@@ -74,6 +84,8 @@ export interface MachineOptions {
   resyncRetry: number;
   reconnect: boolean;
   beforeEvent: ((event: Event, state: Snapshot) => void) | null;
+  /** Whether the app gives tokens (getToken): then every connection asks for one. */
+  tokenProvider?: boolean;
 }
 
 /** Time and chance, given to the machine (tests pass fixed ones). */
@@ -114,4 +126,12 @@ export class ClientMachine {
   reconnect(): Action[];
   /** The program closes the client for good. */
   close(): Action[];
+  /** The token provider answered a `getToken` action (null: it has none; the client closes). */
+  tokenReady(generation: number, token: string | null | undefined): Action[];
+  /** The token provider failed a `getToken` action. */
+  tokenFailed(generation: number, error: unknown): Action[];
+  /** A `refreshLater` is due. */
+  refreshDue(generation: number): Action[];
+  /** The program stops waiting for command `id`: withdrawn if not sent, else its answer settles nothing. */
+  cancel(id: number, error: unknown): Action[];
 }

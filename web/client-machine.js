@@ -26,11 +26,17 @@
 //   {do: "failed", error}                     closed for good (connect() rejects)
 //   {do: "foldHeld"}                          call foldHeld(): the frames held during a resync
 //                                             are folded once the snapshot's updates are out
+//   {do: "getToken", generation, reason}      call the app's token provider (reason "connect"
+//                                             or "refresh"), then tokenReady(generation, token)
+//                                             or tokenFailed(generation, error)
+//   {do: "refreshLater", delay, generation}   call refreshDue(generation) after delay ms
+//   {do: "cancelRefresh"}
 import { FoldError, applyFrame, fromWire } from "./model.js";
 
 /** Why a command or the client failed. `code` is the protocol's error code (`unknown_tab`,
  * `invalid`, `forbidden`, `rate_limited`, …) or one of the client's own (`connection_lost`,
- * `closed`, `timed_out`, `room_deleted`, `token_expired`, `wrong_room`, `bad_url`). */
+ * `closed`, `timed_out`, `aborted`, `room_deleted`, `token_expired`, `token_failed`,
+ * `wrong_room`, `bad_url`). */
 export class TabdError extends Error {
   constructor(code, message, details = {}) {
     super(message);
@@ -74,10 +80,23 @@ export function tokenExpiry(token) {
 // The answers tabd gives to a command, and the frame that is no answer.
 const ANSWERS = new Set(["ack", "snapshot", "pong", "clients", "error"]);
 
+/** How long before a token runs out the client asks for the next one: a quarter of its
+ * life, at least half a second and at most a minute. */
+export function refreshLead(lifetime) {
+  return Math.min(60000, Math.max(500, lifetime / 4));
+}
+
+/** A token that can travel as a WebSocket subprotocol (an HTTP token, as every signed
+ * token is) goes there, so no URL that tabd or a proxy logs holds it. */
+export function tokenAsProtocol(token) {
+  return token !== null && /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(token);
+}
+
 /**
  * One room's client as a machine. `endpoint` is tabd.js's `endpoint()`; `options`:
- * {name, backoff: {initial, max}, heartbeat, resyncRetry, reconnect, beforeEvent}; `clock`:
- * {now() in ms since 1970, random() in [0, 1)}.
+ * {name, backoff: {initial, max}, heartbeat, resyncRetry, reconnect, beforeEvent,
+ * tokenProvider (whether the app gives tokens: getToken)}; `clock`: {now() in ms since
+ * 1970, random() in [0, 1)}.
  */
 export class ClientMachine {
   #endpoint;
@@ -98,6 +117,9 @@ export class ClientMachine {
   #untrusted = false; // tabd broke the protocol: the next connection starts from a snapshot
   #awaitingPong = false;
   #holdUntil = 0;
+  #token = null; // the token the next connection (or the open one) goes with
+  #tokenAt = 0; // when it came (ms), for its life
+  #fetching = null; // a token asked of the provider: {generation, reason}
 
   /** The room's state: null until the first welcome. */
   state = null;
@@ -118,6 +140,8 @@ export class ClientMachine {
     this.#endpoint = endpoint;
     this.#options = options;
     this.#clock = clock;
+    this.#token = endpoint.token ?? null;
+    this.#tokenAt = clock.now();
   }
 
   get room() { return this.#endpoint.room; }
@@ -166,10 +190,69 @@ export class ClientMachine {
     if (code === CloseCode.roomGone) {
       return this.#finish(new TabdError("room_deleted", `room '${this.room}' was deleted`, { closeCode: code }));
     }
-    if (code === CloseCode.tokenExpired) {
+    if (code === CloseCode.tokenExpired && !this.#options.tokenProvider) {
       return this.#finish(new TabdError("token_expired", "the access token has expired", { closeCode: code }));
     }
+    // With a token provider, a token that ran out is a drop like any other: the next
+    // connection goes with a fresh token and resumes.
     return this.#lost();
+  }
+
+  /** The token provider answered the `getToken` of `generation`. A null token means the
+   * app has none to give: the client closes (`token_expired`). */
+  tokenReady(generation, token) {
+    const asked = this.#fetching;
+    if (!asked || asked.generation !== generation || this.connection === "closed") return [];
+    this.#fetching = null;
+    if (token === null || token === undefined || token === "") {
+      return this.#finish(new TabdError("token_expired", "the token provider has no token to give"));
+    }
+    if (asked.reason === "refresh") {
+      if (!this.#current(generation) || !this.welcomed) return [];
+      return this.#transmit({ type: "refresh", fields: { token: String(token) }, id: null, own: "refresh", token: String(token) });
+    }
+    this.#token = String(token);
+    this.#tokenAt = this.#clock.now();
+    return this.#connect();
+  }
+
+  /** The token provider failed (threw or rejected) for the `getToken` of `generation`: a
+   * refresh drops the connection, which is opened again with a fresh token; a connect is
+   * a failed attempt, tried again after the backoff. */
+  tokenFailed(generation, error) {
+    const asked = this.#fetching;
+    if (!asked || asked.generation !== generation || this.connection === "closed") return [];
+    this.#fetching = null;
+    const failure = new TabdError("token_failed", `the token provider failed: ${error && error.message ? error.message : error}`);
+    const actions = [publish({ type: "error", error: failure })];
+    if (asked.reason === "refresh") return this.#current(generation) ? actions.concat(this.#drop(CloseCode.clientDrop, "token refresh failed")) : actions;
+    this.#link = null;
+    return actions.concat(this.#lost());
+  }
+
+  /** A token's refresh is due on connection `generation`: the provider is asked for a
+   * fresh one, which goes to tabd on the open connection (`refresh`). */
+  refreshDue(generation) {
+    if (!this.#current(generation) || !this.welcomed || !this.#options.tokenProvider || this.#fetching) return [];
+    this.#fetching = { generation, reason: "refresh" };
+    return [{ do: "getToken", generation, reason: "refresh" }];
+  }
+
+  /** The program stops waiting for command `id` (an AbortSignal, a deadline): a command
+   * not sent yet is withdrawn and never sent; one sent is answered all the same (its
+   * events are folded) but settles nothing. Rejects it with `error`. */
+  cancel(id, error) {
+    const waiting = this.#waiting.findIndex((c) => c.id === id);
+    if (waiting >= 0) {
+      this.#waiting.splice(waiting, 1);
+      return [reject(id, error)];
+    }
+    const sent = this.#inFlight.find((c) => c.id === id);
+    const held = this.#awaiting.find((a) => a.id === id);
+    if (!sent && !held) return [];
+    if (sent) sent.id = null;
+    if (held) { held.id = null; held.action = resolve(null, undefined); } // settles nothing, in its turn
+    return [reject(id, error)];
   }
 
   /** The backoff after a drop is over. */
@@ -233,9 +316,20 @@ export class ClientMachine {
 
   #open() {
     if (this.connection === "closed") return [];
-    const expiry = tokenExpiry(this.#endpoint.token);
-    if (expiry !== null && this.#clock.now() >= expiry) return this.#finish(new TabdError("token_expired", "the access token has expired"));
     this.retryAt = null;
+    if (this.#options.tokenProvider) {
+      // Every connection goes with a fresh token: the provider is asked first.
+      this.#generation += 1;
+      this.#link = null;
+      this.#fetching = { generation: this.#generation, reason: "connect" };
+      return [...this.#cancelRefresh(), { do: "getToken", generation: this.#generation, reason: "connect" }];
+    }
+    const expiry = tokenExpiry(this.#token);
+    if (expiry !== null && this.#clock.now() >= expiry) return this.#finish(new TabdError("token_expired", "the access token has expired"));
+    return this.#connect();
+  }
+
+  #connect() {
     const q = new URLSearchParams();
     if (this.#options.name !== null) q.set("name", String(this.#options.name).slice(0, 64));
     q.set("room", this.#endpoint.room);
@@ -243,24 +337,40 @@ export class ClientMachine {
       q.set("resume", String(this.state.seq));
       q.set("epoch", this.session.epoch);
     }
-    const e = this.#endpoint;
-    if (e.token !== null && !e.tokenAsProtocol) q.set("token", e.token);
-    this.#generation += 1;
+    const token = this.#token;
+    const asProtocol = tokenAsProtocol(token);
+    if (token !== null && !asProtocol) q.set("token", token);
+    if (!this.#options.tokenProvider) this.#generation += 1; // else counted when the token was asked for
     this.#link = { generation: this.#generation, welcomed: false };
     return [{
       do: "open",
-      url: e.url + "?" + q.toString(),
+      url: this.#endpoint.url + "?" + q.toString(),
       // A token that can travel as a subprotocol goes there, so no URL that tabd or a proxy
       // logs holds it.
-      protocols: e.tokenAsProtocol ? ["tabd.v1", "tabd.token." + e.token] : [],
+      protocols: asProtocol ? ["tabd.v1", "tabd.token." + token] : [],
       generation: this.#generation,
     }];
+  }
+
+  // No refresh is due any more (there is one only with a token provider).
+  #cancelRefresh() {
+    return this.#options.tokenProvider ? [{ do: "cancelRefresh" }] : [];
+  }
+
+  // The next refresh of the connection's token, a while before it runs out (refreshLead);
+  // none for a token that never does, or without a provider.
+  #scheduleRefresh() {
+    const expiry = tokenExpiry(this.#token);
+    if (!this.#options.tokenProvider || expiry === null) return [];
+    const lead = refreshLead(expiry - this.#tokenAt);
+    return [{ do: "refreshLater", delay: Math.max(0, Math.round(expiry - lead - this.#clock.now())), generation: this.#generation }];
   }
 
   // The connection is gone (or never opened): what was in flight may or may not have taken
   // effect; the state stays, and the client tries again.
   #lost() {
-    const actions = [{ do: "stopHeartbeat" }];
+    const actions = [{ do: "stopHeartbeat" }, ...this.#cancelRefresh()];
+    if (this.#fetching && this.#fetching.reason === "refresh") this.#fetching = null;
     this.#catchUpRef = null;
     this.#resync = null;
     this.#held = [];
@@ -297,8 +407,9 @@ export class ClientMachine {
     const actions = [];
     if (this.#link) actions.push({ do: "close", code, reason });
     this.#link = null;
-    actions.push({ do: "stopHeartbeat" }, { do: "cancelRetry" }, { do: "cancelResync" });
+    actions.push({ do: "stopHeartbeat" }, { do: "cancelRetry" }, { do: "cancelResync" }, ...this.#cancelRefresh());
     this.retryAt = null;
+    this.#fetching = null;
     this.error = error;
     for (const c of this.#inFlight.concat(this.#waiting)) if (c.id !== null) actions.push(reject(c.id, error));
     actions.push(...this.#settleAll(error));
@@ -317,7 +428,7 @@ export class ClientMachine {
   #transmit(command) {
     this.#refs += 1;
     const ref = "j" + this.#refs;
-    this.#inFlight.push({ ref, type: command.type, id: command.id, own: command.own ?? null });
+    this.#inFlight.push({ ref, type: command.type, id: command.id, own: command.own ?? null, token: command.token ?? null });
     return [{ do: "send", text: JSON.stringify(Object.assign({ type: command.type, ref }, command.fields)) }];
   }
 
@@ -338,6 +449,7 @@ export class ClientMachine {
     this.#awaitingPong = false;
     const actions = [{ do: "stopHeartbeat" }];
     if (this.#options.heartbeat > 0) actions.push({ do: "heartbeat", every: this.#options.heartbeat, generation: this.#generation });
+    actions.push(...this.#scheduleRefresh());
     actions.push(publish({ type: "welcome", session: this.session, resumed: !!f.resumed }));
     if (f.snapshot) {
       const rebuilt = this.#rebuild(f.snapshot, !sameEpoch, "welcome");
@@ -421,6 +533,16 @@ export class ClientMachine {
     if (!head) return this.#violation(`an answer to no command (ref ${f.ref ?? "null"})`);
     if (typeof f.ref === "string" && f.ref !== head.ref) return this.#violation(`an answer for ref ${f.ref} where ${head.ref} was due`);
     const c = this.#inFlight.shift();
+    if (c.own === "refresh") {
+      if (f.type !== "error") {
+        // The connection lives as long as the new token now.
+        this.#token = c.token;
+        this.#tokenAt = this.#clock.now();
+        return this.#scheduleRefresh();
+      }
+      // Refused: the connection is dropped and opened again with a fresh token, resuming.
+      return [publish({ type: "error", error: errorOf(f) }), ...this.#drop(CloseCode.clientDrop, "token refresh refused")];
+    }
     if (f.type === "error") {
       const actions = [];
       if (c.own === "resync" && this.#resync) {

@@ -1,7 +1,7 @@
 // Types of tabd-tab-bar.js: the <tabd-tab-bar> element (docs/WEB.md). Importing the module
 // defines the element; these types make `document.querySelector("tabd-tab-bar")` a
 // TabdTabBar and type its events wherever they bubble to (they are composed).
-import type { Connection, Session, TabdClient, TabdError } from "./tabd.js";
+import type { ClientOptions, Connection, Session, TabdClient, TabdError } from "./tabd.js";
 import type { Snapshot } from "./model.js";
 
 /**
@@ -17,6 +17,10 @@ export class TabdTabBar extends HTMLElement {
   set client(client: TabdClient | null | undefined);
   /** The tab buttons' tablist (in the shadow root), for tests and for focus. */
   readonly tablist: HTMLElement;
+  /** Fresh tokens for the element's own connection (as tabd.js's getToken); setting it
+   * reconnects with it. */
+  get getToken(): ClientOptions["getToken"];
+  set getToken(provider: ClientOptions["getToken"]);
 }
 
 /** Who caused an event, in the detail of those that come from the room's events. */

@@ -10,10 +10,16 @@
 // only: the tabs can be focused and read, and say why they do nothing.
 //
 // Attributes: server (tabd's URL, as for connect()), room (default "main"), token, name,
-// label (the tablist's accessible name, default "Tabs"). Instead of server, a page that
-// has its own client sets the `client` property; the element then follows that client and
-// does not close it. The element reflects `connection` (the client's connection state)
-// and `read-only` on itself, for the page's CSS.
+// label (the tablist's accessible name, default "Tabs"). The `getToken` property (an async
+// function, as tabd.js's option) gives the element's connection fresh tokens: for each
+// connection, and before a token runs out. Instead of server, a page that has its own
+// client sets the `client` property; the element then follows that client and does not
+// close it. The element reflects `connection` (the client's connection state) and
+// `read-only` on itself, for the page's CSS.
+//
+// A tapped tab shows at once that its tap is on its way (aria-busy, the `pending` part),
+// until tabd answers or refuses it; the tab bar follows the page's direction (right to
+// left: the arrow keys follow the bar) and Windows' high-contrast (forced colours) mode.
 //
 // DOM events (bubbling, composed): tabd-welcome {session, client}, tabd-change {state}
 // after each drawing, tabd-connection {connection, attempt, retryAt, error}, tabd-error
@@ -106,7 +112,7 @@ const STYLE = `
 .badge {
   position: absolute;
   top: -5px;
-  left: 15px;
+  inset-inline-start: 15px;
   min-width: 18px;
   height: 18px;
   box-sizing: border-box;
@@ -125,8 +131,23 @@ const STYLE = `
   .tab { padding: 8px 6px 7px; }
   .title { font-size: var(--tabd-title-size, 12px); }
 }
+/* A tap on its way to tabd: shown in the frame of the tap, until tabd answers. */
+.tab[aria-busy="true"] { background: var(--tabd-pending-background, var(--tab-soft)); box-shadow: inset 0 0 0 1.5px var(--tab-soft); }
+.tab[aria-busy="true"] .icon-box { transform: scale(0.92); }
+.icon-box { transition: transform 0.08s ease; }
 @media (prefers-reduced-motion: reduce) {
-  .tab { transition: none; }
+  .tab, .icon-box { transition: none; }
+  .tab[aria-busy="true"] .icon-box { transform: none; }
+}
+/* Forced colours (Windows high contrast): the system's colours say what is selected,
+   pending and disabled; nothing rests on a colour of the page's. */
+@media (forced-colors: active) {
+  .tab { border: 1px solid transparent; color: ButtonText; }
+  .tab[aria-selected="true"] { background: Highlight; color: HighlightText; border-color: Highlight; forced-color-adjust: none; }
+  .tab[aria-busy="true"] { border: 1px dashed ButtonText; box-shadow: none; }
+  .tab[aria-disabled="true"]:not([aria-selected="true"]) { color: GrayText; opacity: 1; }
+  .tab:focus-visible { outline: 2px solid ButtonText; }
+  .badge { border: 1px solid CanvasText; forced-color-adjust: auto; }
 }
 `;
 
@@ -174,6 +195,8 @@ export class TabdTabBar extends HTMLElement {
   #bar;
   #why;
   #dark;
+  #getToken = null;
+  #pending = new Map(); // tab id -> taps on their way
 
   constructor() {
     super();
@@ -212,6 +235,17 @@ export class TabdTabBar extends HTMLElement {
 
   /** The tab buttons' tablist (in the shadow root), for tests and for focus. */
   get tablist() { return this.#bar; }
+
+  /** The element's token provider (see tabd.js's getToken): set it before the element
+   * connects, or it reconnects with it. */
+  get getToken() { return this.#getToken; }
+  set getToken(provider) {
+    this.#getToken = typeof provider === "function" ? provider : null;
+    if (this.#own && this.isConnected && this.hasAttribute("server")) {
+      this.#detach();
+      this.#start();
+    }
+  }
 
   connectedCallback() {
     this.#bar.setAttribute("aria-label", this.getAttribute("label") || "Tabs");
@@ -255,6 +289,7 @@ export class TabdTabBar extends HTMLElement {
         room: this.getAttribute("room") || undefined,
         token: this.getAttribute("token") || undefined,
         name: this.getAttribute("name") || "tab bar",
+        getToken: this.#getToken || undefined,
       });
     } catch (error) {
       this.#emit("tabd-error", { error });
@@ -279,6 +314,7 @@ export class TabdTabBar extends HTMLElement {
     this.#client = null;
     for (const v of this.#views.values()) v.btn.remove();
     this.#views.clear();
+    this.#pending.clear();
   }
 
   #emit(type, detail) {
@@ -363,7 +399,9 @@ export class TabdTabBar extends HTMLElement {
       v.badge.textContent = t.badge == null ? "" : t.badge;
       v.btn.setAttribute("aria-label", t.badge == null ? t.title : `${t.title}, ${t.badge}`);
       v.btn.setAttribute("aria-selected", selected ? "true" : "false");
-      v.btn.setAttribute("part", selected ? "tab selected" : "tab");
+      const pending = this.#pending.has(t.id);
+      if (pending) v.btn.setAttribute("aria-busy", "true"); else v.btn.removeAttribute("aria-busy");
+      v.btn.setAttribute("part", (selected ? "tab selected" : "tab") + (pending ? " pending" : ""));
       v.btn.classList.toggle("is-selected", selected);
       v.btn.dataset.color = t.color;
       if (ro) {
@@ -423,10 +461,25 @@ export class TabdTabBar extends HTMLElement {
       this.#emit("tabd-error", { error, command: "tap", tab: btn.dataset.tab });
       return;
     }
-    this.#client.tap(btn.dataset.tab).catch((error) => {
+    const tab = btn.dataset.tab;
+    const client = this.#client;
+    // Shown now, in this frame: the tap is on its way (a native bar reacts at once).
+    this.#markPending(tab, +1);
+    client.tap(tab).catch((error) => {
       // Not connected, or tabd said no: the page may say so; nothing changed.
-      this.#emit("tabd-error", { error, command: "tap", tab: btn.dataset.tab });
-    });
+      if (client === this.#client) this.#emit("tabd-error", { error, command: "tap", tab });
+    }).finally(() => { if (client === this.#client) this.#markPending(tab, -1); });
+  }
+
+  // One more (or one fewer) tap of `tab` on its way; the tab shows it while there is one.
+  #markPending(tab, delta) {
+    const n = (this.#pending.get(tab) || 0) + delta;
+    if (n > 0) this.#pending.set(tab, n); else this.#pending.delete(tab);
+    const v = this.#views.get(tab);
+    if (!v) return;
+    const selected = v.btn.getAttribute("aria-selected") === "true";
+    if (n > 0) v.btn.setAttribute("aria-busy", "true"); else v.btn.removeAttribute("aria-busy");
+    v.btn.setAttribute("part", (selected ? "tab selected" : "tab") + (n > 0 ? " pending" : ""));
   }
 
   #onKey(ev) {
@@ -434,8 +487,12 @@ export class TabdTabBar extends HTMLElement {
     const i = btns.indexOf(this.shadowRoot.activeElement);
     if (i < 0) return;
     let j = null;
-    if (ev.key === "ArrowRight" || ev.key === "ArrowDown") j = (i + 1) % btns.length;
-    else if (ev.key === "ArrowLeft" || ev.key === "ArrowUp") j = (i - 1 + btns.length) % btns.length;
+    // Right to left, the bar runs from the right: the arrows follow what the eye sees.
+    const rtl = getComputedStyle(this).direction === "rtl";
+    const next = rtl ? "ArrowLeft" : "ArrowRight";
+    const previous = rtl ? "ArrowRight" : "ArrowLeft";
+    if (ev.key === next || ev.key === "ArrowDown") j = (i + 1) % btns.length;
+    else if (ev.key === previous || ev.key === "ArrowUp") j = (i - 1 + btns.length) % btns.length;
     else if (ev.key === "Home") j = 0;
     else if (ev.key === "End") j = btns.length - 1;
     if (j === null) return;

@@ -44,6 +44,23 @@ export interface ClientOptions {
   WebSocket?: new (url: string, protocols?: string | string[]) => WebSocket;
   /** The backoff's jitter, a number in [0, 1) (default Math.random). */
   random?: () => number;
+  /** Gives a token for each connection and, a while before it runs out, the next one
+   * (handed to tabd on the open connection: no reconnect). Resolve null when there is no
+   * token to give any more: the client closes (`token_expired`). A provider that throws
+   * or takes longer than `tokenTimeout` counts as a failed attempt (retried with backoff). */
+  getToken?: ((context: { room: string; reason: "connect" | "refresh" }) => string | null | Promise<string | null>) | null;
+  /** ms the token provider may take (default 10000; 0: forever). */
+  tokenTimeout?: number;
+  /** A deadline (ms) for every command that names none (default 0: none). */
+  commandTimeout?: number;
+}
+
+/** What every command also takes: an AbortSignal and a deadline in ms. A command not sent
+ * yet is withdrawn (never sent); one sent stops being waited for (its events are folded
+ * all the same). It rejects with the signal's reason, or TabdError `timed_out`. */
+export interface CommandOptions {
+  signal?: AbortSignal | null;
+  timeout?: number;
 }
 
 /** The options of connect(). */
@@ -239,46 +256,49 @@ export class TabdClient {
   subscribe(listener: (update: Update) => void): () => void;
 
   /** Selects `tab`. Each command resolves with the ack's seq once `state` holds it. */
-  select(tab: string): Promise<number>;
+  select(tab: string, options?: CommandOptions): Promise<number>;
   /** A tap on `tab`: selects it, or pops it to its first page, or scrolls it to the top. */
-  tap(tab: string): Promise<number>;
+  tap(tab: string, options?: CommandOptions): Promise<number>;
   /** Pushes a page with `route` on the tab. */
-  push(route: string, options?: OnTab): Promise<number>;
+  push(route: string, options?: OnTab & CommandOptions): Promise<number>;
   /** Pops the tab's top page. */
-  pop(options?: OnTab): Promise<number>;
+  pop(options?: OnTab & CommandOptions): Promise<number>;
   /** Pops the tab to its first page. */
-  popToRoot(options?: OnTab): Promise<number>;
+  popToRoot(options?: OnTab & CommandOptions): Promise<number>;
   /** Sets the tab's scroll offset. */
-  scroll(offset: number, options?: OnTab): Promise<number>;
+  scroll(offset: number, options?: OnTab & CommandOptions): Promise<number>;
   /** Keeps `value` (any JSON; null removes it) under `key` on the tab. */
-  set(key: string, value: unknown, options?: OnTab): Promise<number>;
+  set(key: string, value: unknown, options?: OnTab & CommandOptions): Promise<number>;
   /** Adds a tab, at `index` or at the end. */
-  addTab(tab: NewTab, options?: { index?: number }): Promise<number>;
+  addTab(tab: NewTab, options?: { index?: number } & CommandOptions): Promise<number>;
   /** Changes a tab's look. */
-  updateTab(tab: TabChange): Promise<number>;
+  updateTab(tab: TabChange, options?: CommandOptions): Promise<number>;
   /** Moves a tab; `index` is its position after the move. */
-  moveTab(tab: string, index: number): Promise<number>;
+  moveTab(tab: string, index: number, options?: CommandOptions): Promise<number>;
   /** Removes a tab (not the only one). */
-  removeTab(tab: string): Promise<number>;
+  removeTab(tab: string, options?: CommandOptions): Promise<number>;
 
   /** Asks for the room's snapshot; `state` becomes it. Resolves with `state`. */
-  sync(): Promise<Snapshot>;
+  sync(options?: CommandOptions): Promise<Snapshot>;
   /** Resolves with the round trip in milliseconds. */
-  ping(): Promise<number>;
+  ping(options?: CommandOptions): Promise<number>;
   /** A page of the room's connected clients; `after` is an earlier page's `next`. */
-  clients(options?: { after?: string | null; limit?: number | null }): Promise<ClientPage>;
+  clients(options?: { after?: string | null; limit?: number | null } & CommandOptions): Promise<ClientPage>;
 
   /** Any command by its protocol name and fields: what it resolves with depends on it. */
-  send(type: AckCommand, fields?: Record<string, unknown>): Promise<number>;
-  send(type: "sync"): Promise<Snapshot>;
-  send(type: "ping"): Promise<void>;
-  send(type: "clients", fields?: { after?: string; limit?: number }): Promise<ClientPage>;
-  send(type: string, fields?: Record<string, unknown>): Promise<unknown>;
+  send(type: AckCommand, fields?: Record<string, unknown>, options?: CommandOptions): Promise<number>;
+  send(type: "sync", fields?: Record<string, never>, options?: CommandOptions): Promise<Snapshot>;
+  send(type: "ping", fields?: Record<string, never>, options?: CommandOptions): Promise<void>;
+  send(type: "clients", fields?: { after?: string; limit?: number }, options?: CommandOptions): Promise<ClientPage>;
+  send(type: string, fields?: Record<string, unknown>, options?: CommandOptions): Promise<unknown>;
 
   /** Drops the connection now, as a network failure would, and reconnects after the backoff or `holdMs`. */
   disconnect(holdMs?: number): void;
   /** While reconnecting, tries again now instead of waiting out the backoff. */
   reconnect(): void;
+  /** Asks getToken for a fresh token now and hands it to tabd on the open connection (as the
+   * client does on its own before a token runs out); without getToken it does nothing. */
+  refreshToken(): void;
   /** Closes the client for good: pending commands reject with `closed`. */
   close(): void;
 }

@@ -29,9 +29,18 @@
 //   pong of a ping sent after such a welcome, the client is "catching-up" and frames are
 //   replays (`live: false`). A heartbeat ping every 20 s drops a connection whose last ping
 //   went unanswered. Closes that a reconnect cannot fix end the client: 4404 (the room was
-//   deleted) and 4001 (the token expired), and a signed token past its `exp`.
+//   deleted) and, without a token provider, 4001 (the token expired) and a signed token
+//   past its `exp`.
+// - Tokens: with `getToken` (an async function), every connection asks it for a token, and
+//   a while before that token runs out the client asks again and hands tabd the new one on
+//   the open connection (a `refresh` frame): a planned refresh costs no reconnect. If that
+//   fails, or the connection dropped meanwhile, the client reconnects with a fresh token
+//   and resumes, missing nothing.
+// - Cancelling: a command's `signal` (an AbortSignal) or `timeout` withdraws it if it has
+//   not gone out yet (it never will), else stops waiting for it (its events are folded all
+//   the same); its Promise rejects with the signal's reason or TabdError `timed_out`.
 import { FoldError } from "./model.js";
-import { ClientMachine, CloseCode, TabdError, tokenExpiry } from "./client-machine.js";
+import { ClientMachine, CloseCode, TabdError, tokenAsProtocol, tokenExpiry } from "./client-machine.js";
 
 export { CloseCode, FoldError, TabdError, tokenExpiry };
 
@@ -40,12 +49,10 @@ const DEFAULTS = {
   heartbeat: 20000,
   resyncRetry: 500,
   timeout: 10000,
+  tokenTimeout: 10000,
 };
 
 const ROOM_ID = /^[A-Za-z0-9_-]{1,64}$/;
-// A token that can travel as a WebSocket subprotocol (an HTTP token, as every signed token
-// is) goes there, so no URL that tabd or a proxy logs holds it; any other goes in the query.
-const HTTP_TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /**
  * Where to connect: `url` as tabd prints it (`http://HOST:PORT/`, `https://…`, a path
@@ -78,7 +85,7 @@ export function endpoint(url, options = {}) {
   base.pathname = path;
   base.search = "";
   base.hash = "";
-  return { url: base.href, room, token, tokenAsProtocol: token !== null && HTTP_TOKEN.test(token) };
+  return { url: base.href, room, token, tokenAsProtocol: tokenAsProtocol(token) };
 }
 
 /**
@@ -119,7 +126,10 @@ export class TabdClient {
   #ids = 0;
   #queue = []; // actions not performed yet, in the machine's order
   #performing = false;
-  #timers = { retry: null, resync: null }; // the machine's one-shot timers, by name
+  #timers = { retry: null, resync: null, refresh: null }; // the machine's one-shot timers, by name
+  #getToken = null;
+  #tokenTimeout;
+  #commandTimeout;
   #heartbeatTimer = null;
   #readyResolve;
   #readyReject;
@@ -128,12 +138,17 @@ export class TabdClient {
     const where = endpoint(url, options);
     this.#WebSocket = options.WebSocket ?? globalThis.WebSocket;
     if (typeof this.#WebSocket !== "function") throw new TabdError("bad_url", "no WebSocket class: pass options.WebSocket");
+    if (options.getToken != null && typeof options.getToken !== "function") throw new TabdError("bad_url", "getToken must be a function");
+    this.#getToken = options.getToken ?? null;
+    this.#tokenTimeout = options.tokenTimeout ?? DEFAULTS.tokenTimeout;
+    this.#commandTimeout = options.commandTimeout ?? 0;
     this.#machine = new ClientMachine(where, {
       name: options.name ?? null,
       backoff: Object.assign({}, DEFAULTS.backoff, options.backoff || {}),
       heartbeat: options.heartbeat ?? DEFAULTS.heartbeat,
       resyncRetry: options.resyncRetry ?? DEFAULTS.resyncRetry,
       reconnect: options.reconnect ?? true,
+      tokenProvider: this.#getToken !== null,
       // A beforeEvent that throws is reported, as a listener's fault is: it cannot stop a fold
       // half-way.
       beforeEvent: options.beforeEvent ? (e, state) => { try { options.beforeEvent(e, state); } catch (err) { report(err); } } : null,
@@ -193,48 +208,67 @@ export class TabdClient {
 
   // ------------------------------------------------------------------ commands
 
+  // Every command takes, last, `{signal, timeout}` (with the others of its options): an
+  // AbortSignal and a deadline in ms (default: the client's `commandTimeout`, 0 for none).
+
   /** Selects `tab` (appear and disappear as the rules say). Resolves with the ack's seq. */
-  select(tab) { return this.send("select", { tab }); }
+  select(tab, options) { return this.send("select", { tab }, options); }
   /** A tap on `tab`: selects it, or pops it to its first page, or scrolls it to the top. */
-  tap(tab) { return this.send("tap", { tab }); }
-  push(route, { tab } = {}) { return this.send("push", withTab({ route }, tab)); }
-  pop({ tab } = {}) { return this.send("pop", withTab({}, tab)); }
-  popToRoot({ tab } = {}) { return this.send("popToRoot", withTab({}, tab)); }
-  scroll(offset, { tab } = {}) { return this.send("scroll", withTab({ offset }, tab)); }
+  tap(tab, options) { return this.send("tap", { tab }, options); }
+  push(route, options = {}) { return this.send("push", withTab({ route }, options.tab), options); }
+  pop(options = {}) { return this.send("pop", withTab({}, options.tab), options); }
+  popToRoot(options = {}) { return this.send("popToRoot", withTab({}, options.tab), options); }
+  scroll(offset, options = {}) { return this.send("scroll", withTab({ offset }, options.tab), options); }
   /** Keeps `value` (any JSON; null removes it) under `key` on the tab. */
-  set(key, value, { tab } = {}) { return this.send("set", withTab({ key, value }, tab)); }
+  set(key, value, options = {}) { return this.send("set", withTab({ key, value }, options.tab), options); }
   /** Adds a tab ({id, title, icon, color, badge?}), at `index` or at the end. */
-  addTab(tab, { index } = {}) { return this.send("addTab", index === undefined ? { tab } : { tab, index }); }
+  addTab(tab, options = {}) { return this.send("addTab", options.index === undefined ? { tab } : { tab, index: options.index }, options); }
   /** Changes a tab's look: {id, title?, icon?, color?, badge?} (badge null clears it). */
-  updateTab(tab) { return this.send("updateTab", { tab }); }
-  moveTab(tab, index) { return this.send("moveTab", { tab, index }); }
-  removeTab(tab) { return this.send("removeTab", { tab }); }
+  updateTab(tab, options) { return this.send("updateTab", { tab }, options); }
+  moveTab(tab, index, options) { return this.send("moveTab", { tab, index }, options); }
+  removeTab(tab, options) { return this.send("removeTab", { tab }, options); }
 
   /** Asks for the room's snapshot; `state` becomes it. Resolves with `state`. */
-  sync() { return this.send("sync"); }
+  sync(options) { return this.send("sync", {}, options); }
   /** Resolves with the round trip in milliseconds. */
-  ping() {
+  ping(options) {
     const start = now();
-    return this.send("ping").then(() => now() - start);
+    return this.send("ping", {}, options).then(() => now() - start);
   }
   /** A page of the room's connected clients: {clients: [{id, name}], next, node?}; `next`
    * (null at the end) is the `after` of the page that follows. */
-  clients({ after, limit } = {}) {
+  clients(options = {}) {
     const fields = {};
-    if (after != null) fields.after = after;
-    if (limit != null) fields.limit = limit;
-    return this.send("clients", fields);
+    if (options.after != null) fields.after = options.after;
+    if (options.limit != null) fields.limit = options.limit;
+    return this.send("clients", fields, options);
   }
 
   /**
    * Any command by its protocol name (`type`) and fields. Resolves with the ack's seq (for
-   * `sync`, the state; `ping`, nothing; `clients`, the page).
+   * `sync`, the state; `ping`, nothing; `clients`, the page). `options.signal` (an
+   * AbortSignal) and `options.timeout` (ms) stop waiting: a command not sent yet is
+   * withdrawn and never sent; one sent has its outcome folded all the same.
    */
-  send(type, fields = {}) {
+  send(type, fields = {}, options = {}) {
+    const signal = options?.signal ?? null;
+    const timeout = options?.timeout ?? this.#commandTimeout;
+    if (signal && signal.aborted) return Promise.reject(abortReason(signal));
     return new Promise((resolve, reject) => {
       this.#ids += 1;
-      this.#pending.set(this.#ids, { resolve, reject });
-      this.#perform(this.#machine.request(type, fields, this.#ids));
+      const id = this.#ids;
+      let timer = null;
+      const onAbort = () => this.#perform(this.#machine.cancel(id, abortReason(signal)));
+      const done = () => {
+        if (timer !== null) clearTimeout(timer);
+        if (signal) signal.removeEventListener("abort", onAbort);
+      };
+      this.#pending.set(id, { resolve: (v) => { done(); resolve(v); }, reject: (e) => { done(); reject(e); } });
+      if (signal) signal.addEventListener("abort", onAbort, { once: true });
+      if (timeout > 0) {
+        timer = setTimeout(() => this.#perform(this.#machine.cancel(id, new TabdError("timed_out", `'${type}' had no answer within ${timeout} ms`))), timeout);
+      }
+      this.#perform(this.#machine.request(type, fields, id));
     });
   }
 
@@ -246,6 +280,11 @@ export class TabdClient {
 
   /** While reconnecting, tries again now instead of waiting out the backoff. */
   reconnect() { this.#perform(this.#machine.reconnect()); }
+
+  /** Asks `getToken` for a fresh token now and hands it to tabd on the open connection, as
+   * the client does on its own before a token runs out. Without getToken, or while not
+   * connected, it does nothing. */
+  refreshToken() { this.#perform(this.#machine.refreshDue(this.#sock ? this.#sock.generation : -1)); }
 
   /** Closes the client for good: pending commands reject with `closed`. */
   close() { this.#perform(this.#machine.close()); }
@@ -296,6 +335,9 @@ export class TabdClient {
       case "ready": if (this.connection !== "closed") this.#readyResolve(this); break;
       case "failed": this.#readyReject(a.error); break;
       case "foldHeld": this.#queue.push(...this.#machine.foldHeld()); break;
+      case "getToken": this.#fetchToken(a.generation, a.reason); break;
+      case "refreshLater": this.#after("refresh", a.delay, () => this.#machine.refreshDue(a.generation)); break;
+      case "cancelRefresh": this.#cancel("refresh"); break;
       default: throw new Error(`tabd.js: an action it does not know: ${a.do}`);
     }
   }
@@ -329,6 +371,19 @@ export class TabdClient {
     });
   }
 
+  // Asks the app's getToken, bounded by `tokenTimeout`; the answer goes to the machine.
+  #fetchToken(generation, reason) {
+    let timer = null;
+    const bounded = new Promise((resolve, reject) => {
+      if (this.#tokenTimeout > 0) timer = setTimeout(() => reject(new Error(`no token within ${this.#tokenTimeout} ms`)), this.#tokenTimeout);
+      Promise.resolve().then(() => this.#getToken({ room: this.room, reason })).then(resolve, reject);
+    });
+    bounded.then(
+      (token) => { clearTimeout(timer); this.#perform(this.#machine.tokenReady(generation, token)); },
+      (error) => { clearTimeout(timer); this.#perform(this.#machine.tokenFailed(generation, error)); },
+    );
+  }
+
   #settle(id) {
     if (id === null) return undefined;
     const p = this.#pending.get(id);
@@ -352,6 +407,12 @@ export class TabdClient {
 function report(e) {
   if (typeof globalThis.reportError === "function") globalThis.reportError(e);
   else setTimeout(() => { throw e; });
+}
+
+// What an aborted signal rejects with: its reason, as fetch() does.
+function abortReason(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  return new TabdError("aborted", "the command was aborted");
 }
 
 function withTab(fields, tab) {

@@ -1,22 +1,48 @@
+import Synchronization
+
 /// Decides who a request is: the one check for `/ws`, `/metrics` and the HTTP API.
 ///
 /// Credentials are the `--token` (admin of every room, compared in constant time) and,
-/// with a signing key, signed tokens. A request carries one as `Authorization: Bearer`
-/// (which wins) or as the `token` query parameter.
+/// with signing keys, signed tokens. A request carries one as `Authorization: Bearer`
+/// (which wins) or as the `token` query parameter. The keys can be replaced while tabd
+/// runs (``replaceKeys(_:)``, on `SIGHUP`): copies of an authenticator share them.
 public struct Authenticator: Sendable {
     /// The `--token` as an HMAC under ``comparisonKey``: candidates are compared by their
     /// digests, so neither the bytes nor the length of the token show in the timing.
     let operatorDigest: [UInt8]?
     let comparisonKey: [UInt8]
-    let tokens: Token?
+    /// The keys of signed tokens; nil when signed tokens are off (for good: a reload
+    /// cannot turn them on, which would close a tabd that was open).
+    private let tokens: Keys?
+
+    private final class Keys: Sendable {
+        let current: Mutex<Token>
+        init(_ token: Token) { current = Mutex(token) }
+    }
 
     public init(operatorToken: String?, signingKey: SigningKey?) {
+        self.init(operatorToken: operatorToken, keys: signingKey.map { KeySet(keys: [VerificationKey($0)]) })
+    }
+
+    public init(operatorToken: String?, keys: KeySet?) {
         var random = SystemRandomNumberGenerator()
         let key = (0..<32).map { _ in UInt8.random(in: 0...255, using: &random) }
         comparisonKey = key
         operatorDigest = operatorToken.map { Crypto.hmacSHA256(key: key, message: Array($0.utf8)) }
-        tokens = signingKey.map(Token.init)
+        tokens = keys.map { Keys(Token(keys: $0)) }
     }
+
+    /// Checks tokens with `keys` from now on. Nothing happens when signed tokens are off.
+    /// Returns whether they are on.
+    @discardableResult
+    public func replaceKeys(_ keys: KeySet) -> Bool {
+        guard let tokens else { return false }
+        tokens.current.withLock { $0 = Token(keys: keys) }
+        return true
+    }
+
+    /// Whether signed tokens are accepted.
+    public var acceptsSignedTokens: Bool { tokens != nil }
 
     /// Whether any credential is required. Without one, everyone may do everything.
     public var isOn: Bool { operatorDigest != nil || tokens != nil }
@@ -40,7 +66,8 @@ public struct Authenticator: Sendable {
             return .success(.operatorToken)
         }
         guard let tokens else { return .failure(.wrongToken) }
-        do { return .success(try tokens.verify(credential, now: now)) } catch { return .failure(error) }
+        let token = tokens.current.withLock { $0 }
+        do { return .success(try token.verify(credential, now: now)) } catch { return .failure(error) }
     }
 }
 

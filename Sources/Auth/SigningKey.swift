@@ -37,7 +37,7 @@ public struct SigningKey: Sendable {
         return body.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) ? Array(body) : bytes
     }
 
-    private static func reason(_ error: any Swift.Error) -> String {
+    static func reason(_ error: any Swift.Error) -> String {
         let ns = error as NSError
         if let posix = ns.userInfo[NSUnderlyingErrorKey] as? NSError, posix.domain == NSPOSIXErrorDomain {
             return String(cString: strerror(Int32(posix.code)))

@@ -36,6 +36,15 @@ package struct ClientMachine: Sendable {
         case scheduleCloseTimeout
         /// The command's outcome.
         case reply(RequestID, Result<Reply, TabdClientError>)
+        /// The command's task was cancelled: it throws `CancellationError` (and, if it was
+        /// not sent yet, never will be).
+        case withdrawn(RequestID)
+        /// Ask the app's token provider for a token (`reason`: a connection, or a refresh of
+        /// the open one); its answer goes to ``tokenReady(generation:token:)`` or
+        /// ``tokenFailed(generation:reason:jitter:)``.
+        case fetchToken(generation: Int, reason: TokenReason)
+        /// After `after`, call ``refreshDue(generation:)``.
+        case scheduleRefresh(generation: Int, after: Duration)
         /// Tell every subscriber.
         case publish(TabdClient.Update)
         /// The first connection's outcome, awaited by `connect`: welcomed (nil), or why not.
@@ -45,8 +54,16 @@ package struct ClientMachine: Sendable {
         case finished(TabdClientError)
     }
 
+    /// Why the token provider is asked.
+    package enum TokenReason: String, Sendable, Equatable {
+        case connect, refresh
+    }
+
     package struct Settings: Sendable {
         package var reconnects = true
+        /// The app gives tokens: every connection asks for one, and the open connection's is
+        /// refreshed before it runs out.
+        package var tokenProvider = false
         package var initialBackoff: Duration = .milliseconds(100)
         package var maxBackoff: Duration = .seconds(5)
         package var connectTimeout: Duration = .seconds(10)
@@ -76,11 +93,15 @@ package struct ClientMachine: Sendable {
     }
 
     /// What a frame the client sent on its own is for.
-    private enum Own: Sendable {
+    private enum Own: Sendable, Equatable {
         /// A `sync` after a batch that did not fold.
         case resync
         /// The `ping` after a resumed welcome: every batch before its pong is a replay.
         case catchUp
+        /// A `refresh` handing tabd this token.
+        case refresh(String)
+        /// A command of the program's that it stopped waiting for: its answer goes nowhere.
+        case abandoned
     }
 
     private struct Pending: Sendable {
@@ -94,8 +115,13 @@ package struct ClientMachine: Sendable {
     package static let closedByClient = TabdClientError.closed(code: 1000, reason: "closed by this client")
     private static let frameTypes: Set<String> = ["welcome", "events", "ack", "error", "snapshot", "pong", "clients"]
 
-    let endpoint: Endpoint
+    private(set) var endpoint: Endpoint
     let settings: Settings
+    /// When the connection's token came (for its life: the refresh is due a while before
+    /// it runs out).
+    private var tokenSince: Double = 0
+    /// A token asked of the provider and not given yet.
+    private var fetching: (generation: Int, reason: TokenReason)?
     /// The room's state as of the last event folded.
     package private(set) var state: Snapshot
     /// Who this client is, from the last welcome.
@@ -112,7 +138,7 @@ package struct ClientMachine: Sendable {
     /// once every answer before it has, no resync is due, and (an ack) `state` holds its
     /// seq: a command never returns before `state` holds its events, across a resync, a
     /// drop and a resume, and commands return in the order they were sent.
-    private var held: [(request: RequestID, result: Result<Reply, TabdClientError>)] = []
+    private var held: [(request: RequestID?, result: Result<Reply, TabdClientError>)] = []
     /// tabd broke the protocol: the next connection starts from a snapshot (no resume).
     private var untrusted = false
     private var nextRef = 0
@@ -144,8 +170,9 @@ package struct ClientMachine: Sendable {
     // MARK: Inputs
 
     /// The first connection; `connect` waits for ``Action/firstWelcome(_:)``.
-    package mutating func start() -> [Action] {
+    package mutating func start(now: Double = 0) -> [Action] {
         awaitingFirstWelcome = true
+        tokenSince = now
         return open(resume: nil)
     }
 
@@ -162,7 +189,8 @@ package struct ClientMachine: Sendable {
 
     /// A message of connection `generation`. `jitter` (0.5…1) shortens the delay of the
     /// reconnect that follows if the message breaks the protocol.
-    package mutating func received(_ bytes: [UInt8], generation g: Int, jitter: Double = 1) -> [Action] {
+    /// `now` (seconds since 1970) times the refresh of the connection's token.
+    package mutating func received(_ bytes: [UInt8], generation g: Int, jitter: Double = 1, now: Double = 0) -> [Action] {
         guard let link, link.generation == g else { return [] }
         let frame: ServerFrame
         do {
@@ -175,13 +203,13 @@ package struct ClientMachine: Sendable {
             return violation("unreadable frame: \(error)", jitter: jitter)
         }
         switch frame {
-        case let .welcome(welcome, server): return welcomed(welcome, server: server, jitter: jitter)
+        case let .welcome(welcome, server): return welcomed(welcome, server: server, jitter: jitter) + scheduleRefresh(now: now)
         case let .events(batch): return fold(batch, jitter: jitter)
-        case let .ack(ref, seq): return answer(ref, .success(.ack(seq)), jitter: jitter)
-        case let .error(ref, error): return answer(ref, .failure(.refused(error)), jitter: jitter)
-        case let .snapshot(ref, snapshot): return answer(ref, .success(.snapshot(snapshot)), jitter: jitter)
-        case let .pong(ref): return answer(ref, .success(.pong), jitter: jitter)
-        case let .clients(ref, node, page): return answer(ref, .success(.clients(page, node: node)), jitter: jitter)
+        case let .ack(ref, seq): return answer(ref, .success(.ack(seq)), jitter: jitter, now: now)
+        case let .error(ref, error): return answer(ref, .failure(.refused(error)), jitter: jitter, now: now)
+        case let .snapshot(ref, snapshot): return answer(ref, .success(.snapshot(snapshot)), jitter: jitter, now: now)
+        case let .pong(ref): return answer(ref, .success(.pong), jitter: jitter, now: now)
+        case let .clients(ref, node, page): return answer(ref, .success(.clients(page, node: node)), jitter: jitter, now: now)
         }
     }
 
@@ -197,6 +225,83 @@ package struct ClientMachine: Sendable {
         guard let link, link.generation == g, !link.welcomed else { return [] }
         return [.closeConnection(code: 1000)]
             + lost(TransportClose(code: nil, reason: "no welcome within \(settings.connectTimeout)", wasOpen: false), timedOut: true, jitter: jitter)
+    }
+
+    /// The provider gave `token` for the ``Action/fetchToken(generation:reason:)`` of
+    /// `generation` (at `now`, seconds since 1970). Nil: it has none to give any more; the
+    /// client closes as if its token had run out.
+    package mutating func tokenReady(generation g: Int, token: String?, now: Double) -> [Action] {
+        guard let asked = fetching, asked.generation == g, !isClosed else { return [] }
+        fetching = nil
+        guard let token, !token.isEmpty else {
+            let error = TabdClientError.closed(code: nil, reason: "the token provider has no token to give")
+            if awaitingFirstWelcome {
+                awaitingFirstWelcome = false
+                return finish(error) + [.firstWelcome(error)]
+            }
+            return finish(error)
+        }
+        switch asked.reason {
+        case .refresh:
+            guard let link, link.generation == g, link.welcomed, !closing else { return [] }
+            nextRef += 1
+            let frame = JSONValue.object([("type", .string("refresh")), ("ref", .string("\(nextRef)")), ("token", .string(token))])
+            return transmit(Pending(ref: "\(nextRef)", frame: frame.compactBytes, request: nil, own: .refresh(token)))
+        case .connect:
+            endpoint.token = token
+            tokenSince = now
+            return connect(resume: pendingResume)
+        }
+    }
+
+    /// The provider failed for the ``Action/fetchToken(generation:reason:)`` of
+    /// `generation`: a refresh drops the connection (the next one goes with a fresh token and
+    /// resumes); a connection counts as a failed attempt, tried again after the backoff.
+    package mutating func tokenFailed(generation g: Int, reason: String, jitter: Double) -> [Action] {
+        guard let asked = fetching, asked.generation == g, !isClosed else { return [] }
+        fetching = nil
+        let close = TransportClose(code: nil, reason: "the token provider failed: \(reason)", wasOpen: false)
+        switch asked.reason {
+        case .refresh:
+            guard let link, link.generation == g else { return [] }
+            return [.closeConnection(code: 4000)] + lost(TransportClose(code: 4000, reason: close.reason, wasOpen: true), timedOut: false, jitter: jitter)
+        case .connect:
+            link = Link(generation: g) // the attempt that could not be made
+            return lost(close, timedOut: false, jitter: jitter)
+        }
+    }
+
+    /// The refresh of the open connection's token is due (or the app asked for one): the
+    /// provider is asked for a fresh token, handed to tabd as a `refresh`.
+    package mutating func refreshDue(generation g: Int) -> [Action] {
+        guard settings.tokenProvider, let link, link.generation == g, link.welcomed, fetching == nil, !closing else { return [] }
+        fetching = (g, .refresh)
+        return [.fetchToken(generation: g, reason: .refresh)]
+    }
+
+    /// The current connection's generation, for ``refreshDue(generation:)`` asked by the app.
+    package var currentGeneration: Int? { link?.generation }
+
+    /// The program stops waiting for `request`: one not sent yet is withdrawn (never sent);
+    /// one sent is answered all the same (its events are folded) but the answer goes
+    /// nowhere. `error` nil: the task was cancelled; else the command failed with it (a
+    /// deadline).
+    package mutating func cancel(request: RequestID, error: TabdClientError?) -> [Action] {
+        let outcome: Action = error.map { .reply(request, .failure($0)) } ?? .withdrawn(request)
+        if let n = waiting.firstIndex(where: { $0.request == request }) {
+            waiting.remove(at: n)
+            return [outcome]
+        }
+        var found = false
+        if let n = inFlight.firstIndex(where: { $0.request == request }) {
+            inFlight[n] = Pending(ref: inFlight[n].ref, frame: inFlight[n].frame, request: nil, own: .abandoned)
+            found = true
+        }
+        if let n = held.firstIndex(where: { $0.request == request }) {
+            held[n].request = nil
+            found = true
+        }
+        return found ? [outcome] : []
     }
 
     /// The reconnect's delay is over.
@@ -234,6 +339,7 @@ package struct ClientMachine: Sendable {
         connection = .closed(error)
         var actions: [Action] = link == nil ? [] : [.closeConnection(code: 1000)]
         link = nil
+        fetching = nil
         generation += 1
         actions += handOutHeld(failingUnreached: error)
         actions += (inFlight + waiting).compactMap { p in p.request.map { .reply($0, .failure(error)) } }
@@ -246,10 +352,36 @@ package struct ClientMachine: Sendable {
 
     private mutating func open(resume: (seq: Int, epoch: String)?) -> [Action] {
         generation += 1
+        if settings.tokenProvider {
+            // Every connection goes with a fresh token: the provider is asked first.
+            link = nil
+            pendingResume = resume
+            fetching = (generation, .connect)
+            return [.fetchToken(generation: generation, reason: .connect)]
+        }
+        return connect(resume: resume)
+    }
+
+    /// Where the connection being made (its token asked for) resumes from.
+    private var pendingResume: (seq: Int, epoch: String)?
+
+    private mutating func connect(resume: (seq: Int, epoch: String)?) -> [Action] {
         link = Link(generation: generation)
         return [.open(url: endpoint.url(resume: resume), authorization: endpoint.authorization, generation: generation),
                 .scheduleWelcomeTimeout(generation: generation, after: settings.connectTimeout)]
     }
+
+    /// The next refresh of the connection's token, a while before it runs out
+    /// (``refreshLead(lifetime:)``); none without a provider or for a token that never runs out.
+    private func scheduleRefresh(now: Double) -> [Action] {
+        guard settings.tokenProvider, let token = endpoint.token, let expiry = TokenExpiry.of(token), let link else { return [] }
+        let lead = Self.refreshLead(lifetime: expiry - tokenSince)
+        return [.scheduleRefresh(generation: link.generation, after: .milliseconds(Int(max(0, expiry - lead - now) * 1000)))]
+    }
+
+    /// How long (seconds) before a token of `lifetime` seconds runs out the client asks for
+    /// the next one: a quarter of its life, at least half a second, at most a minute.
+    package static func refreshLead(lifetime: Double) -> Double { min(60, max(0.5, lifetime / 4)) }
 
     /// The connection is gone (or never came): fail what was in flight, then reconnect
     /// or close for good.
@@ -266,7 +398,7 @@ package struct ClientMachine: Sendable {
             return actions + finish(error) + [.firstWelcome(error)]
         }
         actions.append(.publish(.disconnected(close)))
-        if Self.isFinal(close) || !settings.reconnects { return actions + finish(Self.error(for: close)) }
+        if isFinal(close) || !settings.reconnects { return actions + finish(Self.error(for: close)) }
         attempt += 1
         let delay = backoff(attempt) * jitter
         connection = .reconnecting(attempt: attempt)
@@ -281,10 +413,11 @@ package struct ClientMachine: Sendable {
     }
 
     /// Whether a reconnect cannot help: the room is gone, the token ran out, or tabd
-    /// refused who or where we are.
-    package static func isFinal(_ close: TransportClose) -> Bool {
-        if let status = close.httpStatus { return [400, 401, 403, 404].contains(status) }
-        return close.code == 4404 || close.code == 4001
+    /// refused who or where we are. With a token provider, a token that ran out or was
+    /// refused (4001, 401) is not final: the next connection asks for a fresh one.
+    package func isFinal(_ close: TransportClose) -> Bool {
+        if let status = close.httpStatus { return (settings.tokenProvider ? [400, 403, 404] : [400, 401, 403, 404]).contains(status) }
+        return close.code == 4404 || (close.code == 4001 && !settings.tokenProvider)
     }
 
     package static func error(for close: TransportClose) -> TabdClientError {
@@ -363,7 +496,7 @@ package struct ClientMachine: Sendable {
                                 request: nil, own: .resync))
     }
 
-    private mutating func answer(_ ref: String?, _ result: Result<Reply, TabdClientError>, jitter: Double) -> [Action] {
+    private mutating func answer(_ ref: String?, _ result: Result<Reply, TabdClientError>, jitter: Double, now: Double) -> [Action] {
         // An error frame that names no command of this client's (sent on its connection behind
         // its back) is passed over; any other answer to no command, or out of its turn,
         // breaks the protocol.
@@ -379,6 +512,17 @@ package struct ClientMachine: Sendable {
         guard let request = pending.request else {
             // The catch-up ping: answered (or refused, rate_limited), the replays are over.
             if pending.own == .catchUp { return [.publish(.caughtUp)] }
+            if pending.own == .abandoned { return [] } // its events are folded; no one waits
+            if case let .refresh(token) = pending.own {
+                guard case .success = result else {
+                    // Refused: drop the connection; the next goes with a fresh token and resumes.
+                    return [.closeConnection(code: 4000)]
+                        + lost(TransportClose(code: 4000, reason: "token refresh refused: \(result)", wasOpen: true), timedOut: false, jitter: jitter)
+                }
+                endpoint.token = token
+                tokenSince = now
+                return scheduleRefresh(now: now)
+            }
             // The client's own sync after a batch that did not fold. Refused (rate_limited,
             // or any other error): it asks again after a while, and what came meanwhile stays
             // held; the answers go out once a snapshot holds their seqs, as in the JavaScript
@@ -406,14 +550,16 @@ package struct ClientMachine: Sendable {
         var n = 0
         while n < held.count, Self.awaitedSeq(held[n].result) <= state.seq { n += 1 }
         defer { held.removeFirst(n) }
-        return held.prefix(n).map { .reply($0.request, $0.result) }
+        return held.prefix(n).compactMap { h in h.request.map { .reply($0, h.result) } }
     }
 
     /// Every held answer, now: an ack whose seq `state` does not hold fails with `error`
     /// (the client closed, or the room's history started over).
     private mutating func handOutHeld(failingUnreached error: TabdClientError) -> [Action] {
         defer { held = [] }
-        return held.map { Self.awaitedSeq($0.result) > state.seq ? .reply($0.request, .failure(error)) : .reply($0.request, $0.result) }
+        return held.compactMap { h in
+            h.request.map { Self.awaitedSeq(h.result) > state.seq ? .reply($0, .failure(error)) : .reply($0, h.result) }
+        }
     }
 
     /// tabd broke the protocol: this connection cannot be trusted. Drop it; the reconnect

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A connection to one room of a tabd, kept up to date: `state` is the room's tab bar as
 /// of the last event received, folded by the same functions the server folds with.
 ///
@@ -18,6 +20,20 @@
 /// gives up, and closes for good, only when a reconnect cannot help: the room was deleted
 /// (4404), the token ran out (4001), or tabd refused the credentials, the room or the
 /// origin (HTTP 400, 401, 403, 404).
+///
+/// **Tokens.** With ``Options/tokenProvider``, every connection asks the app for a token,
+/// and a while before that token runs out (a quarter of its life, between half a second
+/// and a minute) the client asks again and hands tabd the new one on the open connection
+/// (a `refresh` frame): a planned refresh costs no reconnect. If tabd refuses it, the
+/// provider fails, or the connection dropped meanwhile, the client reconnects with a fresh
+/// token and resumes, missing nothing; a token that ran out (4001) or was refused (401)
+/// is then no reason to close.
+///
+/// **Cancelling.** A command whose task is cancelled before it was sent is withdrawn (it is
+/// never sent) and throws `CancellationError`; one already sent throws `CancellationError`
+/// at once, and its outcome is still folded into `state` when tabd answers. A deadline
+/// (``Options/commandTimeout``, or ``perform(_:timeout:)``) fails it with
+/// ``TabdClientError/deadlineExceeded`` the same way.
 ///
 /// **Order.** Frames are handled one at a time, in the order tabd sent them: when a
 /// command's method returns, `state` already holds that command's events, and every
@@ -41,13 +57,46 @@ public actor TabdClient {
         /// Whom a `wss://` (or `https://`) tabd's certificate must chain to: the system's
         /// store, and the CAs ``TLSTrust`` adds (for the default transport).
         public var tls: TLSTrust
+        /// Gives a token for each connection and, before it runs out, the next one (see
+        /// **Tokens** above); it wins over `connect`'s `token`. Return nil when there is no
+        /// token to give any more: the client closes. A provider that throws, or takes
+        /// longer than `connectTimeout`, counts as a failed attempt (tried again after the
+        /// backoff).
+        public var tokenProvider: TokenProvider?
+        /// A deadline for every command: past it, the command fails with
+        /// ``TabdClientError/deadlineExceeded`` (nil: none).
+        public var commandTimeout: Duration?
+        /// How many updates (``updates()``) or events (``events()``) one subscription holds
+        /// for a consumer that does not keep up (at least 2). Past it, an `updates()`
+        /// consumer skips ahead: what it missed is replaced by one `.snapshot` of the state
+        /// as it is once there is room again; an `events()` consumer misses the events (the
+        /// seqs jump). Memory stays bounded whatever the consumer does.
+        public var bufferLimit: Int
 
         public init(reconnects: Bool = true, initialBackoff: Duration = .milliseconds(100), maxBackoff: Duration = .seconds(5),
-                    connectTimeout: Duration = .seconds(10), transport: (any TabdTransport)? = nil, tls: TLSTrust = .system) {
+                    connectTimeout: Duration = .seconds(10), transport: (any TabdTransport)? = nil, tls: TLSTrust = .system,
+                    tokenProvider: TokenProvider? = nil, commandTimeout: Duration? = nil, bufferLimit: Int = 1024) {
             self.reconnects = reconnects; self.initialBackoff = initialBackoff; self.maxBackoff = maxBackoff
             self.connectTimeout = connectTimeout; self.transport = transport; self.tls = tls
+            self.tokenProvider = tokenProvider; self.commandTimeout = commandTimeout
+            self.bufferLimit = max(2, bufferLimit)
         }
     }
+
+    /// Why the client asks for a token, and for which room.
+    public struct TokenRequest: Sendable, Equatable {
+        public enum Reason: String, Sendable, Equatable {
+            /// For a new connection (the first, or a reconnect).
+            case connect
+            /// For the open connection, before its token runs out.
+            case refresh
+        }
+        public var room: RoomID
+        public var reason: Reason
+    }
+
+    /// An app's source of tokens (its back end, an identity provider's SDK).
+    public typealias TokenProvider = @Sendable (TokenRequest) async throws -> String?
 
     /// Who this client is in its room, from the last welcome.
     public struct Session: Sendable, Equatable {
@@ -107,7 +156,8 @@ public actor TabdClient {
     /// The connection the machine's current generation names.
     private var current: (any TabdConnection)?
     /// Commands waiting for their answers, by the id the machine knows them by.
-    private var replies: [ClientMachine.RequestID: CheckedContinuation<Result<Reply, TabdClientError>, Never>] = [:]
+    /// (Nil: the command's task was cancelled.)
+    private var replies: [ClientMachine.RequestID: CheckedContinuation<Result<Reply, TabdClientError>?, Never>] = [:]
     private var nextRequest = 0
     private var subscribers: [Int: Subscriber] = [:]
     private var nextSubscriber = 0
@@ -119,9 +169,23 @@ public actor TabdClient {
 
     typealias Reply = ClientMachine.Reply
 
-    private struct Subscriber {
-        let yield: @Sendable (Update) -> Void
-        let finish: @Sendable () -> Void
+    private enum Subscriber {
+        case updates(SubscriptionBuffer<Update>)
+        case events(SubscriptionBuffer<SequencedEvent>)
+
+        func finish() {
+            switch self {
+            case let .updates(b): b.finish()
+            case let .events(b): b.finish()
+            }
+        }
+    }
+
+    /// Connects to `url` (`ws://HOST:PORT[/ws]` or the `http://HOST:PORT/` tabd prints) and
+    /// returns once tabd has welcomed the client, with `state` set (see the `String` form).
+    public static func connect(url: URL, room: RoomID? = nil, token: String? = nil, name: String? = nil,
+                               options: Options = .init()) async throws(TabdClientError) -> TabdClient {
+        try await connect(url: url.absoluteString, room: room, token: token, name: name, options: options)
     }
 
     /// Connects to `url` (`ws://HOST:PORT[/ws]` or the `http://HOST:PORT/` tabd prints) and
@@ -155,15 +219,17 @@ public actor TabdClient {
     private init(endpoint: Endpoint, options: Options, transport: any TabdTransport) {
         self.options = options
         self.transport = transport
-        machine = ClientMachine(endpoint: endpoint, settings: .init(
+        var settings = ClientMachine.Settings(
             reconnects: options.reconnects, initialBackoff: options.initialBackoff, maxBackoff: options.maxBackoff,
-            connectTimeout: options.connectTimeout))
+            connectTimeout: options.connectTimeout)
+        settings.tokenProvider = options.tokenProvider != nil
+        machine = ClientMachine(endpoint: endpoint, settings: settings)
     }
 
     private func start() async throws(TabdClientError) {
         let result = await withCheckedContinuation { (waiter: CheckedContinuation<Result<Void, TabdClientError>, Never>) in
             welcomeWaiter = waiter
-            perform(machine.start())
+            perform(machine.start(now: Self.now()))
         }
         try result.get()
     }
@@ -172,7 +238,8 @@ public actor TabdClient {
 
     /// Every change from now on, starting with the current state as a `snapshot`. Each
     /// call makes a new, independent sequence; it ends after `closed` (or when the
-    /// consumer stops iterating). Updates are buffered without bound for a slow consumer.
+    /// consumer stops iterating). A consumer more than ``Options/bufferLimit`` updates
+    /// behind skips ahead: it gets one `snapshot` of the state instead of what it missed.
     /// A subscription made while the client catches up after a resume hears
     /// `connected(session, resumed: true)` right after its snapshot: the events up to
     /// ``Update/caughtUp`` are replays.
@@ -180,41 +247,64 @@ public actor TabdClient {
 
     /// ``updates()``, and what the client was when it subscribed, read in the same turn.
     package func follow() -> (updates: AsyncStream<Update>, session: Session, connection: ConnectionState, catchingUp: Bool) {
-        let (stream, continuation) = AsyncStream.makeStream(of: Update.self)
-        continuation.yield(.snapshot(state))
+        let buffer = SubscriptionBuffer<Update>(limit: options.bufferLimit)
+        buffer.push(.snapshot(state)) { $0 }
         let catchingUp = machine.isCatchingUp
-        if catchingUp { continuation.yield(.connected(session, resumed: true)) }
-        subscribe(stream: continuation) { continuation.yield($0) }
-        return (stream, session, connection, catchingUp)
+        if catchingUp { buffer.push(.connected(session, resumed: true)) { $0 } }
+        subscribe(.updates(buffer))
+        return (buffer.stream, session, connection, catchingUp)
     }
 
     /// The room's events from now on, one by one (each batch's events in seq order). Ends
-    /// when the client closes. After a replaced state (see ``updates()``) the seqs jump.
+    /// when the client closes. After a replaced state (see ``updates()``) the seqs jump,
+    /// and so they do for a consumer more than ``Options/bufferLimit`` events behind: it
+    /// misses the events that did not fit.
     public func events() -> AsyncStream<SequencedEvent> {
-        let (stream, continuation) = AsyncStream.makeStream(of: SequencedEvent.self)
-        subscribe(stream: continuation) { update in
-            if case let .events(batch) = update { for e in batch.events { continuation.yield(e) } }
-        }
-        return stream
+        let buffer = SubscriptionBuffer<SequencedEvent>(limit: options.bufferLimit)
+        subscribe(.events(buffer))
+        return buffer.stream
     }
 
-    private func subscribe<T>(stream continuation: AsyncStream<T>.Continuation, yield: @escaping @Sendable (Update) -> Void) {
+    private func subscribe(_ subscriber: Subscriber) {
         if case .closed = connection {
-            continuation.finish()
+            subscriber.finish()
             return
         }
-        let id = nextSubscriber
+        subscribers[nextSubscriber] = subscriber
         nextSubscriber += 1
-        subscribers[id] = Subscriber(yield: yield, finish: { continuation.finish() })
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.unsubscribe(id) }
-        }
     }
 
-    private func unsubscribe(_ id: Int) { subscribers[id] = nil }
 
+    /// Hands `update` to every subscription. An `updates()` one whose consumer is
+    /// ``Options/bufferLimit`` behind holds instead a snapshot of the state (which holds
+    /// every batch it held, and this one) and where the connection is; an `events()` one
+    /// drops the newest events.
     private func publish(_ update: Update) {
-        for s in subscribers.values { s.yield(update) }
+        var gone: [Int] = []
+        for (id, subscriber) in subscribers {
+            switch subscriber {
+            case let .updates(buffer):
+                if buffer.isFinished { gone.append(id); continue }
+                buffer.push(update) { _ in caughtUp() }
+            case let .events(buffer):
+                if buffer.isFinished { gone.append(id); continue }
+                guard case let .events(batch) = update else { continue }
+                for e in batch.events { buffer.push(e) { Array($0.dropLast()) } }
+            }
+        }
+        for id in gone { subscribers[id] = nil }
+    }
+
+    /// What a subscription that fell behind holds instead of what it missed: the state,
+    /// and where the connection is now.
+    private func caughtUp() -> [Update] {
+        var updates: [Update] = [.snapshot(state)]
+        switch connection {
+        case .connected: updates.append(.connected(session, resumed: machine.isCatchingUp))
+        case let .reconnecting(attempt): updates.append(.reconnecting(attempt: attempt, delay: .zero))
+        case let .closed(error): updates.append(.closed(error))
+        }
+        return updates
     }
 
     // MARK: Commands
@@ -223,23 +313,52 @@ public actor TabdClient {
     /// snapshot's seq; for `ping`, the seq folded when the pong came; ``sync()`` and
     /// ``ping()`` give more). Throws ``TabdClientError/refused(_:)`` with the protocol's
     /// code when tabd refuses it.
+    ///
+    /// Throws `CancellationError` when the task is cancelled (see **Cancelling** above), and
+    /// ``TabdClientError/deadlineExceeded`` past `timeout` (default:
+    /// ``Options/commandTimeout``).
     @discardableResult
-    public func perform(_ command: Command) async throws(TabdClientError) -> Int {
-        switch try await request(command) {
+    public func perform(_ command: Command, timeout: Duration? = nil) async throws -> Int {
+        switch try await request(command, timeout: timeout) {
         case let .ack(seq): seq
         case let .snapshot(snapshot): snapshot.seq
         case .pong, .clients: state.seq
         }
     }
 
-    func request(_ command: Command) async throws(TabdClientError) -> Reply {
+    func request(_ command: Command, timeout: Duration? = nil) async throws -> Reply {
+        // A task cancelled already: the command is never sent.
+        try Task.checkCancellation()
         nextRequest += 1
         let id = nextRequest
-        let result = await withCheckedContinuation { (reply: CheckedContinuation<Result<Reply, TabdClientError>, Never>) in
-            replies[id] = reply
-            perform(machine.request(command, id: id))
+        var deadline: Task<Void, Never>?
+        if let timeout = timeout ?? options.commandTimeout {
+            deadline = Task { [weak self] in
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                await self?.step { $0.cancel(request: id, error: .deadlineExceeded) }
+            }
         }
+        defer { deadline?.cancel() }
+        // The handler runs after the continuation is stored: the actor runs `cancel` after
+        // this turn, which stored it.
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (reply: CheckedContinuation<Result<Reply, TabdClientError>?, Never>) in
+                replies[id] = reply
+                perform(machine.request(command, id: id))
+            }
+        } onCancel: {
+            Task { await self.step { $0.cancel(request: id, error: nil) } }
+        }
+        guard let result else { throw CancellationError() }
         return try result.get()
+    }
+
+    /// Asks the token provider for a fresh token now and hands it to tabd on the open
+    /// connection (as the client does on its own before a token runs out). Without a
+    /// provider, or while not connected, it does nothing.
+    public func refreshToken() {
+        guard let generation = machine.currentGeneration else { return }
+        perform(machine.refreshDue(generation: generation))
     }
 
     // MARK: Closing
@@ -310,6 +429,15 @@ public actor TabdClient {
                 }
             case let .reply(id, result):
                 replies.removeValue(forKey: id)?.resume(returning: result)
+            case let .withdrawn(id):
+                replies.removeValue(forKey: id)?.resume(returning: nil)
+            case let .fetchToken(generation, reason):
+                fetchToken(generation: generation, reason: reason)
+            case let .scheduleRefresh(generation, after):
+                Task { [weak self] in
+                    try? await Task.sleep(for: after)
+                    await self?.step { $0.refreshDue(generation: generation) }
+                }
             case let .publish(update):
                 publish(update)
             case let .firstWelcome(error):
@@ -331,6 +459,37 @@ public actor TabdClient {
         perform(input(&machine))
     }
 
+    /// Asks the provider, bounded by the connect timeout; the answer goes to the machine.
+    private func fetchToken(generation: Int, reason: ClientMachine.TokenReason) {
+        guard let provider = options.tokenProvider else { return }
+        let request = TokenRequest(room: machine.session.room, reason: reason == .connect ? .connect : .refresh)
+        let bound = options.connectTimeout
+        Task { [weak self] in
+            let outcome: Result<String?, any Error> = await withTaskGroup(of: Result<String?, any Error>?.self) { group in
+                group.addTask {
+                    do { return .success(try await provider(request)) } catch { return .failure(error) }
+                }
+                group.addTask {
+                    guard (try? await Task.sleep(for: bound)) != nil else { return nil }
+                    return .failure(TabdClientError.timedOut)
+                }
+                defer { group.cancelAll() }
+                while let first = await group.next() {
+                    if let first { return first }
+                }
+                return .failure(CancellationError())
+            }
+            guard let self else { return }
+            switch outcome {
+            case let .success(token): await self.step { $0.tokenReady(generation: generation, token: token, now: Self.now()) }
+            case let .failure(error): await self.step { $0.tokenFailed(generation: generation, reason: "\(error)", jitter: Self.jitter()) }
+            }
+        }
+    }
+
+    /// Now, in seconds since 1970 (tokens' `exp` is in that clock).
+    private static func now() -> Double { Date().timeIntervalSince1970 }
+
     /// What a reconnect's delay is multiplied by: up to half shorter, so that clients that
     /// dropped together do not come back together.
     private static func jitter() -> Double { Double.random(in: 0.5...1.0) }
@@ -338,7 +497,7 @@ public actor TabdClient {
     private func handle(_ event: TransportEvent, generation: Int) {
         switch event {
         case .opened: break // the welcome says more
-        case let .message(bytes): step { $0.received(bytes, generation: generation, jitter: Self.jitter()) }
+        case let .message(bytes): step { $0.received(bytes, generation: generation, jitter: Self.jitter(), now: Self.now()) }
         case let .closed(close): step { $0.closed(close, generation: generation, jitter: Self.jitter()) }
         }
     }

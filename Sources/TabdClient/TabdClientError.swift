@@ -22,6 +22,9 @@ public enum TabdClientError: Error, Sendable, Equatable, CustomStringConvertible
     case protocolViolation(String)
     /// No welcome came within the connect timeout.
     case timedOut
+    /// The command had no answer within its deadline (``TabdClient/Options/commandTimeout``):
+    /// if it was sent, it may or may not take effect (its events are folded all the same).
+    case deadlineExceeded
     /// The HTTP API answered `status` with an error code that is not a command's:
     /// `unauthorized` (401), `unknown_room` (404), `room_exists` (409), `too_large` (413), ...
     case api(status: Int, code: String, message: String)
@@ -44,6 +47,7 @@ public enum TabdClientError: Error, Sendable, Equatable, CustomStringConvertible
         case let .closed(nil, reason): "closed" + (reason.isEmpty ? "" : ": \(reason)")
         case let .protocolViolation(message): "protocol violation: \(message)"
         case .timedOut: "no welcome from tabd in time"
+        case .deadlineExceeded: "no answer from tabd within the command's deadline; if it was sent, it may or may not take effect"
         case let .api(status, code, message): "\(code) (HTTP \(status)): \(message)"
         }
     }

@@ -1,3 +1,4 @@
+import Foundation
 import Coordinator
 import Observation
 import TabdClient
@@ -90,12 +91,30 @@ public final class TabdRoom {
     public private(set) var session: TabdClient.Session
 
     /// The selection, for a binding: reads the room's, and setting it asks tabd to select
-    /// that tab (the read changes once tabd has; a refusal leaves it as it was).
+    /// that tab (the read changes once tabd has). A refusal leaves it as it was and is
+    /// kept in ``bindingError`` for the view to show.
     public var selection: TabID {
         get { selected }
         set {
             guard newValue != selected else { return }
-            Task { try? await self.select(newValue) }
+            Task { await self.bound { try await self.select(newValue) } }
+        }
+    }
+
+    /// Why the last intent made through a binding (``selection``) failed: a refusal
+    /// (`forbidden` for a view token, `unknown_tab`, …) or a dropped connection. Cleared by
+    /// the next one that succeeds; a view may set it to nil once it has shown it.
+    public var bindingError: TabdClientError?
+
+    /// Runs a binding's intent, keeping its failure in ``bindingError``.
+    private func bound(_ intent: () async throws -> Void) async {
+        do {
+            try await intent()
+            bindingError = nil
+        } catch let error as TabdClientError {
+            bindingError = error
+        } catch {
+            // Cancelled: the binding's task ended; nothing to show.
         }
     }
 
@@ -112,6 +131,8 @@ public final class TabdRoom {
     @ObservationIgnored private var state: Snapshot
     /// Between a resumed welcome and its catch-up: events are replays.
     @ObservationIgnored private var replaying = false
+    /// A batch did not fold here: the client's state is on its way (``resync()``).
+    @ObservationIgnored private var resyncing = false
     @ObservationIgnored private var listeners: [Int: Listener] = [:]
     @ObservationIgnored private var nextListener = 0
     /// Intents waiting for the model to hold their seq.
@@ -132,6 +153,12 @@ public final class TabdRoom {
 
     /// Connects to a room of `url` (as ``TabdClient/connect(url:room:token:name:options:)``)
     /// and follows it; returns once the model holds the room's state.
+    public static func connect(url: URL, room: RoomID? = nil, token: String? = nil, name: String? = nil,
+                               options: TabdClient.Options = .init()) async throws(TabdClientError) -> TabdRoom {
+        try await connect(url: url.absoluteString, room: room, token: token, name: name, options: options)
+    }
+
+    /// The same, with the URL as text (`http://HOST:PORT/` as tabd prints it).
     public static func connect(url: String, room: RoomID? = nil, token: String? = nil, name: String? = nil,
                                options: TabdClient.Options = .init()) async throws(TabdClientError) -> TabdRoom {
         let client = try await TabdClient.connect(url: url, room: room, token: token, name: name, options: options)
@@ -175,21 +202,21 @@ public final class TabdRoom {
     // MARK: Intents
 
     /// Selects `tab`.
-    public func select(_ tab: TabID) async throws(TabdClientError) { try await reflect(client.select(tab)) }
+    public func select(_ tab: TabID) async throws { try await reflect(client.select(tab)) }
     /// A tap on `tab`'s item, as a native tab bar: selects it; on the selected tab pops it
     /// to its first page; at the first page scrolls it to the top (the counter moves).
-    public func tap(_ tab: TabID) async throws(TabdClientError) { try await reflect(client.tap(tab)) }
+    public func tap(_ tab: TabID) async throws { try await reflect(client.tap(tab)) }
     /// Pushes a page with `route` onto `tab` (default: the selected tab).
-    public func push(_ route: String, on tab: TabID? = nil) async throws(TabdClientError) { try await reflect(client.push(route, on: tab)) }
+    public func push(_ route: String, on tab: TabID? = nil) async throws { try await reflect(client.push(route, on: tab)) }
     /// Pops the top page of `tab` (default: the selected tab).
-    public func pop(on tab: TabID? = nil) async throws(TabdClientError) { try await reflect(client.pop(on: tab)) }
+    public func pop(on tab: TabID? = nil) async throws { try await reflect(client.pop(on: tab)) }
     /// Records where `tab`'s (default: the selected tab's) list is scrolled to.
-    public func scroll(to offset: Double, on tab: TabID? = nil) async throws(TabdClientError) {
+    public func scroll(to offset: Double, on tab: TabID? = nil) async throws {
         try await reflect(client.scroll(to: offset, on: tab))
     }
     /// Any other command (a pop to the root, a value set, the bar's own), through tabd, as the
     /// intents above: it returns once the model holds its events.
-    public func perform(_ command: Command) async throws(TabdClientError) { try await reflect(client.perform(command)) }
+    public func perform(_ command: Command) async throws { try await reflect(client.perform(command)) }
 
     /// Waits until the model holds `seq` (a command's ack): the client has folded it and
     /// handed it to this model's stream, which may not have been read yet.
@@ -249,10 +276,14 @@ public final class TabdRoom {
             releaseWaiters(all: true)
         case let .events(batch):
             guard batch.lastSeq > state.seq else { return }
+            guard !resyncing else { return } // the client's state, asked for, holds it
             let before = state
             do { try state.apply(batch) } catch {
-                // The client folded it already: a fold that refuses here is the same fold's.
-                preconditionFailure("a batch the client folded does not fold here: \(error)")
+                // The client folded it already, so this should not happen (this model skipped
+                // a batch, or a bug): not a reason to stop the app. The model takes the
+                // client's state instead, which holds this batch and every one before.
+                resync()
+                return
             }
             show(state, replaced: false)
             for e in batch.events { if case let .scrollToTop(tab, _) = e.event, scrolledToTop != tab { scrolledToTop = tab } }
@@ -273,6 +304,22 @@ public final class TabdRoom {
             releaseWaiters(all: true)
         }
         releaseWaiters(all: false)
+    }
+
+    /// Replaces the model's state with the client's (which holds every batch handed to this
+    /// model's stream so far); batches until then are skipped.
+    private func resync() {
+        resyncing = true
+        Task { [weak self] in
+            guard let self else { return }
+            let current = await self.client.state
+            self.resyncing = false
+            if current.seq >= self.state.seq {
+                self.state = current
+                self.show(current, replaced: true)
+            }
+            self.releaseWaiters(all: false)
+        }
     }
 
     private func ended() {

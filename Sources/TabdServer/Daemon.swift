@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Auth
 import Cluster
 import Coordinator
@@ -207,15 +208,16 @@ public final class Daemon: Sendable {
         return configuration
     }
 
-    /// What `SIGHUP` asks for: reading the TLS certificate and key again. Handshakes from
-    /// then on use the new pair; open connections keep theirs; a bad pair is refused with a
-    /// log line and the old one keeps serving. Without TLS it says so and changes nothing.
-    /// Returns whether a new pair is in use.
+    /// What `SIGHUP` asks for: reading the keys of signed tokens (``reloadTokenKeys()``)
+    /// and the TLS certificate and key again. Handshakes from then on use the new pair;
+    /// open connections keep theirs; a bad pair is refused with a log line and the old one
+    /// keeps serving. Without TLS it says so. Returns whether a new pair is in use.
     @discardableResult
     public func reload() -> Bool {
+        reloadTokenKeys()
         do throws(TLSError) {
             guard let certificate = try server.reloadTLS() else {
-                log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again; nothing changed")
+                log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again")
                 return false
             }
             gateway.fence.certificateNames(certificate.dnsNames)
@@ -224,6 +226,26 @@ public final class Daemon: Sendable {
             return true
         } catch {
             log.error("received SIGHUP: \(error); the certificate in use keeps serving")
+            return false
+        }
+    }
+
+    /// Reads `--auth-secret-file` and `--auth-keys` again: tokens are checked with the keys
+    /// they hold from now on. A connection stays open as long as the token it has (checked
+    /// when it came, or last refreshed) is valid. A file that cannot be read or a key that
+    /// is wrong is said in the log, and the keys in use stay. Returns whether new keys are
+    /// in use.
+    @discardableResult
+    public func reloadTokenKeys() -> Bool {
+        guard gateway.auth.acceptsSignedTokens else { return false }
+        do throws(UsageError) {
+            guard let keys = try options.tokenKeys() else { return false }
+            gateway.auth.replaceKeys(keys)
+            let ids = keys.keys.map { key in key.id.map { "'\($0)' (\(key.algorithm.rawValue))" } ?? "the secret file's key (HS256)" }
+            log.info("received SIGHUP: token keys read again; \(keys.keys.count) in use: \(ids.joined(separator: ", "))")
+            return true
+        } catch {
+            log.error("received SIGHUP: \(error.message); the token keys in use stay")
             return false
         }
     }

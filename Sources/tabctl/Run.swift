@@ -43,7 +43,7 @@ struct Run {
             return Exit.usage
         }
         let client = try await connect()
-        do throws(TabdClientError) {
+        do {
             switch name {
             case "state":
                 print(output.state(await client.state, session: await client.session))
@@ -69,7 +69,8 @@ struct Run {
             }
         } catch {
             await client.close()
-            throw error
+            // tabctl cancels no task: what a command throws is the client's own error.
+            throw (error as? TabdClientError) ?? .connectionLost
         }
         await client.close()
         return Exit.ok
@@ -226,7 +227,7 @@ struct Run {
         case let .refused(e): (status, code) = (Exit.refused, e.code.rawValue)
         case let .api(_, c, _): (status, code) = (Exit.refused, c)
         case .invalidURL: (status, code) = (Exit.usage, "invalid_url")
-        case .connectFailed, .connectionLost, .closed, .timedOut, .protocolViolation: (status, code) = (Exit.connection, "connection")
+        case .connectFailed, .connectionLost, .closed, .timedOut, .deadlineExceeded, .protocolViolation: (status, code) = (Exit.connection, "connection")
         }
         if output.json {
             print(JSONValue.object([("type", .string("error")), ("code", .string(code)), ("message", .string(error.description))]).compactString)

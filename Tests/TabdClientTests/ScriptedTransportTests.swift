@@ -85,6 +85,9 @@ final class ScriptedTransport: TabdTransport {
 
     func shutdown() async {}
 
+    /// How many connections the client opened.
+    var connectionsOpened: Int { opened.withLock { $0.count } }
+
     /// Waits for the client to open its next connection.
     func nextConnection() async throws -> Connection {
         try await within(10, "a connection") { [openingStream] in
@@ -203,7 +206,7 @@ struct ScriptedTransportTests {
         // new connection exists, let alone its welcome.
         let (client, first) = try await connect(transport, backoff: .milliseconds(300))
         let updates = await client.updates()
-        async let lost = outcome { () async throws(TabdClientError) -> Int in try await client.tap("home") }
+        async let lost = outcome { () async throws -> Int in try await client.tap("home") }
         _ = try await first.nextFrame()
         first.drop()
         #expect(await lost == .connectionLost)
@@ -300,7 +303,7 @@ struct ScriptedTransportTests {
         _ = await (a, b)
         #expect(second.closeCode == 1000)
         #expect(await client.connection == .closed(.closed(code: 1000, reason: "closed by this client")))
-        let after = await outcome { () async throws(TabdClientError) -> Int in try await client.tap("home") }
+        let after = await outcome { () async throws -> Int in try await client.tap("home") }
         #expect(after == .closed(code: 1000, reason: "closed by this client"))
     }
 }

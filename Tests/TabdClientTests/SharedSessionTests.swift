@@ -20,6 +20,15 @@ import Testing
 /// (how many frames the client sent on its own are not answered yet; a `sync` it will ask
 /// for again is let happen first) and `finished`
 /// (the close `code` that ended the client).
+///
+/// Tokens and cancelling: a session with `"tokenProvider": true` has a client whose app
+/// gives tokens; `giveToken` answers the oldest ask with the step's `token` (null: none to
+/// give), `failToken` fails it, `refreshToken` is the app asking for a refresh now,
+/// `answerRefresh` acks the `refresh` frames the client sent (or refuses them with the
+/// step's `code`); `tokenAsked` expects the oldest unanswered ask's reason (`connect`,
+/// `refresh`; a reconnect that is due is let happen), `opened.token` the token the
+/// connection went with, `refreshSent` the token of the last `refresh` frame sent.
+/// `cancel` cancels the task of command `id`; its answer is then `{"cancelled": true}`.
 @Suite struct SharedSessionTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("sessions")
@@ -30,7 +39,7 @@ import Testing
 
     @Test(arguments: files) func session(_ file: String) throws {
         let json = try JSONParser.parse(Array(try Data(contentsOf: Self.folder.appendingPathComponent(file))))
-        var run = try SessionRun()
+        var run = try SessionRun(tokenProvider: json["tokenProvider"]?.boolValue ?? false)
         for (n, step) in (json["steps"]?.arrayValue ?? []).enumerated() {
             try run.step(step, at: "\(file) step \(n + 1)")
         }
@@ -57,10 +66,16 @@ private struct SessionRun {
     var own: [JSONValue] = []
     var answers: [String: JSONValue] = [:]
     var finished: Int??
+    /// The provider's asks not answered yet: (generation, reason).
+    var tokenAsks: [(Int, String)] = []
+    /// The token of each connection opened since the last `opened` check.
+    var openedTokens: [String?] = []
+    var refreshSent: String?
 
-    init() throws {
-        machine = ClientMachine(endpoint: try Endpoint(url: "http://127.0.0.1:8080/", room: nil, name: "t", token: nil),
-                                settings: .init(reconnects: true))
+    init(tokenProvider: Bool) throws {
+        var settings = ClientMachine.Settings(reconnects: true)
+        settings.tokenProvider = tokenProvider
+        machine = ClientMachine(endpoint: try Endpoint(url: "http://127.0.0.1:8080/", room: nil, name: "t", token: nil), settings: settings)
     }
 
     mutating func step(_ step: JSONValue, at place: String) throws {
@@ -89,13 +104,38 @@ private struct SessionRun {
             let code = try #require(step["code"]?.intValue)
             perform(machine.closed(TransportClose(code: UInt16(code), reason: "", wasOpen: true), generation: generation, jitter: 1))
         case "answerOwn":
-            let frames = own
-            own = []
+            let frames = own.filter { $0["type"]?.stringValue != "refresh" }
+            own.removeAll { $0["type"]?.stringValue != "refresh" }
             for frame in frames {
                 let ref = JSONValue.string(frame["ref"]?.stringValue)
                 let answer: JSONValue = frame["type"]?.stringValue == "sync"
                     ? .object([("type", .string("snapshot")), ("ref", ref), ("snapshot", try #require(step["snapshot"]))])
                     : .object([("type", .string("pong")), ("ref", ref)])
+                perform(machine.received(answer.compactBytes, generation: generation))
+            }
+        case "giveToken":
+            let (g, _) = tokenAsks.removeFirst()
+            perform(machine.tokenReady(generation: g, token: step["token"]?.stringValue, now: 0))
+        case "failToken":
+            let (g, _) = tokenAsks.removeFirst()
+            perform(machine.tokenFailed(generation: g, reason: "the session's provider failed", jitter: 1))
+        case "refreshToken":
+            if let g = machine.currentGeneration { perform(machine.refreshDue(generation: g)) }
+        case "cancel":
+            let id = try #require(step["id"]?.stringValue)
+            let request = try #require(requestIDs.first { $0.value == id }?.key)
+            if refs[id] == nil { unsent.removeAll { $0 == id } } // withdrawn: it will not be sent
+            perform(machine.cancel(request: request, error: nil))
+        case "answerRefresh":
+            let refreshes = own.filter { $0["type"]?.stringValue == "refresh" }
+            own.removeAll { $0["type"]?.stringValue == "refresh" }
+            for frame in refreshes {
+                let ref = JSONValue.string(frame["ref"]?.stringValue)
+                let answer: JSONValue = if let code = step["code"]?.stringValue {
+                    .object([("type", .string("error")), ("ref", ref), ("code", .string(code)), ("message", .string("refused: \(code)"))])
+                } else {
+                    .object([("type", .string("ack")), ("ref", ref), ("seq", .int(machine.state.seq))])
+                }
                 perform(machine.received(answer.compactBytes, generation: generation))
             }
         case "refuseOwn":
@@ -113,6 +153,13 @@ private struct SessionRun {
     }
 
     mutating func expect(_ expected: JSONValue, at place: String) throws {
+        if let reason = expected["tokenAsked"]?.stringValue {
+            if tokenAsks.isEmpty, let due = reconnectDue {
+                reconnectDue = nil
+                perform(machine.reconnectDue(generation: due))
+            }
+            #expect(tokenAsks.first?.1 == reason, "\(place): the provider was asked \(tokenAsks.map(\.1))")
+        }
         if let opening = expected["opened"] {
             if opened.isEmpty, let due = reconnectDue {
                 reconnectDue = nil
@@ -121,7 +168,12 @@ private struct SessionRun {
             let url = try #require(opened.last, "\(place): no connection opened")
             let resume = URLComponents(string: url)?.queryItems?.first { $0.name == "resume" }?.value.flatMap { Int($0) }
             #expect(resume == opening["resume"]?.intValue, "\(place): opened \(url)")
+            if let token = opening["token"] { #expect(openedTokens.last == .some(token.stringValue), "\(place): opened with \(String(describing: openedTokens.last))") }
             opened = []
+            openedTokens = []
+        }
+        if let token = expected["refreshSent"] {
+            #expect(refreshSent == token.stringValue, "\(place): refresh sent with \(refreshSent ?? "nothing")")
         }
         if let count = expected["connections"]?.intValue { #expect(connections == count, "\(place): \(connections) connections opened") }
         if let frames = expected["sent"]?.arrayValue {
@@ -173,15 +225,21 @@ private struct SessionRun {
     mutating func perform(_ actions: [ClientMachine.Action]) {
         for action in actions {
             switch action {
-            case let .open(url, _, g):
+            case let .open(url, authorization, g):
                 generation = g
                 opened.append(url)
+                openedTokens.append(authorization.map { String($0.dropFirst("Bearer ".count)) })
                 connections += 1
+            case let .fetchToken(g, reason):
+                tokenAsks.append((g, reason.rawValue))
+            case let .withdrawn(request):
+                if let id = requestIDs[request] { answers[id] = .object([("cancelled", .bool(true))]) }
             case let .send(bytes):
                 guard let frame = try? JSONParser.parse(bytes), case let .object(members) = frame else { continue }
                 // The client's own frames are the ones no program command is waiting to send.
                 let type = frame["type"]?.stringValue
-                if type == "sync" || type == "ping" || unsent.isEmpty {
+                if type == "refresh" { refreshSent = frame["token"]?.stringValue }
+                if type == "sync" || type == "ping" || type == "refresh" || unsent.isEmpty {
                     own.append(frame)
                     continue
                 }

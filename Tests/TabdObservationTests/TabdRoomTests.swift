@@ -139,10 +139,18 @@ import Testing
         do {
             try await room.tap("profile")
             Issue.record("a view token's tap was taken")
-        } catch {
+        } catch let error as TabdClientError {
             #expect(error.code == .forbidden, "\(error)")
         }
         #expect(room.selected == "home", "nothing changed")
+        // Through the binding, the refusal is kept for the view to show.
+        #expect(room.bindingError == nil)
+        room.selection = "profile"
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(10)
+        while room.bindingError == nil, clock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(room.bindingError?.code == .forbidden, "\(String(describing: room.bindingError))")
+        #expect(room.selected == "home")
         await room.close()
     }
 

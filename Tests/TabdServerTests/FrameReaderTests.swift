@@ -12,7 +12,20 @@ import Testing
         case let .command(envelope): "command \(envelope.command.type)"
         case let .refused(.error(_, e), _): e.code.rawValue
         case .refused: "another frame"
+        case let .refresh(ref, token): "refresh \(ref ?? "-") \(token)"
         }
+    }
+
+    @Test func aRefreshIsReadByEveryRoleAndItsFaultsAreTheCommandsOnes() {
+        #expect(code(#"{"type":"refresh","token":"abc","ref":"r1"}"#) == "refresh r1 abc")
+        #expect(code(#"{"type":"refresh","token":"abc"}"#, role: .view) == "refresh - abc")
+        #expect(code(#"{"type":"refresh"}"#) == "bad_command")
+        #expect(code(#"{"type":"refresh","token":""}"#) == "bad_command")
+        #expect(code(#"{"type":"refresh","token":7}"#) == "bad_command")
+        #expect(code(#"{"type":"refresh","token":"abc","ref":7}"#) == "bad_command")
+        #expect(code(#"{"type":"refresh","token":"abc","ref":"\#(String(repeating: "r", count: 65))"}"#) == "invalid")
+        #expect(code(#"{"type":"refresh","token":"abc"}"#, allowed: false) == "rate_limited")
+        #expect(code(#"{"type":"refresh","token":"abc"}"#, stopping: true) == "unavailable")
     }
 
     @Test func theFirstBrokenRuleIsTheOneAnswered() {

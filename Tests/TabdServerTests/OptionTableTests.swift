@@ -75,7 +75,7 @@ import Testing
     @Test func everyNumericOptionHasABoundNoArithmeticOnItCanOverflow() {
         let numeric = Options.table.filter { $0.range != nil }
         #expect(numeric.map(\.name).sorted() == [
-            "--cluster-shards", "--max-clients", "--max-room-bytes", "--max-rooms", "--ping-interval", "--port", "--presence-interval",
+            "--auth-leeway", "--cluster-shards", "--max-clients", "--max-room-bytes", "--max-rooms", "--ping-interval", "--port", "--presence-interval",
             "--presence-limit", "--queue-bytes", "--queue-bytes-total", "--queue-limit", "--rate-limit", "--rate-limit-bytes",
             "--request-timeout", "--resume-window", "--room-idle",
         ], "a numeric option without a range, or a range on an option that takes no number")

@@ -332,7 +332,7 @@ def test_tabd_token_refuses_bad_options(key_file, args, message):
 def test_tabd_token_needs_a_usable_key(tmp_path):
     out = subprocess.run([TABD, "token", "--room", "a", "--role", "view"], capture_output=True, text=True, timeout=WAIT,
                          env={k: v for k, v in os.environ.items() if k != "TABD_AUTH_SECRET"})
-    assert out.returncode == 2 and "--secret-file is required" in out.stderr
+    assert out.returncode == 2 and "--secret-file or --private-key is required" in out.stderr
 
 
 @pytest.mark.parametrize("content", [b"too short\n", b"x" * 31, b""])

@@ -27,6 +27,8 @@ class SessionRun {
     this.ownAnswered = new Set();
     this.answers = {};
     this.finished = undefined;
+    this.tokenAsks = []; // the provider's asks not answered yet: {reason, resolve, reject}
+    this.controllers = {}; // command id -> AbortController
   }
 
   get sock() { return this.t.sockets.at(-1); }
@@ -45,7 +47,7 @@ class SessionRun {
   noteRefs() {
     for (const f of this.allSent()) {
       if (this.pendingIds.length === 0) break;
-      if (f.type === "sync" || f.type === "ping" || this.programRefs.has(f.ref) || this.ownRefs().has(f.ref)) continue;
+      if (["sync", "ping", "refresh"].includes(f.type) || this.programRefs.has(f.ref) || this.ownRefs().has(f.ref)) continue;
       const id = this.pendingIds.shift();
       this.refs[id] = f.ref;
       this.programRefs.add(f.ref);
@@ -53,11 +55,11 @@ class SessionRun {
   }
 
   /** The frames the client sent on its own on this connection that tabd has not answered. */
-  ownUnanswered() {
-    return this.sock.sent.filter((f) => (f.type === "sync" || f.type === "ping") && !this.ownAnswered.has(f.ref) && !this.programRefs.has(f.ref));
+  ownUnanswered(types = ["sync", "ping"]) {
+    return this.sock.sent.filter((f) => types.includes(f.type) && !this.ownAnswered.has(f.ref) && !this.programRefs.has(f.ref));
   }
 
-  ownRefs() { return new Set(this.allSent().filter((f) => f.type === "sync" || f.type === "ping").map((f) => f.ref)); }
+  ownRefs() { return new Set(this.allSent().filter((f) => ["sync", "ping", "refresh"].includes(f.type)).map((f) => f.ref)); }
 
   async step(step, place) {
     if (step.tabd) {
@@ -68,6 +70,9 @@ class SessionRun {
       this.pendingIds = [];
       this.client = new TabdClient("http://127.0.0.1:8080/", {
         WebSocket: this.t.WebSocket, name: "t", heartbeat: 0, backoff: { initial: 1, max: 2 }, resyncRetry: 1, random: () => 0.5,
+        getToken: this.tokenProvider
+          ? ({ reason }) => new Promise((resolve, reject) => this.tokenAsks.push({ reason, resolve, reject }))
+          : null,
       });
       this.client.subscribe((u) => {
         if (u.type === "connection" && u.connection === "closed") this.finished = u.error?.closeCode ?? null;
@@ -77,9 +82,29 @@ class SessionRun {
       const { type, ...fields } = step.command;
       const id = step.id;
       this.pendingIds.push(id);
-      this.client.send(type, fields).then(
+      this.controllers[id] = new AbortController();
+      this.client.send(type, fields, { signal: this.controllers[id].signal }).then(
         (seq) => { this.answers[id] = { ack: seq }; },
-        (e) => { this.answers[id] = e.code === "connection_lost" || e.closeCode !== undefined || e.code === "closed" ? { failed: true } : { refused: e.code }; });
+        (e) => {
+          this.answers[id] = e.name === "AbortError" ? { cancelled: true }
+            : e.code === "connection_lost" || e.closeCode !== undefined || e.code === "closed" ? { failed: true } : { refused: e.code };
+        });
+    } else if (step.do === "cancel") {
+      if (this.refs[step.id] === undefined) this.pendingIds = this.pendingIds.filter((id) => id !== step.id); // withdrawn: never sent
+      this.controllers[step.id].abort();
+    } else if (step.do === "giveToken") {
+      (await until(() => this.tokenAsks.length > 0 && this.tokenAsks, `${place}: a token asked for`)).shift().resolve(step.token);
+    } else if (step.do === "failToken") {
+      (await until(() => this.tokenAsks.length > 0 && this.tokenAsks, `${place}: a token asked for`)).shift().reject(new Error("the session's provider failed"));
+    } else if (step.do === "refreshToken") {
+      this.client.refreshToken();
+    } else if (step.do === "answerRefresh") {
+      for (const f of this.ownUnanswered(["refresh"])) {
+        this.ownAnswered.add(f.ref);
+        this.sock.frame(step.code
+          ? { type: "error", ref: f.ref, code: step.code, message: `refused: ${step.code}` }
+          : { type: "ack", ref: f.ref, seq: this.client.state.seq });
+      }
     } else if (step.do === "drop") {
       // The next connection checked is the one after this drop.
       this.openedSeen = this.t.sockets.length;
@@ -98,16 +123,29 @@ class SessionRun {
     } else {
       assert.fail(`${place}: a step this runner does not know: ${JSON.stringify(step)}`);
     }
-    await tick();
+    for (let i = 0; i < 4; i += 1) await tick(); // a token goes through a few Promises
     this.noteRefs();
   }
 
   async expect(e, place) {
+    if (e.tokenAsked) {
+      await until(() => this.tokenAsks.length > 0, `${place}: a token asked for`);
+      assert.equal(this.tokenAsks[0].reason, e.tokenAsked, `${place}: the provider was asked`);
+    }
     if (e.opened) {
       const s = await until(() => this.t.sockets.length > this.openedSeen && this.t.sockets.at(-1), `${place}: a connection opened`);
       this.openedSeen = this.t.sockets.length;
       const resume = s.url.searchParams.get("resume");
       assert.equal(resume === null ? null : Number(resume), e.opened.resume, `${place}: opened ${s.url}`);
+      if (e.opened.token !== undefined) {
+        const asProtocol = s.protocols.find((p) => p.startsWith("tabd.token."));
+        const token = asProtocol ? asProtocol.slice("tabd.token.".length) : s.url.searchParams.get("token");
+        assert.equal(token, e.opened.token, `${place}: the connection's token`);
+      }
+    }
+    if (e.refreshSent !== undefined) {
+      const refresh = this.allSent().filter((f) => f.type === "refresh").at(-1);
+      assert.equal(refresh ? refresh.token : null, e.refreshSent, `${place}: refresh sent`);
     }
     if (e.connections !== undefined) assert.equal(this.t.sockets.length, e.connections, `${place}: connections opened`);
     if (e.sent) {
@@ -141,6 +179,7 @@ for (const file of files) {
   test(`session ${file}`, async () => {
     const session = JSON.parse(readFileSync(join(folder, file), "utf8"));
     const run = new SessionRun();
+    run.tokenProvider = session.tokenProvider === true;
     try {
       for (const [n, step] of session.steps.entries()) await run.step(step, `${file} step ${n + 1}`);
     } finally {

@@ -40,6 +40,12 @@ extension Coordinator {
         publishAnswers(to: address)
     }
 
+    /// Acknowledges a frame that asked nothing of the room (a `refresh` whose token was
+    /// taken) at the last seq published, after every answer queued for `address` before.
+    public func acknowledge(ref: String?, client: ClientID, to address: UInt64) {
+        answer(.ack(ref: ref, seq: currentSeq), client: client, to: address)
+    }
+
     /// `sync` and `ping` answered, `clients` listed, any other command decided, applied and
     /// recorded. `recording` runs with the batch's last seq just before the batch is
     /// applied and recorded.

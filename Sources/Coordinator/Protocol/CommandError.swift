@@ -4,6 +4,8 @@ public enum ErrorCode: String, Sendable, CaseIterable, Comparable {
     case rateLimited = "rate_limited"
     case badJSON = "bad_json"
     case badCommand = "bad_command"
+    /// A `refresh` whose token tabd does not accept (expired, badly signed, malformed).
+    case unauthorized
     /// The connection's role may not send this command (a `view` token sends only `sync`, `ping` and `clients`).
     case forbidden
     case unavailable

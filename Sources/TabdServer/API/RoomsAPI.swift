@@ -141,6 +141,7 @@ struct RoomsAPI: Sendable {
         case .rateLimited: 429
         case .unavailable: 503
         case .forbidden: 403
+        case .unauthorized: 401
         }
         return HTTPResponse(status: status, contentType: "application/json", body: frame.bytes)
     }

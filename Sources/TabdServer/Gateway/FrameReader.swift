@@ -12,6 +12,8 @@ package enum FrameReader {
         /// The error frame to answer; `parsed` is the command's type when it parsed (for
         /// the commands counter).
         case refused(ServerFrame, parsed: String?)
+        /// A `refresh`: the connection's token to replace (any role may send it).
+        case refresh(ref: String?, token: String)
     }
 
     /// The limits, said in a `rate_limited` refusal.
@@ -31,6 +33,11 @@ package enum FrameReader {
         }
         let envelope: CommandEnvelope
         do { envelope = try CommandEnvelope.parse(frame) } catch {
+            // Not a command: a refresh is read again whole (it is rare: once per token).
+            if error.error.code == .badCommand, let refresh = refresh(frame) {
+                if case .refresh = refresh, stopping { return .refused(.error(ref: nil, .unavailable("tabd is shutting down")), parsed: "refresh") }
+                return refresh
+            }
             return .refused(.error(ref: error.ref, error.error), parsed: nil)
         }
         let type = envelope.command.type
@@ -40,4 +47,26 @@ package enum FrameReader {
         if stopping { return .refused(.error(ref: envelope.ref, .unavailable("tabd is shutting down")), parsed: type) }
         return .command(envelope)
     }
+
+    /// `{"type":"refresh","token":…,"ref":…}`, read; nil when the frame is not a refresh.
+    static func refresh(_ frame: [UInt8]) -> Reading? {
+        guard let json = try? JSONParser.parse(frame), json["type"]?.stringValue == "refresh" else { return nil }
+        var ref: String?
+        switch json["ref"] {
+        case nil, .null?: ref = nil
+        case let .string(s)?:
+            guard s.unicodeScalars.count <= maxRefLength else {
+                return .refused(.error(ref: nil, .invalid("'ref' is longer than \(maxRefLength) characters")), parsed: "refresh")
+            }
+            ref = s
+        default: return .refused(.error(ref: nil, .badCommand("'ref' must be a string")), parsed: "refresh")
+        }
+        guard let token = json["token"]?.stringValue, !token.isEmpty else {
+            return .refused(.error(ref: ref, .badCommand("refresh needs a non-empty string field 'token'")), parsed: "refresh")
+        }
+        return .refresh(ref: ref, token: token)
+    }
 }
+
+/// The protocol's bound on a `ref` (``FrameReader.Limits`` hides the module's `Limits`).
+private let maxRefLength = Limits.maxRefLength

@@ -242,7 +242,39 @@ final class Gateway: WebSocketServerHandler {
         case let .refused(frame, parsed):
             if let parsed { metrics.command(parsed) }
             return .refused(id, client, frame)
+        case let .refresh(ref, token):
+            return refresh(id, client: client, room: room.id, role: role, ref: ref, token: token)
         }
+    }
+
+    /// A `refresh`: the connection takes `token` if it is valid and gives the connection's
+    /// role in its room; it then lives as long as that token (the old one's end no longer
+    /// closes it). Refused `unauthorized` (the token is not accepted) or `forbidden` (another
+    /// role or room); the connection keeps its token either way.
+    private func refresh(_ id: ConnectionID, client: ClientID, room: RoomID, role: Role, ref: String?, token: String) -> Room.Input {
+        guard auth.isOn else { return .refreshed(id, client, ref: ref) } // no credentials: nothing runs out
+        let grant: Grant
+        switch auth.authenticate(token, now: Date().timeIntervalSince1970) {
+        case let .failure(error):
+            metrics.tokenRefreshed(accepted: false)
+            return .refused(id, client, .error(ref: ref, CommandError(.unauthorized, "\(error)")))
+        case let .success(g): grant = g
+        }
+        guard let given = grant.role(in: room), given == role else {
+            metrics.tokenRefreshed(accepted: false)
+            let why = grant.role(in: room).map { "it gives the role \($0.rawValue), and this connection has \(role.rawValue)" } ?? "it is not for room '\(room)'"
+            return .refused(id, client, .error(ref: ref, .forbidden("a refreshed token must give the connection's role in its room: \(why)")))
+        }
+        let kept = state.withLock { s -> Bool in
+            guard s.connections[id] != nil, !s.connections[id]!.expired else { return false }
+            s.connections[id]!.expiry?.cancel()
+            s.connections[id]!.expiry = nil
+            return true
+        }
+        guard kept else { return .refreshed(id, client, ref: ref) } // closing anyway: the answer will not go out
+        metrics.tokenRefreshed(accepted: true)
+        if let expires = grant.expires { closeWhenExpired(id, at: expires) }
+        return .refreshed(id, client, ref: ref)
     }
 
     /// From a room: what was sent to the connection in answer to a frame already let through

@@ -13,6 +13,7 @@ final class Metrics: Sendable {
         var slowClientsClosed = 0
         var refused: [Int: Int] = [401: 0, 403: 0]
         var tokensExpired = 0
+        var refreshes: [Bool: Int] = [true: 0, false: 0]
     }
 
     private let state = Locked(State())
@@ -36,6 +37,8 @@ final class Metrics: Sendable {
     /// A request or upgrade refused for its credentials (401) or its rights (403).
     func authRefused(status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
     func tokenExpired() { state.withLock { $0.tokensExpired += 1 } }
+    /// A `refresh` frame's token taken (`accepted`) or refused.
+    func tokenRefreshed(accepted: Bool) { state.withLock { $0.refreshes[accepted, default: 0] += 1 } }
 
     func render(rooms: (loaded: Int, stored: Int), incompleteRequests: Int, queuedBytes: Int = 0, queuedAnswerBytes: Int = 0,
                 droppedAnswers: Int = 0) -> String {
@@ -77,6 +80,10 @@ final class Metrics: Sendable {
         # HELP tabd_tokens_expired_total Connections closed with 4001 because their token ran out.
         # TYPE tabd_tokens_expired_total counter
         tabd_tokens_expired_total \(s.tokensExpired)
+        # HELP tabd_token_refreshes_total refresh frames whose token was taken (accepted) or refused (refused).
+        # TYPE tabd_token_refreshes_total counter
+        tabd_token_refreshes_total{result="accepted"} \(s.refreshes[true] ?? 0)
+        tabd_token_refreshes_total{result="refused"} \(s.refreshes[false] ?? 0)
         # HELP tabd_auth_refused_total Upgrades and HTTP requests refused for their credentials (401) or rights (403).
         # TYPE tabd_auth_refused_total counter
         tabd_auth_refused_total{status="401"} \(s.refused[401] ?? 0)

@@ -241,7 +241,12 @@ extension Options {
             o.trustedProxies.add(range)
         },
         .text("--auth-secret-file", "FILE", \.authSecretFile, nonEmpty: false,
-              help: "accept signed tokens (HS256 JWTs with room and role) signed with the key in FILE (at least 32 bytes); see 'tabd token --help'"),
+              help: "accept signed tokens (HS256 JWTs with room and role) signed with the key in FILE (at least 32 bytes); SIGHUP reads it again; see 'tabd token --help'"),
+        .text("--auth-keys", "FILE", \.authKeys, nonEmpty: false,
+              help: "accept signed tokens of every key in the key set FILE (JSON: each key's kid, alg HS256, ES256 or RS256, its secret file or PEM public key, optional iss and aud); beside --auth-secret-file or alone; SIGHUP reads it again"),
+        .text("--auth-issuer", "ISS", \.authIssuer, help: "signed tokens must carry this iss claim (a key of --auth-keys may name its own)"),
+        .text("--auth-audience", "AUD", \.authAudience, help: "signed tokens must carry this aud claim, or an aud array holding it (a key of --auth-keys may name its own)"),
+        .int("--auth-leeway", \.authLeeway, value: "SECS", 0...10, help: "take signed tokens SECS after their exp and before their nbf, for clocks a little apart"),
         .text("--token", "TOKEN", \.token, excludes: ["--token-file"],
               help: "an admin token for every room, required (as ?token= or 'Authorization: Bearer') unless a signed token is given; visible in ps: prefer --token-file or TABD_TOKEN"),
         .text("--token-file", "FILE", \.tokenFile, nonEmpty: false, excludes: ["--token"], help: "the same, read from FILE"),

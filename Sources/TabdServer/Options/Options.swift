@@ -40,6 +40,13 @@ public struct Options: Sendable {
     public var tokenFile: String?
     /// `--auth-secret-file`: turns on signed tokens.
     public var authSecretFile: String?
+    /// `--auth-keys`: a key set of signed tokens (``KeySet/load(path:)``).
+    public var authKeys: String?
+    /// `--auth-issuer` and `--auth-audience`: claims every signed token must carry.
+    public var authIssuer: String?
+    public var authAudience: String?
+    /// `--auth-leeway`: seconds of clock difference allowed around `exp` and `nbf`.
+    public var authLeeway = 0
     /// `TABD_TOKEN` and `TABD_AUTH_SECRET`, used when the options do not say.
     public var environmentToken: String?
     public var environmentSecret: String?
@@ -290,16 +297,29 @@ extension Options {
             operatorToken = text
             warnIfShared(tokenFile, "token", warn)
         }
-        var key: SigningKey?
+        if let authSecretFile { warnIfShared(authSecretFile, "secret", warn) }
+        let keys = try tokenKeys()
+        if keys == nil, authIssuer != nil || authAudience != nil || authLeeway != 0 {
+            throw UsageError("--auth-issuer, --auth-audience and --auth-leeway need signed tokens: --auth-secret-file or --auth-keys")
+        }
+        return Authenticator(operatorToken: operatorToken, keys: keys)
+    }
+
+    /// The keys of signed tokens: `--auth-secret-file`'s (or `TABD_AUTH_SECRET`'s), which
+    /// names no `kid`, and those of `--auth-keys`; nil when neither is given. Read at start
+    /// and again on `SIGHUP` (an error names the file).
+    func tokenKeys() throws(UsageError) -> KeySet? {
+        var keys: [VerificationKey] = []
         do {
             if let authSecretFile {
-                key = try SigningKey.load(path: authSecretFile)
-                warnIfShared(authSecretFile, "secret", warn)
-            } else if let environmentSecret {
-                key = try SigningKey(bytes: Array(environmentSecret.utf8), source: "TABD_AUTH_SECRET")
+                keys.append(VerificationKey(try SigningKey.load(path: authSecretFile)))
+            } else if let environmentSecret, !environmentSecret.isEmpty {
+                keys.append(VerificationKey(try SigningKey(bytes: Array(environmentSecret.utf8), source: "TABD_AUTH_SECRET")))
             }
+            if let authKeys { keys += try KeySet.load(path: authKeys) }
         } catch { throw UsageError(error.description) }
-        return Authenticator(operatorToken: operatorToken, signingKey: key)
+        guard !keys.isEmpty else { return nil }
+        return KeySet(keys: keys, leeway: Double(authLeeway), issuer: authIssuer, audience: authAudience)
     }
 
     /// Warns when a secret's file (a token, a key) is open to any user but its owner.

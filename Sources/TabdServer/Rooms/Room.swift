@@ -24,6 +24,8 @@ actor Room: DirectoryRoom {
         case command(ConnectionID, ClientID, CommandEnvelope)
         /// A frame refused before it became a command, and the error frame to answer.
         case refused(ConnectionID, ClientID, ServerFrame)
+        /// A `refresh` whose token the gateway took: acknowledged in its turn.
+        case refreshed(ConnectionID, ClientID, ref: String?)
         /// A request of the HTTP API.
         case api(APICall)
         /// The idle timer ran out: retire if the room still has no user.
@@ -161,7 +163,7 @@ actor Room: DirectoryRoom {
                         log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)")
                         released(1)
                     }
-                case .command, .refused:
+                case .command, .refused, .refreshed:
                     await route(input, coordinator: coordinator)
                 case let .peer(message):
                     guard let router else {
@@ -313,6 +315,8 @@ actor Room: DirectoryRoom {
             await coordinator.enqueue(envelope.command, by: client, ref: envelope.ref, replyTo: AnswerAddress.connection(connection).rawValue)
         case let .refused(connection, client, frame):
             await coordinator.answer(frame, client: client, to: connection.rawValue)
+        case let .refreshed(connection, client, ref):
+            await coordinator.acknowledge(ref: ref, client: client, to: connection.rawValue)
         default:
             break
         }
@@ -510,7 +514,7 @@ actor Room: DirectoryRoom {
                 done.signal()
             case let .peer(message):
                 message.refuse(room: id)
-            case .command, .refused, .idleCheck, .absorb, .sweep, .verifyStanding, .presenceReport, .peerCheck, .dropRead:
+            case .command, .refused, .refreshed, .idleCheck, .absorb, .sweep, .verifyStanding, .presenceReport, .peerCheck, .dropRead:
                 break
             }
         }
