@@ -44,6 +44,9 @@ let package = Package(
         // TLS over Debian's OpenSSL (libssl-dev): the server's certificate store, replaced on
         // SIGHUP; TLS 1.2 and later; a client's trust (the system's store and an extra CA).
         .target(name: "CTLS", linkerSettings: [.linkedLibrary("ssl"), .linkedLibrary("crypto")]),
+        // The web root's files served as a CDN would: SHA-256 for their validators (OpenSSL's
+        // libcrypto) and gzip (Debian's zlib1g-dev, which libwebsockets-dev brings).
+        .target(name: "CWebContent", linkerSettings: [.linkedLibrary("z"), .linkedLibrary("crypto")]),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
         .target(name: "Auth", dependencies: ["Coordinator", "CCrypto"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
@@ -70,7 +73,7 @@ let package = Package(
         // what the server and the client share (the service thread, close frames, limits),
         .target(name: "WebSocketEngine", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
         // the server (HTTP + WebSocket), which is all the daemon links,
-        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "Locking"], swiftSettings: strict),
+        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "CWebContent", "Locking"], swiftSettings: strict),
         // and the client (many connections on one thread) for tests, tools and client libraries.
         .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "Locking"], swiftSettings: strict),
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
@@ -94,7 +97,7 @@ let package = Package(
         .executableTarget(name: "tabbench", dependencies: ["ArgumentParsing", "Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad", "TabdClient"], swiftSettings: strict),
         .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
         // TabdClient against real tabd processes (needs the tabd product built).
-        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdObservation", "TabdLoad", "Conformance", "Locking"],
+        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdObservation", "TabdLoad", "Conformance", "Locking", "Auth"],
                     swiftSettings: strict),
         // The observable model against real tabds (processes), with Observation's tracking.
         .testTarget(name: "TabdObservationTests", dependencies: ["TabdObservation", "TabdClient", "TabdLoad", "Conformance", "Coordinator", "Locking"],

@@ -1,9 +1,18 @@
+import CWebContent
 import Foundation
+import Synchronization
 
 /// The files of a web root, answered to GET and HEAD: `/` and every path ending in `/` serve
 /// its `index.html`. Only regular files inside the root are served: paths with a segment
 /// starting with `.` (hidden files, and `..` that got this far) and files whose real path
 /// leaves the root (a symbolic link out of it) answer 404, as do missing files.
+///
+/// They are served as a CDN would: each answer carries a strong validator (`etag`, from the
+/// SHA-256 of the content), a request whose `if-none-match` names it is answered 304 without
+/// a body, text is gzipped for a client that accepts it (`vary: accept-encoding`), and a URL
+/// whose `v` parameter is the content's hash (``Variants/hash``) may be kept for a year
+/// (`immutable`): the URL changes when the file does. Any other URL is `no-cache`: kept,
+/// but checked (a 304 costs no body).
 struct StaticFiles: Sendable {
     /// The root's real path, with a trailing `/`.
     let root: String
@@ -11,12 +20,14 @@ struct StaticFiles: Sendable {
     /// The origins whose pages may import the root's modules (`Configuration.moduleOrigins`).
     let moduleOrigins: Set<String>
     static let maxFileBytes = 64 << 20
+    /// What was read and computed of each file, while it stays the same file.
+    private let cache = VariantCache()
 
     init(root: String, strictSecurityHeaders: Bool, moduleOrigins: [String] = [], securityPolicy: String? = nil) {
         self.moduleOrigins = Set(moduleOrigins)
         let path = Self.realPath(root) ?? root
         self.root = path.hasSuffix("/") ? path : path + "/"
-        var headers = [("x-content-type-options", "nosniff"), ("cache-control", "no-cache")]
+        var headers = [("x-content-type-options", "nosniff")]
         if strictSecurityHeaders {
             // libwebsockets' set of "security best practices" headers, which tabd's page meets.
             headers += [
@@ -48,11 +59,13 @@ struct StaticFiles: Sendable {
 
     /// The CORS headers of a module's answer for a request from `origin`: the origin itself
     /// when it is one of `moduleOrigins` (never `*`), and `vary: origin` either way, so that
-    /// no cache hands one origin's answer to another.
-    func corsHeaders(path: String, origin: String?) -> [(String, String)] {
-        guard Self.isModule(path) else { return [] }
-        guard let origin, moduleOrigins.contains(origin) else { return [("vary", "origin")] }
-        return [("access-control-allow-origin", origin), ("vary", "origin")]
+    /// no cache hands one origin's answer to another (`also` joins that `vary`).
+    func corsHeaders(path: String, origin: String?, also vary: [String] = []) -> [(String, String)] {
+        guard Self.isModule(path) else { return vary.isEmpty ? [] : [("vary", vary.joined(separator: ", "))] }
+        let varies = ("vary", (["origin"] + vary).joined(separator: ", "))
+        guard let origin, moduleOrigins.contains(origin) else { return [varies] }
+        // The origin may also time what it loaded (resource timing's sizes): what it moved.
+        return [("access-control-allow-origin", origin), ("timing-allow-origin", origin), varies]
     }
 
     /// The answer to an `OPTIONS` preflight for a module: 204 with the methods a module
@@ -67,28 +80,103 @@ struct StaticFiles: Sendable {
             headers: cors + [("access-control-allow-methods", "GET, HEAD"), ("access-control-max-age", "600")])
     }
 
+    /// What of a request decides a file's answer besides its path.
+    struct Conditions: Sendable {
+        /// The request's `origin` (a module's CORS headers).
+        var origin: String?
+        /// The request's `if-none-match`.
+        var ifNoneMatch: String?
+        /// The request's `accept-encoding` allows gzip.
+        var acceptsGzip = false
+        /// The URL's `v` parameter.
+        var version: String?
+
+        init(origin: String? = nil, ifNoneMatch: String? = nil, acceptsGzip: Bool = false, version: String? = nil) {
+            self.origin = origin; self.ifNoneMatch = ifNoneMatch; self.acceptsGzip = acceptsGzip; self.version = version
+        }
+
+        /// Whether `accept-encoding`'s elements (``RequestHead/tokens(_:)``) allow gzip: `gzip`
+        /// or `*` without `q=0`.
+        static func acceptsGzip(_ elements: [String]) -> Bool {
+            elements.contains { element in
+                let parts = element.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.first == "gzip" || parts.first == "x-gzip" || parts.first == "*" else { return false }
+                return !parts.dropFirst().contains { $0 == "q=0" || $0 == "q=0.0" || $0 == "q=0.00" || $0 == "q=0.000" }
+            }
+        }
+    }
+
+    /// The answer for a decoded, normalized path (see `RequestTarget`) under `conditions`:
+    /// 200 with the file (gzipped when the client takes it and that is smaller), or 304 when
+    /// `if-none-match` names what the client has; with the CORS headers of a module.
+    func response(for path: String, _ conditions: Conditions) -> HTTPResponse {
+        guard case let .file(variants, contentType) = variants(for: path) else { return response(for: path) }
+        let gzip = conditions.acceptsGzip ? variants.gzip : nil
+        let etag = gzip == nil ? variants.etag : variants.gzipETag
+        let immutable = conditions.version == variants.hash
+        var headers = securityHeaders
+        headers.append(("etag", etag))
+        headers.append(("cache-control", immutable ? "public, max-age=31536000, immutable" : "no-cache"))
+        headers += corsHeaders(path: path, origin: conditions.origin, also: variants.gzip == nil ? [] : ["accept-encoding"])
+        if let ifNoneMatch = conditions.ifNoneMatch, Self.matches(ifNoneMatch, [variants.etag, variants.gzipETag]) {
+            return HTTPResponse(status: 304, contentType: contentType, body: [], headers: headers)
+        }
+        if gzip != nil { headers.append(("content-encoding", "gzip")) }
+        return HTTPResponse(status: 200, contentType: contentType, body: gzip ?? variants.identity, headers: headers)
+    }
+
+    /// Whether an `if-none-match` value names one of `etags` (weak comparison, RFC 9110
+    /// §13.1.2: `W/` is not looked at), or is `*`.
+    static func matches(_ ifNoneMatch: String, _ etags: [String]) -> Bool {
+        for candidate in ifNoneMatch.split(separator: ",") {
+            var tag = candidate.trimmingCharacters(in: .whitespaces)
+            if tag == "*" { return true }
+            if tag.hasPrefix("W/") { tag.removeFirst(2) }
+            if etags.contains(tag) { return true }
+        }
+        return false
+    }
+
     /// The answer for a decoded, normalized path (see `RequestTarget`), with the CORS
     /// headers a module gets for a request from `origin`.
     func response(for path: String, origin: String?) -> HTTPResponse {
-        var answer = response(for: path)
-        if answer.status == 200 { answer.headers += corsHeaders(path: path, origin: origin) }
-        return answer
+        response(for: path, Conditions(origin: origin))
     }
 
-    /// The answer for a decoded, normalized path (see `RequestTarget`).
+    /// The answer for a decoded, normalized path (see `RequestTarget`), without conditions.
     func response(for path: String) -> HTTPResponse {
+        switch variants(for: path) {
+        case let .file(variants, contentType):
+            return HTTPResponse(status: 200, contentType: contentType, body: variants.identity,
+                                headers: securityHeaders + [("etag", variants.etag), ("cache-control", "no-cache")])
+        case let .refused(answer):
+            return answer
+        }
+    }
+
+    private enum Lookup {
+        case file(Variants, contentType: String)
+        case refused(HTTPResponse)
+    }
+
+    /// The file at `path` as its variants: from the cache while the file is the same one
+    /// (device, inode, size and modification time), else read and computed again.
+    private func variants(for path: String) -> Lookup {
         var relative = String(path.dropFirst())
         if relative.isEmpty || relative.hasSuffix("/") { relative += "index.html" }
-        guard !relative.split(separator: "/").contains(where: { $0.hasPrefix(".") }) else { return Self.notFound }
-        guard let real = Self.realPath(root + relative), real.hasPrefix(root) else { return Self.notFound }
+        guard !relative.split(separator: "/").contains(where: { $0.hasPrefix(".") }) else { return .refused(Self.notFound) }
+        guard let real = Self.realPath(root + relative), real.hasPrefix(root) else { return .refused(Self.notFound) }
         let fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return Self.notFound }
+        guard fd >= 0 else { return .refused(Self.notFound) }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return Self.notFound }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return .refused(Self.notFound) }
         guard info.st_size <= Self.maxFileBytes else {
-            return HTTPResponse(status: 500, text: "500 Internal Server Error (file too large to serve)\n")
+            return .refused(HTTPResponse(status: 500, text: "500 Internal Server Error (file too large to serve)\n"))
         }
+        let identity = FileIdentity(info)
+        let contentType = Self.contentType(of: real)
+        if let cached = cache.variants(of: real, identity) { return .file(cached, contentType: contentType) }
         var body = [UInt8](repeating: 0, count: Int(info.st_size))
         var offset = 0
         while offset < body.count {
@@ -98,7 +186,17 @@ struct StaticFiles: Sendable {
             offset += n
         }
         body.removeSubrange(offset...)
-        return HTTPResponse(status: 200, contentType: Self.contentType(of: real), body: body, headers: securityHeaders)
+        let variants = Variants(body, compressible: Self.isCompressible(contentType))
+        // A file that changed while it was read is not kept: the next request reads it again.
+        var after = stat()
+        if fstat(fd, &after) == 0, FileIdentity(after) == identity { cache.keep(variants, of: real, identity) }
+        return .file(variants, contentType: contentType)
+    }
+
+    /// Text compresses; images and fonts are compressed already.
+    static func isCompressible(_ contentType: String) -> Bool {
+        contentType.hasPrefix("text/") || contentType.hasPrefix("application/json") || contentType.hasPrefix("image/svg")
+            || contentType.hasPrefix("application/manifest") || contentType.hasPrefix("application/wasm")
     }
 
     /// The path with every symbolic link, `.` and `..` resolved; nil when it does not exist.
@@ -130,6 +228,83 @@ struct StaticFiles: Sendable {
         case "wasm": return "application/wasm"
         case "ts": return "text/plain; charset=utf-8"
         default: return "application/octet-stream"
+        }
+    }
+}
+
+/// What tells one version of a file from another without reading it.
+struct FileIdentity: Equatable, Sendable {
+    let device: UInt64, inode: UInt64, size: Int64, seconds: Int, nanoseconds: Int
+
+    init(_ info: stat) {
+        device = UInt64(info.st_dev); inode = UInt64(info.st_ino); size = Int64(info.st_size)
+        seconds = Int(info.st_mtim.tv_sec); nanoseconds = Int(info.st_mtim.tv_nsec)
+    }
+}
+
+/// One version of a file as it is served: its bytes, gzipped when that is smaller, and its
+/// validators.
+struct Variants: Sendable {
+    let identity: [UInt8]
+    /// Nil when the file is not text, or gzip would not be smaller.
+    let gzip: [UInt8]?
+    /// The first 16 hex digits of the content's SHA-256: what a `v` parameter names.
+    let hash: String
+    /// `"HASH"`, and `"HASH-gzip"` for the gzipped bytes (a strong validator per representation).
+    var etag: String { "\"\(hash)\"" }
+    var gzipETag: String { "\"\(hash)-gzip\"" }
+
+    /// Files below this are not worth a gzip header.
+    static let gzipMinimum = 256
+
+    init(_ body: [UInt8], compressible: Bool) {
+        identity = body
+        var digest = [UInt8](repeating: 0, count: 32)
+        body.withUnsafeBytes { b in digest.withUnsafeMutableBufferPointer { tabd_sha256(b.baseAddress, b.count, $0.baseAddress) } }
+        hash = digest.prefix(8).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        guard compressible, body.count >= Self.gzipMinimum else { gzip = nil; return }
+        var out = [UInt8](repeating: 0, count: tabd_gzip_bound(body.count))
+        let written = body.withUnsafeBytes { b in out.withUnsafeMutableBytes { tabd_gzip(b.baseAddress, b.count, $0.baseAddress, $0.count) } }
+        gzip = written > 0 && written < body.count ? Array(out.prefix(written)) : nil
+    }
+}
+
+/// The variants of the files served so far, by real path; at most ``maxEntries`` (a web
+/// root holds a few dozen files: past that, the oldest is forgotten) and ``maxBytes``.
+final class VariantCache: Sendable {
+    static let maxEntries = 256
+    static let maxBytes = 32 << 20
+
+    private struct State {
+        var entries: [String: (FileIdentity, Variants)] = [:]
+        var order: [String] = []
+        var bytes = 0
+    }
+
+    private let state = Mutex(State())
+
+    func variants(of path: String, _ identity: FileIdentity) -> Variants? {
+        state.withLock { s in
+            guard let (kept, variants) = s.entries[path], kept == identity else { return nil }
+            return variants
+        }
+    }
+
+    func keep(_ variants: Variants, of path: String, _ identity: FileIdentity) {
+        let size = variants.identity.count + (variants.gzip?.count ?? 0)
+        guard size <= Self.maxBytes / 4 else { return }
+        state.withLock { s in
+            if let old = s.entries.removeValue(forKey: path) {
+                s.bytes -= old.1.identity.count + (old.1.gzip?.count ?? 0)
+                s.order.removeAll { $0 == path }
+            }
+            while !s.order.isEmpty, s.order.count >= Self.maxEntries || s.bytes + size > Self.maxBytes {
+                let oldest = s.order.removeFirst()
+                if let gone = s.entries.removeValue(forKey: oldest) { s.bytes -= gone.1.identity.count + (gone.1.gzip?.count ?? 0) }
+            }
+            s.entries[path] = (identity, variants)
+            s.order.append(path)
+            s.bytes += size
         }
     }
 }

@@ -132,7 +132,10 @@ extension ServiceLoop {
         } else if let method, isDynamic(target.path) {
             route = .handler(method)
         } else if method == .get || method == .head {
-            route = .local(files?.response(for: target.path, origin: head.value("origin")) ?? StaticFiles.notFound)
+            let conditions = StaticFiles.Conditions(origin: head.value("origin"), ifNoneMatch: head.value("if-none-match"),
+                                                    acceptsGzip: StaticFiles.Conditions.acceptsGzip(head.tokens("accept-encoding")),
+                                                    version: target.query["v"])
+            route = .local(files?.response(for: target.path, conditions) ?? StaticFiles.notFound)
         } else if method == .options, let files, StaticFiles.isModule(target.path) {
             route = .local(files.preflight(path: target.path, origin: head.value("origin")))
         } else {
