@@ -8,6 +8,7 @@ let strict: [SwiftSetting] = [
 let package = Package(
     name: "tabd",
     products: [
+        .library(name: "TabdProtocol", targets: ["TabdProtocol"]),
         .library(name: "Coordinator", targets: ["Coordinator"]),
         .library(name: "WebSockets", targets: ["WebSockets"]),
         .library(name: "WebSocketsClient", targets: ["WebSocketsClient"]),
@@ -48,7 +49,7 @@ let package = Package(
         // libcrypto) and gzip (Debian's zlib1g-dev, which libwebsockets-dev brings).
         .target(name: "CWebContent", linkerSettings: [.linkedLibrary("z"), .linkedLibrary("crypto")]),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
-        .target(name: "Auth", dependencies: ["Coordinator", "CCrypto"], swiftSettings: strict),
+        .target(name: "Auth", dependencies: ["TabdProtocol", "CCrypto"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
         .systemLibrary(
             name: "CNATS",
@@ -67,8 +68,11 @@ let package = Package(
         .target(name: "ArgumentParsing", swiftSettings: strict),
         // A lock ThreadSanitizer can see, shared by every module.
         .target(name: "Locking", swiftSettings: strict),
-        // The heart: tab state, lifecycle rules, sequencing, JSON. No networking.
-        .target(name: "Coordinator", dependencies: ["Locking"], swiftSettings: strict),
+        // The wire's values, shared by the server and the clients: commands, events, snapshots,
+        // JSON, the fold. No actor, no networking.
+        .target(name: "TabdProtocol", dependencies: ["Locking"], swiftSettings: strict),
+        // The heart: the room's actors, its lifecycle rules, sequencing. No networking.
+        .target(name: "Coordinator", dependencies: ["TabdProtocol", "Locking"], swiftSettings: strict),
         // libwebsockets wrapped for Swift, in three modules, the only ones that import CWebSockets:
         // what the server and the client share (the service thread, close frames, limits),
         .target(name: "WebSocketEngine", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
@@ -85,33 +89,33 @@ let package = Package(
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
-        .target(name: "TabdClient", dependencies: ["Coordinator", "CTLS", "WebSocketEngine", "WebSocketsClient", "Locking"], swiftSettings: strict),
+        .target(name: "TabdClient", dependencies: ["TabdProtocol", "CTLS", "WebSocketEngine", "WebSocketsClient", "Locking"], swiftSettings: strict),
         // A room as an observable model on the main actor (Observation), on TabdClient: what
         // a SwiftUI tab bar binds to (docs/CLIENTS.md).
-        .target(name: "TabdObservation", dependencies: ["TabdClient", "Coordinator"], swiftSettings: strict),
+        .target(name: "TabdObservation", dependencies: ["TabdClient", "TabdProtocol"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
         .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).
         .executableTarget(name: "tabbench", dependencies: ["ArgumentParsing", "Coordinator", "Conformance", "WebSockets", "WebSocketsClient", "TabdLoad", "TabdClient"], swiftSettings: strict),
-        .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking"], swiftSettings: strict),
+        .testTarget(name: "CoordinatorTests", dependencies: ["Coordinator", "Conformance", "Locking", "TabdProtocol"], swiftSettings: strict),
         // TabdClient against real tabd processes (needs the tabd product built).
-        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdObservation", "TabdLoad", "Conformance", "Locking", "Auth"],
+        .testTarget(name: "TabdClientTests", dependencies: ["TabdClient", "TabdObservation", "TabdLoad", "Conformance", "Locking", "Auth", "TabdProtocol"],
                     swiftSettings: strict),
         // The observable model against real tabds (processes), with Observation's tracking.
-        .testTarget(name: "TabdObservationTests", dependencies: ["TabdObservation", "TabdClient", "TabdLoad", "Conformance", "Coordinator", "Locking"],
+        .testTarget(name: "TabdObservationTests", dependencies: ["TabdObservation", "TabdClient", "TabdLoad", "Conformance", "Coordinator", "Locking", "TabdProtocol"],
                     swiftSettings: strict),
         // The daemon's library in-process: its pure rules, and whole daemons on port 0.
-        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "ArgumentParsing", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking"],
+        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "ArgumentParsing", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking", "TabdProtocol"],
                     swiftSettings: strict),
-        .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator"], swiftSettings: strict),
+        .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator", "TabdProtocol"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).
-        .testTarget(name: "ClusterTests", dependencies: ["Auth", "Cluster", "Coordinator", "Conformance", "JetStream", "Locking"], swiftSettings: strict),
-        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance"], swiftSettings: strict),
-        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking", "Conformance"], swiftSettings: strict),
+        .testTarget(name: "ClusterTests", dependencies: ["Auth", "Cluster", "Coordinator", "Conformance", "JetStream", "Locking", "TabdProtocol"], swiftSettings: strict),
+        .testTarget(name: "StateStoreTests", dependencies: ["StateStore", "Coordinator", "Conformance", "TabdProtocol"], swiftSettings: strict),
+        .testTarget(name: "WebSocketsTests", dependencies: ["WebSockets", "WebSocketsClient", "Locking", "Conformance", "TabdProtocol"], swiftSettings: strict),
         // Many clients against a real tabd over real sockets (needs the tabd product built).
-        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "Locking", "WebSocketsClient"], path: "Tests/stress",
+        .testTarget(name: "StressTests", dependencies: ["TabdLoad", "Conformance", "Coordinator", "Locking", "WebSocketsClient", "TabdProtocol"], path: "Tests/stress",
                     swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,4 @@
-import Coordinator
+import TabdProtocol
 
 /// What a credential lets its holder do in a room (see docs/PROTOCOL.md "Tokens and roles").
 public enum Role: String, Sendable, CaseIterable, Comparable {

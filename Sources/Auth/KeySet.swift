@@ -1,4 +1,4 @@
-import Coordinator
+import TabdProtocol
 import Foundation
 
 /// The algorithms of signed tokens tabd accepts (RFC 7518 names).

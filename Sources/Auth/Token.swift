@@ -1,4 +1,4 @@
-import Coordinator
+import TabdProtocol
 
 /// Signed tokens: compact JWTs (RFC 7519) signed with HS256, ES256 or RS256, and the claims
 /// `exp` (required), `nbf`, `room` (an id or `"*"`), `role` (required), `name`, and, when

@@ -1,5 +1,5 @@
 import Foundation
-import Coordinator
+import TabdProtocol
 import Observation
 import TabdClient
 

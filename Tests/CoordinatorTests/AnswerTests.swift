@@ -1,6 +1,7 @@
 import Locking
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The daemon's road: `enqueue` answers through the publisher, an `ack` in the same
 /// publication as the batch it acknowledges, each address's answers in its order.

@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// Every error code a command can reach, each leaving the state exactly as it was.
 @Suite struct BadInputTests {

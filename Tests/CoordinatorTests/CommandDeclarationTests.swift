@@ -1,6 +1,7 @@
 import Conformance
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The command kind table (``CommandKind/declaration``) is what parsing, encoding and the
 /// role rule read: a command encodes to the frame its declaration describes and parses back

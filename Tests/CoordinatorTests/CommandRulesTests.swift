@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The command table's rules as values (``CommandRules``): decided from states, no actor.
 /// Each test names the rule of SEMANTICS.md it holds and asserts the whole event list.

@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// One test per row of SEMANTICS.md's command table: the complete list of events
 /// (kinds, fields, order, seqs) and the complete resulting snapshot.

@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The commit pipeline as a value (``CommitPipeline``): what the store's reports on the
 /// coordinator's waiting batches and outcomeRecords come to, decided without an actor or a store.

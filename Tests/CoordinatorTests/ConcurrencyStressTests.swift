@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// Collects a subscription's batches until it reaches `lastSeq` (or the stream ends).
 func collect(_ sub: Subscription, through lastSeq: @escaping @Sendable () async -> Int?) async -> [EventBatch] {

@@ -2,6 +2,7 @@ import Conformance
 import Locking
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// Presence in big rooms: a listed room past `--presence-limit` counts its clients
 /// (`presenceCounted`, `clientCount`), reserves ids in blocks, is listed again when it

@@ -2,6 +2,7 @@ import Dispatch
 import Locking
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// A store that keeps committed state in memory, commits on its own queue, and fails
 /// on demand: enough to drive the coordinator's commit pipeline and its rollback.

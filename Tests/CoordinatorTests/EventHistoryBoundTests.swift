@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The resume window bounds what the history holds in memory, not only what it replays:
 /// batches that leave the window are released soon after (churn left them behind).

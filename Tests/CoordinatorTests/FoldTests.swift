@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The one fold: each part of the state changes only by its own `apply`, and an event
 /// that does not fit is refused with nothing changed.

@@ -3,6 +3,7 @@ import Foundation
 import Locking
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// Golden event streams for the browser's fold (`web/model.js`): random sessions of every
 /// command and of presence, folded here by the Swift fold and written where

@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 @Suite struct HistoryAndPresenceTests {
     @Test func joinEmitsClientJoinedAndTheWelcomeSnapshotIncludesIt() async throws {

@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 import Conformance
 
 /// The parser's results do not depend on how it finds duplicate keys or decodes escapes.

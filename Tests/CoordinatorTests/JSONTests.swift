@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 @Suite struct JSONTests {
     @Test(arguments: [

@@ -2,6 +2,7 @@ import Dispatch
 import Locking
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// A log with other writers (a cluster's engine, scripted): each append is committed at
 /// once, or committed with its report held back (the report still on its way from

@@ -2,6 +2,7 @@ import Conformance
 import Locking
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The coordinator (tab actors, its executor, its pipeline) and the room as a value
 /// (``ReferenceRoom``: the same rules, the fold) decide the same events for the same

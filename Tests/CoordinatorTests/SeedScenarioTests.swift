@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The four native tab bar behaviours tabd carries (README: tabs stay alive yet appear when selected; tab items; firstAppear once per page; tap pops, then scrolls to the top), end to end against one coordinator.
 @Suite struct SeedScenarioTests {

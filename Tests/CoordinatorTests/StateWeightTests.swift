@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 
 /// The bound on a room's state in bytes: what it counts, that the running count never drifts
 /// from a recount, and what a room at its bound refuses and accepts.

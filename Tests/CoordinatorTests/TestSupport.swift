@@ -1,5 +1,6 @@
 import Testing
 @testable import Coordinator
+@testable import TabdProtocol
 @_exported import Conformance
 
 /// A coordinator with seed 001's tabs; after its first batch (seq 1–2) home's root p1

@@ -1,7 +1,7 @@
 """The room and the coordinator know a log, not the cluster behind it (docs/ARCHITECTURE.md,
 "The room's log: one boundary, two implementations").
 
-Sources/Coordinator and Sources/TabdServer/Rooms import neither the cluster's modules nor
+Sources/Coordinator, Sources/TabdProtocol and Sources/TabdServer/Rooms import neither the cluster's modules nor
 name any type they declare: the cluster lives behind `Durability`, `SharedLog` and
 `CommandRouter` (Sources/TabdServer/Cluster implements the last two). A change that reaches
 through the boundary fails here, naming the file, the line and the type.
@@ -12,7 +12,8 @@ import re
 from conftest import ROOT
 
 ENGINE_MODULES = ("Cluster", "JetStream", "CNATS")
-INSIDE = [os.path.join(ROOT, "Sources", "Coordinator"), os.path.join(ROOT, "Sources", "TabdServer", "Rooms")]
+INSIDE = [os.path.join(ROOT, "Sources", "Coordinator"), os.path.join(ROOT, "Sources", "TabdProtocol"),
+          os.path.join(ROOT, "Sources", "TabdServer", "Rooms")]
 # Top-level declarations only (nested ones, `State` or `Action`, are named through their
 # outer type, which is caught).
 DECLARATION = re.compile(r"^(?:(?:public|package|internal|private|fileprivate|final|indirect)\s+)*"

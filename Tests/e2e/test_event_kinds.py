@@ -1,4 +1,4 @@
-"""Every event kind is written once, in Swift (`EventKind`, Sources/Coordinator/Model/Event.swift),
+"""Every event kind is written once, in Swift (`EventKind`, Sources/TabdProtocol/Model/Event.swift),
 and every other place that names the kinds is checked against that list here: the browser's
 fold (web/model.js), its types (web/model.d.ts, the `Event` union), the page's event log
 (web/page-log.js), the JSON schema (docs/schema/event.json) and PROTOCOL.md's table. A kind
@@ -18,7 +18,7 @@ def read(*path):
 
 
 def swift_kinds():
-    text = read("Sources", "Coordinator", "Model", "Event.swift")
+    text = read("Sources", "TabdProtocol", "Model", "Event.swift")
     body = re.search(r"public enum EventKind: String, CaseIterable, Sendable \{(.*?)\n\}", text, re.S).group(1)
     # The enum's own cases, at its first indentation (the cases of `fields`' switch are deeper).
     return [name for line in body.splitlines() if re.match(r"    case \w", line)

@@ -1,8 +1,8 @@
 /// The scroll-to-top counter's rule: a `scrollToTop` carries the counter's new value,
 /// which is above the current one (it never goes down within an epoch).
-extension ScrollCounter {
+public enum ScrollToTopRule {
     /// The scroll-to-top counter after `event`: the only code that moves it, live (the
-    /// actor's working value, the coordinator's published one) and on replay.
+    /// server's counter actor, its published value) and on replay.
     public static func apply(_ event: Event, to value: inout Int) throws(FoldError) {
         guard case let .scrollToTop(_, count) = event else { return }
         guard count > value else { throw FoldError("counter went from \(value) to \(count)") }

@@ -113,3 +113,91 @@ public enum JSONValue: Sendable, Equatable {
         return size <= limit
     }
 }
+
+// MARK: Literals
+
+/// `["cart": [1, "two"], "open": true]` builds the value it reads as (objects keep the
+/// order written). `null` has no literal of its own: write `.null`.
+extension JSONValue: ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByStringLiteral, ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral {
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(integerLiteral value: Int) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    public typealias Key = String
+    public typealias Value = JSONValue
+
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        var members: [(String, JSONValue)] = []
+        for (key, value) in elements {
+            // Keys are unique: a repeated key keeps its last value, in the first one's place.
+            if let i = members.firstIndex(where: { $0.0 == key }) { members[i].1 = value } else { members.append((key, value)) }
+        }
+        self = .object(members)
+    }
+}
+
+// MARK: Codable
+
+/// A `JSONValue` goes through any `Encoder` and `Decoder` (Foundation's `JSONEncoder`, a
+/// property list, …) as the JSON it is: an app can keep it in its own `Codable` models.
+/// An object's members go to the encoder in their order (Foundation's `JSONEncoder` may
+/// write them in another; ``compactString`` keeps it); a number is encoded as an `Int`
+/// when its literal is a whole number that fits, else as a `Double`. Decoding reads whatever the
+/// decoder has (an object's order is then the decoder's, which a keyed container does
+/// not promise).
+extension JSONValue: Codable {
+    private struct MemberKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        switch self {
+        case .null:
+            var c = encoder.singleValueContainer()
+            try c.encodeNil()
+        case let .bool(b):
+            var c = encoder.singleValueContainer()
+            try c.encode(b)
+        case let .number(n):
+            var c = encoder.singleValueContainer()
+            if let i = Int(n) { try c.encode(i) } else if let d = Double(n), d.isFinite { try c.encode(d) } else {
+                throw EncodingError.invalidValue(self, .init(codingPath: encoder.codingPath, debugDescription: "the number \(n) is not finite"))
+            }
+        case let .string(s):
+            var c = encoder.singleValueContainer()
+            try c.encode(s)
+        case let .array(items):
+            var c = encoder.unkeyedContainer()
+            for item in items { try c.encode(item) }
+        case let .object(members):
+            var c = encoder.container(keyedBy: MemberKey.self)
+            for (key, value) in members { try c.encode(value, forKey: MemberKey(stringValue: key)) }
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        if let object = try? decoder.container(keyedBy: MemberKey.self) {
+            var members: [(String, JSONValue)] = []
+            for key in object.allKeys { members.append((key.stringValue, try object.decode(JSONValue.self, forKey: key))) }
+            self = .object(members)
+            return
+        }
+        if var array = try? decoder.unkeyedContainer() {
+            var items: [JSONValue] = []
+            while !array.isAtEnd { items.append(try array.decode(JSONValue.self)) }
+            self = .array(items)
+            return
+        }
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null } else if let b = try? c.decode(Bool.self) { self = .bool(b) } else if let i = try? c.decode(Int.self) {
+            self = .int(i)
+        } else if let d = try? c.decode(Double.self) { self = .double(d) } else if let s = try? c.decode(String.self) { self = .string(s) } else {
+            throw DecodingError.dataCorruptedError(in: c, debugDescription: "not a JSON value")
+        }
+    }
+}

@@ -11,7 +11,7 @@ extension Snapshot {
 
     /// Applies one event: the state after it, exactly as the coordinator has it. Each
     /// part of the state changes by its own `apply` — ``TabState/apply(_:selected:)``,
-    /// ``TabBar/apply(_:)``, ``ScrollCounter/apply(_:to:)``, ``Roster/apply(_:)`` — the same functions
+    /// ``TabBar/apply(_:)``, ``ScrollToTopRule/apply(_:to:)``, ``Roster/apply(_:)`` — the same functions
     /// the live coordinator uses. Throws, changing nothing, when the event does not fit.
     public mutating func apply(_ e: SequencedEvent) throws(ReplayError) {
         guard e.seq == seq + 1 else { throw ReplayError(seq: e.seq, message: "expected seq \(seq + 1)") }
@@ -41,7 +41,7 @@ extension Snapshot {
             guard let i = tabs.firstIndex(where: { $0.id == id }) else {
                 throw FoldError("\(event.kind) for unknown tab '\(id)'")
             }
-            try ScrollCounter.apply(event, to: &scrollToTop)
+            try ScrollToTopRule.apply(event, to: &scrollToTop)
             try tabs[i].apply(event, selected: id == selected)
         }
     }

@@ -14,6 +14,12 @@ public struct Welcome: Sendable, Equatable {
     /// coordinator knows nothing of rooms).
     public var room: RoomID? = nil
     public var role: String? = nil
+
+    package init(client: ClientInfo, epoch: String, resumed: Bool, snapshot: Snapshot?, replay: [EventBatch], seq: Int,
+                 room: RoomID? = nil, role: String? = nil) {
+        self.client = client; self.epoch = epoch; self.resumed = resumed; self.snapshot = snapshot; self.replay = replay
+        self.seq = seq; self.room = room; self.role = role
+    }
 }
 
 /// Every frame the server sends (PROTOCOL.md "Server → client").

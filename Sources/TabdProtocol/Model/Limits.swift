@@ -35,19 +35,19 @@ public enum Limits {
     /// adding to it never overflows.
     public static let maxCount = 9_007_199_254_740_991
 
-    static func validateTabID(_ id: String) throws(CommandError) {
+    package static func validateTabID(_ id: String) throws(CommandError) {
         let n = id.unicodeScalars.count
         guard n >= 1, n <= maxTabIDLength,
               id.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "_" || $0 == "-" })
         else { throw .invalid("tab id must match [a-z0-9_-]{1,32}, got '\(id.prefix(40))'") }
     }
 
-    static func validateTitle(_ title: String) throws(CommandError) {
+    package static func validateTitle(_ title: String) throws(CommandError) {
         let n = title.unicodeScalars.count
         guard n >= 1, n <= maxTitleLength else { throw .invalid("title must be 1–64 characters, got \(n)") }
     }
 
-    static func validateIcon(_ icon: String) throws(CommandError) {
+    package static func validateIcon(_ icon: String) throws(CommandError) {
         let n = icon.unicodeScalars.count
         guard n >= 1, n <= maxIconLength,
               icon.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "." })
@@ -55,7 +55,7 @@ public enum Limits {
     }
 
     /// Returns the color in upper case.
-    static func normalizeColor(_ color: String) throws(CommandError) -> String {
+    package static func normalizeColor(_ color: String) throws(CommandError) -> String {
         let scalars = Array(color.unicodeScalars)
         guard scalars.count == 7, scalars[0] == "#",
               scalars.dropFirst().allSatisfy({ $0.properties.isASCIIHexDigit })
@@ -63,27 +63,27 @@ public enum Limits {
         return color.uppercased()
     }
 
-    static func validateBadge(_ badge: String?) throws(CommandError) {
+    package static func validateBadge(_ badge: String?) throws(CommandError) {
         guard let badge else { return }
         let n = badge.unicodeScalars.count
         guard n >= 1, n <= maxBadgeLength else { throw .invalid("badge must be null or 1–8 characters, got \(n)") }
     }
 
-    static func validateRoute(_ route: String) throws(CommandError) {
+    package static func validateRoute(_ route: String) throws(CommandError) {
         let n = route.unicodeScalars.count
         guard n >= 1, n <= maxRouteLength else { throw .invalid("route must be 1–128 characters, got \(n)") }
     }
 
-    static func validateOffset(_ offset: Double) throws(CommandError) {
+    package static func validateOffset(_ offset: Double) throws(CommandError) {
         guard offset.isFinite, offset >= 0 else { throw .invalid("offset must be a finite number ≥ 0") }
     }
 
-    static func validateKey(_ key: String) throws(CommandError) {
+    package static func validateKey(_ key: String) throws(CommandError) {
         let n = key.unicodeScalars.count
         guard n >= 1, n <= maxKeyLength else { throw .invalid("key must be 1–64 characters, got \(n)") }
     }
 
-    static func validateValue(_ value: JSONValue) throws(CommandError) {
+    package static func validateValue(_ value: JSONValue) throws(CommandError) {
         guard value.compactSize(limit: maxValueBytes) <= maxValueBytes else {
             throw .invalid("value is more than \(maxValueBytes) bytes as compact JSON")
         }
@@ -93,7 +93,7 @@ public enum Limits {
     }
 
     /// Validates every field of a new tab; returns it with its color normalized.
-    static func validate(_ info: TabInfo) throws(CommandError) -> TabInfo {
+    package static func validate(_ info: TabInfo) throws(CommandError) -> TabInfo {
         try validateTabID(info.id)
         try validateTitle(info.title)
         try validateIcon(info.icon)

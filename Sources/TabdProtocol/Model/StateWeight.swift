@@ -6,7 +6,7 @@ public final class StateBytesGauge: Sendable {
     private let bytes = Atomic<Int>(0)
     public init() {}
     public var value: Int { bytes.load(ordering: .relaxed) }
-    func set(_ value: Int) { bytes.store(value, ordering: .relaxed) }
+    package func set(_ value: Int) { bytes.store(value, ordering: .relaxed) }
 }
 
 /// What a room's state weighs in bytes, about as its snapshot's JSON does (never less than

@@ -8,14 +8,14 @@ public typealias RoomID = String
 public typealias ClientID = String
 
 /// A connected client, as presence events and snapshots show it.
-public struct ClientInfo: Sendable, Equatable, Hashable {
+public struct ClientInfo: Sendable, Equatable, Hashable, Identifiable {
     public var id: ClientID
     public var name: String
     public init(id: ClientID, name: String) { self.id = id; self.name = name }
 }
 
 /// What a tab looks like in the bar (seed 001): title, SF-Symbol-style icon, color, badge.
-public struct TabInfo: Sendable, Equatable {
+public struct TabInfo: Sendable, Equatable, Identifiable {
     public var id: TabID
     public var title: String
     public var icon: String
@@ -36,7 +36,7 @@ public struct TabInfo: Sendable, Equatable {
 }
 
 /// One page of a tab's navigation stack.
-public struct Page: Sendable, Equatable {
+public struct Page: Sendable, Equatable, Identifiable {
     public var id: PageID
     public var route: String
     /// Whether its `firstAppear` has happened (it then never happens again).

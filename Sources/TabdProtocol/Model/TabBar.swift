@@ -5,10 +5,10 @@
 /// ``apply(_:)`` (`TabBar+Apply.swift`).
 public struct TabBar: Sendable, Equatable {
     /// Tab ids in display order. Never empty.
-    public internal(set) var order: [TabID]
+    public package(set) var order: [TabID]
     /// The selected tab. Between a `tabRemoved` of the selected tab and the `selected`
     /// event that follows it in the same batch, it still names the removed tab.
-    public internal(set) var selected: TabID
+    public package(set) var selected: TabID
 
     public init(order: [TabID], selected: TabID) {
         precondition(!order.isEmpty && order.contains(selected), "the bar has tabs and one of them is selected")

@@ -6,7 +6,7 @@
 /// nothing. The events change the state through ``apply(_:selected:)``
 /// (`TabState+Apply.swift`), the one place where a tab changes. `visible` tells a
 /// rule whether this tab is the selected one: only its top page is the visible page.
-public struct TabState: Sendable, Equatable {
+public struct TabState: Sendable, Equatable, Identifiable {
     public var info: TabInfo
     /// `stack[0]` is the root page, the last entry the top. Never empty.
     public var stack: [Page]
