@@ -7,10 +7,11 @@ to axe-core in forced colours and right to left."""
 import json
 import os
 import re
+import subprocess
 
 import pytest
 
-from browserkit import WAIT
+from browserkit import TABD, WAIT
 from test_accessibility import run_axe, serious
 from test_embedding import CONNECTION_REFUSED, ROOM, bar_tabs, mint, open_host, site  # noqa: F401 (site: a fixture)
 
@@ -182,3 +183,39 @@ def test_the_element_passes_wcag_a_and_aa_in_forced_colours_and_right_to_left(ma
         assert colors[0] != colors[1], colors
     bad, said = serious(run_axe(b, "#bar", name=f"element-{mode}"))
     assert not bad, f"axe-core found on the element ({mode}):\n{said}"
+
+
+def test_the_web_guides_examples_run_in_a_page_on_another_site(make_daemon, site, key_file, browsers):
+    """Every JavaScript example of docs/WEB.md, run as written in a page on another site
+    (tabd's address put in for `https://tabd.example.com/`; a block that uses `tabd` without
+    making it gets a connected client first). The site answers `/api/tabd-token`, as the
+    token provider's example asks it to. An example that throws, or leaves a Promise
+    rejected, fails (the browser's console is checked)."""
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "WEB.md")).read()
+    blocks = re.findall(r"```js\n(.*?)```", text, re.S)
+    assert len(blocks) >= 5, "the guide's JavaScript examples"
+    # As the guide's first example has it, tabd asks for no credentials; a token the
+    # examples get from their provider is then taken and changes nothing.
+    d = make_daemon("--allow-origin", site.origin)
+    token = subprocess.run([TABD, "token", "--secret-file", key_file, "--room", "*", "--role", "control", "--ttl", "30m"],
+                           capture_output=True, text=True, timeout=WAIT, check=True).stdout.strip()
+    (site.directory / "api").mkdir()
+    (site.directory / "api" / "tabd-token").write_text(token)
+    b = browsers()
+    open_host(b, site.page("examples.html", d, token))
+    b.driver.set_script_timeout(WAIT * 3)
+    for n, block in enumerate(blocks):
+        code = block.replace('"https://tabd.example.com/tabd.js"', "TABD + 'tabd.js'").replace('"https://tabd.example.com/"', "TABD")
+        code = re.sub(r"^import \{ (\w+) \} from (.+);$", r"const { \1 } = await import(\2);", code, flags=re.M)
+        prelude = "const load = () => {};\n"
+        if "connect(" in code and "import(" not in code:
+            prelude += "const { connect } = await import(TABD + 'tabd.js');\n"
+        if "tabd." in code and "const tabd" not in code:
+            prelude += "const tabd = await (await import(TABD + 'tabd.js')).connect(TABD, { room: 'main', token: TOKEN });\n"
+        outcome = b.driver.execute_async_script(
+            "const [TABD, TOKEN, done] = arguments;\n"
+            "(async () => {\n" + prelude + code + "\nreturn 'ran';\n})().then(done, (e) => done('threw: ' + e));",
+            d.http, token)
+        assert outcome == "ran", f"docs/WEB.md's example {n + 1}:\n{block}\n{outcome}"
+    # What the examples started settles without a rejection (the console is checked at the end).
+    b.wait(lambda: b.js("return document.getElementById('bar').getAttribute('connection')") == "live", WAIT, "the element live again")
