@@ -147,6 +147,7 @@ TSAN_FILTER ?= CoordinatorTests|StateStoreTests|WebSocketsTests|StressTests|Clus
 test-tsan:
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path $(TSAN_DIR)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/Tests/tsan-suppressions.txt" TABD_STRESS_SEEDS=1,2 TABD_STRESS_COMMANDS=100 \
+	  TABD_TOKEN_LIFETIME=10 TABD_TOKEN_RUN_SECONDS=30 \
 	  $(SWIFT) test --skip-build --sanitize=thread --scratch-path $(TSAN_DIR) --filter '$(TSAN_FILTER)'
 
 ## The benchmark of docs/BENCHMARKS.md: tabd beside the C mirror and a Python server (minutes).

@@ -7,6 +7,7 @@ to axe-core in forced colours and right to left."""
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -219,3 +220,18 @@ def test_the_web_guides_examples_run_in_a_page_on_another_site(make_daemon, site
         assert outcome == "ran", f"docs/WEB.md's example {n + 1}:\n{block}\n{outcome}"
     # What the examples started settles without a rejection (the console is checked at the end).
     b.wait(lambda: b.js("return document.getElementById('bar').getAttribute('connection')") == "live", WAIT, "the element live again")
+
+
+def test_the_page_takes_its_tokens_from_a_token_url_of_its_own_site(make_daemon, key_file, browsers, tmp_path):
+    """tabd's page with `#tokenUrl=/path` and no token: it asks that path of its own site
+    for a token (here a file beside the page) and connects with it."""
+    web = tmp_path / "web"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "..", "..", "web"), web)
+    token = subprocess.run([TABD, "token", "--secret-file", key_file, "--room", "tokens", "--role", "control", "--ttl", "30m"],
+                           capture_output=True, text=True, timeout=WAIT, check=True).stdout.strip()
+    (web / "tabd-token").write_text(token)
+    d = make_daemon("--web-root", str(web), "--auth-secret-file", key_file)
+    b = browsers()
+    b.driver.get(d.http + "?room=tokens#tokenUrl=/tabd-token")
+    b.wait_live()
+    assert b.js("return window.__tabd.role") == "control"

@@ -405,3 +405,54 @@ test("a sync answered with a snapshot the client cannot read rejects, and a new 
     client.close();
   }
 });
+
+// ---------------------------------------------------------------- cancelling and tokens
+
+test("a command whose signal is aborted already is refused at once and never sent", async () => {
+  const { sock, client } = await connected();
+  const controller = new AbortController();
+  controller.abort(new Error("gone"));
+  await assert.rejects(client.tap("profile", { signal: controller.signal }), /gone/);
+  assert.equal(sock.sent.filter((f) => f.type === "tap").length, 0, "nothing went out");
+  client.close();
+});
+
+test("a command past its deadline rejects with timed_out and the answer that comes later settles nothing", async () => {
+  const { sock, client } = await connected();
+  const tap = client.tap("profile", { timeout: 20 });
+  await assert.rejects(tap, (e) => e instanceof TabdError && e.code === "timed_out");
+  const sent = sock.last("tap");
+  sock.frame(tapProfile(sent.ref));
+  sock.frame({ type: "ack", ref: sent.ref, seq: 9 });
+  // The events are folded all the same, and the next command is answered in its turn.
+  const next = client.pop();
+  const pop = await until(() => sock.last("pop"), "the pop sent");
+  sock.frame({ type: "ack", ref: pop.ref, seq: 9 });
+  assert.equal(await next, 9);
+  assert.equal(client.state.selected, "profile");
+  client.close();
+});
+
+test("a signed token is refreshed on the open connection a quarter of its life before it runs out", async () => {
+  const t = transport();
+  const b64 = (o) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  const jwt = (name, seconds) => `${b64({ alg: "HS256" })}.${b64({ exp: Date.now() / 1000 + seconds, sub: name })}.sig`;
+  const asked = [];
+  const tokens = [jwt("t1", 2), jwt("t2", 2)];
+  const pending = connect("http://127.0.0.1:8080/", {
+    WebSocket: t.WebSocket, heartbeat: 0,
+    getToken: async ({ reason }) => { asked.push(reason); return tokens.shift(); },
+  });
+  const sock = await until(() => t.sockets[0], "the first socket");
+  const first = sock.protocols[1].slice("tabd.token.".length);
+  assert.equal(JSON.parse(Buffer.from(first.split(".")[1], "base64url")).sub, "t1", "the connection went with the provider's token");
+  sock.frame(welcome());
+  const client = await pending;
+  // 2 s of life: the refresh goes half a second before the end (the lead is at least 0.5 s).
+  const refresh = await until(() => sock.last("refresh"), "a refresh frame", 3000);
+  assert.deepEqual(asked, ["connect", "refresh"]);
+  assert.equal(JSON.parse(Buffer.from(refresh.token.split(".")[1], "base64url")).sub, "t2");
+  sock.frame({ type: "ack", ref: refresh.ref, seq: 5 });
+  assert.equal(t.sockets.length, 1, "no reconnect for a planned refresh");
+  client.close();
+});
