@@ -61,7 +61,7 @@ public actor TabdClient {
         /// **Tokens** above); it wins over `connect`'s `token`. Return nil when there is no
         /// token to give any more: the client closes. A provider that throws, or takes
         /// longer than `connectTimeout`, counts as a failed attempt (tried again after the
-        /// backoff).
+        /// backoff; for the first connection, `connect` throws, as for any failed first attempt).
         public var tokenProvider: TokenProvider?
         /// A deadline for every command: past it, the command fails with
         /// ``TabdClientError/deadlineExceeded`` (nil: none).
