@@ -346,7 +346,7 @@ actor Room: DirectoryRoom {
     private func handle(_ call: APICall, coordinator: Coordinator) async {
         switch call {
         case let .command(body, responder):
-            guard allowAPICall(bytes: body.count, responder) else { return }
+            guard allowAPICall(bytes: body.count, responder, asFrame: true) else { return }
             let envelope: CommandEnvelope
             do { envelope = try CommandEnvelope.parse(body) } catch {
                 registry.metrics.error(error.error.code)
@@ -401,13 +401,15 @@ actor Room: DirectoryRoom {
     }
 
     /// Takes one call of `bytes` from the room's API budgets, or answers 429 `rate_limited`
-    /// (before the body is parsed or anything is built: no ref) and returns false.
-    private func allowAPICall(bytes: Int, _ responder: HTTPResponder) -> Bool {
+    /// (before the body is parsed or anything is built) and returns false: for a command,
+    /// as the `error` frame a connection would get (its ref null), for a read as an error
+    /// of the API (`{"type","code","message"}`, as every other error of a read).
+    private func allowAPICall(bytes: Int, _ responder: HTTPResponder, asFrame: Bool = false) -> Bool {
         if api.shared.allow(bytes: bytes) { return true }
         let settings = registry.settings
         let error = CommandError(.rateLimited, "more than \(settings.rateLimit) API calls or \(settings.byteRateLimit) bytes (answers included) per second in room '\(id)'")
         registry.metrics.error(error.code)
-        responder.respond(RoomsAPI.response(for: .error(ref: nil, error)))
+        responder.respond(asFrame ? RoomsAPI.response(for: .error(ref: nil, error)) : RoomsAPI.error(429, error.code.rawValue, error.message))
         released(1)
         return false
     }
