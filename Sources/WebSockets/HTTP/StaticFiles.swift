@@ -110,7 +110,11 @@ struct StaticFiles: Sendable {
     /// 200 with the file (gzipped when the client takes it and that is smaller), or 304 when
     /// `if-none-match` names what the client has; with the CORS headers of a module.
     func response(for path: String, _ conditions: Conditions) -> HTTPResponse {
-        guard case let .file(variants, contentType) = variants(for: path) else { return response(for: path) }
+        let variants: Variants, contentType: String
+        switch self.variants(for: path) {
+        case let .file(v, type): (variants, contentType) = (v, type)
+        case let .refused(answer): return answer
+        }
         let gzip = conditions.acceptsGzip ? variants.gzip : nil
         let etag = gzip == nil ? variants.etag : variants.gzipETag
         let immutable = conditions.version == variants.hash
@@ -144,15 +148,7 @@ struct StaticFiles: Sendable {
     }
 
     /// The answer for a decoded, normalized path (see `RequestTarget`), without conditions.
-    func response(for path: String) -> HTTPResponse {
-        switch variants(for: path) {
-        case let .file(variants, contentType):
-            return HTTPResponse(status: 200, contentType: contentType, body: variants.identity,
-                                headers: securityHeaders + [("etag", variants.etag), ("cache-control", "no-cache")])
-        case let .refused(answer):
-            return answer
-        }
-    }
+    func response(for path: String) -> HTTPResponse { response(for: path, Conditions()) }
 
     private enum Lookup {
         case file(Variants, contentType: String)
@@ -261,7 +257,8 @@ struct Variants: Sendable {
         identity = body
         var digest = [UInt8](repeating: 0, count: 32)
         body.withUnsafeBytes { b in digest.withUnsafeMutableBufferPointer { tabd_sha256(b.baseAddress, b.count, $0.baseAddress) } }
-        hash = digest.prefix(8).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        let hex = Array("0123456789abcdef")
+        hash = String(digest.prefix(8).flatMap { [hex[Int($0 >> 4)], hex[Int($0 & 15)]] })
         guard compressible, body.count >= Self.gzipMinimum else { gzip = nil; return }
         var out = [UInt8](repeating: 0, count: tabd_gzip_bound(body.count))
         let written = body.withUnsafeBytes { b in out.withUnsafeMutableBytes { tabd_gzip(b.baseAddress, b.count, $0.baseAddress, $0.count) } }
