@@ -61,7 +61,11 @@ public struct KeySet: Sendable {
     }
 
     /// The keys a token with this header is checked with: the key its `kid` names, else
-    /// every key of its algorithm (so tokens that name no key keep working beside a set).
+    /// every HS256 key for an HS256 token (so tokens that name no key keep working beside a
+    /// set; an HMAC costs about a microsecond), else the one key of its algorithm. A
+    /// public-key token without `kid` facing several keys of its algorithm is refused
+    /// unchecked: each check costs tens of microseconds, and a peer must not make tabd try
+    /// them all for every token it sends.
     func candidates(alg: String, kid: String?) throws(AuthError) -> [VerificationKey] {
         guard let algorithm = TokenAlgorithm(rawValue: alg) else { throw .algorithm(alg) }
         if let kid {
@@ -71,6 +75,9 @@ public struct KeySet: Sendable {
         }
         let matching = keys.filter { $0.algorithm == algorithm }
         guard !matching.isEmpty else { throw .algorithm(alg) }
+        guard algorithm == .hs256 || matching.count == 1 else {
+            throw .malformed("the token names no kid, and \(matching.count) \(alg) keys could check it")
+        }
         return matching
     }
 

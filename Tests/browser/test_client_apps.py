@@ -4,6 +4,8 @@ handed to tabd on the open connection before the last runs out, and the connecti
 and then); the modules cached as a CDN would (a second load moves no module bytes, gzip
 where the browser takes it); a tap shown at once on <tabd-tab-bar>; and the element clean
 to axe-core in forced colours and right to left."""
+import functools
+import http.server
 import json
 import os
 import re
@@ -235,3 +237,35 @@ def test_the_page_takes_its_tokens_from_a_token_url_of_its_own_site(make_daemon,
     b.driver.get(d.http + "?room=tokens#tokenUrl=/tabd-token")
     b.wait_live()
     assert b.js("return window.__tabd.role") == "control"
+
+
+def test_the_page_never_asks_another_site_for_a_token(make_daemon, key_file, browsers, site):
+    """A crafted link naming another site's URL as the token URL (`//host/…`, `http://…`,
+    `/\\host/…`): the page asks none of them, and stays without credentials. Two fences
+    hold it: the page keeps only paths of its own site, and its policy (`connect-src 'self'`)
+    would refuse the request; without the first, the second's refusal shows in the console,
+    which the browsers fixture fails on (tried: this test then errs)."""
+    asked = []
+    site.server.RequestHandlerClass = functools.partial(_Counting, asked, directory=str(site.directory))
+    d = make_daemon("--auth-secret-file", key_file)
+    b = browsers()
+    b.allow_console(re.compile("WebSocket connection to .* failed|401"))
+    other = site.origin.split("//", 1)[1]
+    for link in (f"//{other}/token", f"{site.origin}/token", f"/\\{other}/token"):
+        b.driver.get(d.http + "?room=tokens#tokenUrl=" + link)
+        b.wait(lambda: b.js("return window.__tabd && window.__tabd.attempts >= 1"), WAIT, "the page tried to connect")
+        assert b.js("return window.__tabd.state") != "live"
+    assert asked == [], f"the page asked another site: {asked}"
+
+
+class _Counting(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, asked, *args, **kwargs):
+        self.asked = asked
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self):
+        self.asked.append(self.path)
+        super().do_GET()
+
+    def log_message(self, *args):
+        pass

@@ -260,3 +260,40 @@ async def test_refresh_extends_a_connection_and_refuses_what_does_not_fit(make_d
     metrics = d.fetch("/metrics", headers={"Authorization": f"Bearer {sign(claims(role='admin', room='*'))}"})[1].decode()
     assert 'tabd_token_refreshes_total{result="accepted"} 2' in metrics
     assert 'tabd_token_refreshes_total{result="refused"} 5' in metrics
+
+
+async def test_a_flood_of_forged_refreshes_against_the_costliest_key_set_leaves_other_clients_served(make_daemon, keys, tmp_path):
+    """The worst a peer can ask of the key checks: 64 ES256 keys, and refresh frames whose
+    ES256 tokens name no kid, sent as fast as a socket takes them. Such a token is refused
+    unchecked (trying all 64 keys for each one stalled the service thread: 1.3 s for the
+    other client before), one that names a key costs one check, the connection's rate limit
+    refuses the rest before any check; another client's commands are answered all along."""
+    pub = str(keys / "ec.pub")
+    key_set = write_set(tmp_path / "keys.json", [{"kid": f"k{i}", "alg": "ES256", "public_key_file": pub} for i in range(64)])
+    d = make_daemon("--auth-keys", key_set)
+    good = openssl_sign(claims(ttl=600), keys / "ec.pem", "ES256", kid="k0")
+    unnamed = openssl_sign(claims(ttl=600), keys / "ec2.pem", "ES256")  # another key, no kid
+    named = openssl_sign(claims(ttl=600), keys / "ec2.pem", "ES256", kid="k63")  # another key, a kid: one check
+    hostile = await ws_connect(d, good, name="hostile")
+    victim = await ws_connect(d, good, name="victim")
+    frames = [json.dumps({"type": "refresh", "token": unnamed if i % 2 else named, "ref": f"f{i}"}) for i in range(3000)]
+
+    async def flood():
+        for f in frames:
+            await hostile.ws.send(f)
+    flooding = asyncio.create_task(flood())
+    latencies = []
+    for n in range(30):
+        start = time.monotonic()
+        _, reply = await victim.command("scroll", tab="home", offset=n)
+        assert reply["type"] == "ack", reply
+        latencies.append(time.monotonic() - start)
+    await flooding
+    codes = {}
+    while sum(codes.values()) < len(frames):
+        f = await hostile.recv()
+        if f["type"] == "error":
+            codes[f["code"]] = codes.get(f["code"], 0) + 1
+    assert set(codes) == {"unauthorized", "rate_limited"} and codes["rate_limited"] > codes["unauthorized"], codes
+    assert max(latencies) < 1.0, f"the victim waited {max(latencies):.2f} s"
+    print(f"forged refreshes: {codes}; the other client's slowest answer {max(latencies) * 1000:.0f} ms")
