@@ -109,7 +109,7 @@ public final class Daemon: Sendable {
             creation: options.rooms, maxRooms: options.maxRooms, idleSeconds: options.roomIdle, template: tabs,
             resumeWindow: options.resumeWindow, rateLimit: options.rateLimit,
             byteRateLimit: options.byteRateLimit, presenceLimit: options.presenceLimit, presenceIntervalMS: options.presenceInterval,
-            maxStateBytes: options.maxRoomBytes)
+            maxStateBytes: options.maxRoomBytes, streamBytes: options.queueBytes)
         let home = cluster.map { EngineHome(cluster: $0, resumeWindow: settings.resumeWindow, forwarding: options.clusterForwarding) }
         let registry = RoomRegistry(settings: settings, store: store, home: home, existing: stored, metrics: Metrics(), log: log,
                                     clock: clock)

@@ -112,12 +112,17 @@ final class CuttableTransport: TabdTransport {
               + "\(issued.withLock { $0.filter { $0 == .connect }.count }) to connect, \(issued.withLock { $0.filter { $0 == .refresh }.count }) to refresh")
         #expect(expiries >= 15 || seconds < 60, "the run spans \(expiries) token lifetimes before the cuts")
         #expect(acked > 0 && refused == 0)
-        #expect(lostBeforeCuts == 0, "no command failed while tokens were refreshed on the open connection")
+        // What closed a connection, and when (seconds into the run), for the messages below.
+        let drops = seen.compactMap { u -> String? in
+            guard case let .disconnected(close) = u else { return nil }
+            return "\(close.code.map(String.init) ?? "no code") \(close.reason)"
+        }
+        #expect(lostBeforeCuts == 0, "no command failed while tokens were refreshed on the open connection; drops: \(drops)")
         #expect(refreshes >= expiries, "each token was refreshed before it ran out: \(refreshes) refreshes for \(expiries) lifetimes")
         // Welcomes after the first (which came before the subscription): one per cut, each
         // a resume.
         let welcomes = seen.compactMap { if case let .connected(_, resumed) = $0 { resumed } else { nil } }
-        #expect(welcomes.count == cuts, "\(welcomes.count) welcomes for \(cuts) cuts: a refresh never reconnects")
+        #expect(welcomes.count == cuts, "\(welcomes.count) welcomes for \(cuts) cuts: a refresh never reconnects; drops: \(drops)")
         #expect(welcomes.allSatisfy { $0 }, "every reconnect resumed")
         let snapshots = seen.filter { if case .snapshot = $0 { true } else { false } }.count
         #expect(snapshots == 1, "only the subscription's first snapshot: no reconnect started over")

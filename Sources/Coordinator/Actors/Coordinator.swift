@@ -296,11 +296,13 @@ public actor Coordinator {
 
     /// Subscribes to the stream from a snapshot (`after` nil) or from the batches after
     /// a seq, when they are all retained (otherwise from a snapshot). Returns once what
-    /// its start holds is committed.
-    public func subscribe(after: Int? = nil, bufferLimit: Int = 10_000) async -> Subscription {
+    /// its start holds is committed. `replayAtMostSnapshot`: a replay that would weigh more
+    /// than a snapshot is one (as a connection's resume).
+    public func subscribe(after: Int? = nil, bufferLimit: Int = 10_000, replayAtMostSnapshot: Bool = false) async -> Subscription {
         while true {
             let start: Subscription.Start
-            if let after, let missed = output.missed(after: after, pending: pipeline.pendingBatches, within: .max) {
+            let within = replayAtMostSnapshot ? max(live.maxWeight, live.weight) : .max
+            if let after, let missed = output.missed(after: after, pending: pipeline.pendingBatches, within: within) {
                 start = .replay(missed)
             } else {
                 start = .snapshot(live.snapshot())

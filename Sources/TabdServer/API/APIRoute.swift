@@ -16,6 +16,9 @@ package enum APIRoute: Equatable, Sendable {
     case postCommand(RoomID)
     /// `GET /api/rooms/ID/clients[?after=CURSOR&limit=N]`: one page of who is connected.
     case readClients(RoomID, after: ClientID?, limit: Int)
+    /// `GET /api/rooms/ID/events[?after=SEQ&epoch=E]` (or `Last-Event-ID: SEQ`): the room's
+    /// stream as server-sent events, from a snapshot or resumed after `after`.
+    case followRoom(RoomID, after: Int?, epoch: String?)
 
     package static let prefix = "/api/"
 
@@ -29,8 +32,9 @@ package enum APIRoute: Equatable, Sendable {
     /// the method (405), and last the query (400).
     ///
     /// `grant` is what the request's credentials gave (nil: none are configured).
+    /// `lastEventID` is the request's `Last-Event-ID` (it takes precedence over `?after=`).
     package static func resolve(method: HTTPMethod, path: String, query: [String: String],
-                        grant: Result<Grant?, AuthError>, bodyTooLarge: Bool) -> Result<APIRoute, APIError> {
+                        grant: Result<Grant?, AuthError>, bodyTooLarge: Bool, lastEventID: String? = nil) -> Result<APIRoute, APIError> {
         let parts = path.split(separator: "/", omittingEmptySubsequences: false)
         // "/api/rooms[/ID[/commands|/clients]]" → ["", "api", "rooms", ID, "commands"]
         guard parts.count >= 3, parts.count <= 5, parts[0].isEmpty, parts[1] == "api", parts[2] == "rooms" else {
@@ -63,6 +67,9 @@ package enum APIRoute: Equatable, Sendable {
             case "clients":
                 guard method == .get || method == .head else { return .failure(.notAllowed("GET")) }
                 return clients(id, query)
+            case "events":
+                guard method == .get || method == .head else { return .failure(.notAllowed("GET")) }
+                return following(query, lastEventID: lastEventID).map { .followRoom(id, after: $0, epoch: query["epoch"]) }
             default:
                 return .failure(.notFound(path))
             }
@@ -88,6 +95,17 @@ package enum APIRoute: Equatable, Sendable {
         let after = query["after"]
         if let after, !Members.isCursor(after) { return .failure(APIError(400, "invalid", "after must be a 'next' of an earlier page")) }
         return .success(.readClients(id, after: after, limit: limit))
+    }
+
+    /// Where a stream resumes: `Last-Event-ID`, else `?after=`, each digits only (nil: from
+    /// the start, a snapshot). An empty `Last-Event-ID` is none (EventSource sends it so).
+    package static func following(_ query: [String: String], lastEventID: String?) -> Result<Int?, APIError> {
+        let given = lastEventID.flatMap { $0.isEmpty ? nil : $0 } ?? query["after"]
+        guard let given else { return .success(nil) }
+        guard given.utf8.count <= 18, !given.isEmpty, given.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let n = Int(given) else {
+            return .failure(APIError(400, "invalid", "Last-Event-ID and after must be a position: digits only, as the stream's ids are"))
+        }
+        return .success(n)
     }
 
     /// A listing's `after` and `limit`.

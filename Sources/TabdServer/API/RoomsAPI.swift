@@ -20,7 +20,7 @@ struct RoomsAPI: Sendable {
         let grant = auth.grant(query: request.query, authorization: request.authorization)
         let route: APIRoute
         switch APIRoute.resolve(method: request.method, path: request.path, query: request.query, grant: grant,
-                                bodyTooLarge: request.bodyTooLarge) {
+                                bodyTooLarge: request.bodyTooLarge, lastEventID: request.lastEventID) {
         case let .success(r): route = r
         case let .failure(error):
             if error.status == 401 || error.status == 403 { registry.metrics.authRefused(status: error.status) }
@@ -33,6 +33,7 @@ struct RoomsAPI: Sendable {
         case let .createRoom(id): create(id, body: request.body, responder: responder)
         case let .deleteRoom(id): delete(id, responder: responder)
         case let .postCommand(id): command(request, room: id, responder: responder)
+        case let .followRoom(id, after, epoch): follow(id, after: after, epoch: epoch, responder: responder)
         }
     }
 
@@ -59,6 +60,29 @@ struct RoomsAPI: Sendable {
         case let .success(room): room.submit([.api(.read(responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
         }
+    }
+
+    private func follow(_ id: RoomID, after: Int?, epoch: String?, responder: HTTPResponder) {
+        switch registry.acquire(id, creating: false) {
+        case let .success(room): room.submit([.api(.follow(after: after, epoch: epoch, responder))])
+        case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
+        }
+    }
+
+    /// The head of a stream of server-sent events.
+    static let eventStreamHead = HTTPResponse(status: 200, contentType: "text/event-stream; charset=utf-8", body: [],
+                                              headers: [("cache-control", "no-store"), ("x-accel-buffering", "no")])
+
+    /// One server-sent event: `id:` (when given) and `data:` (JSON, one line: the compact
+    /// writer escapes every line break), LF line endings.
+    static func sse(id: Int?, data: [UInt8]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(data.count + 32)
+        if let id { bytes += Array("id: \(id)\n".utf8) }
+        bytes += Array("data: ".utf8)
+        bytes += data
+        bytes += [0x0A, 0x0A]
+        return bytes
     }
 
     private func clients(_ id: RoomID, after: ClientID?, limit: Int, responder: HTTPResponder) {

@@ -14,6 +14,7 @@ final class Metrics: Sendable {
         var refused: [Int: Int] = [401: 0, 403: 0]
         var tokensExpired = 0
         var refreshes: [Bool: Int] = [true: 0, false: 0]
+        var streams = 0
     }
 
     private let state = Locked(State())
@@ -33,6 +34,9 @@ final class Metrics: Sendable {
     func command(_ type: String) { state.withLock { $0.commands[type, default: 0] += 1 } }
     func error(_ code: ErrorCode) { state.withLock { $0.errors[code.rawValue, default: 0] += 1 } }
     func clientsChanged(by delta: Int) { state.withLock { $0.clients += delta } }
+    /// A reader of an event stream (`/api/rooms/ID/events`, `/api/events`) came, or went.
+    func streamOpened() { state.withLock { $0.streams += 1 } }
+    func streamClosed() { state.withLock { $0.streams -= 1 } }
     func slowClientClosed() { state.withLock { $0.slowClientsClosed += 1 } }
     /// A request or upgrade refused for its credentials (401) or its rights (403).
     func authRefused(status: Int) { state.withLock { $0.refused[status, default: 0] += 1 } }
@@ -59,6 +63,9 @@ final class Metrics: Sendable {
         # HELP tabd_clients Connected WebSocket clients.
         # TYPE tabd_clients gauge
         tabd_clients \(s.clients)
+        # HELP tabd_event_streams Readers of event streams over HTTP (server-sent events); they are not clients.
+        # TYPE tabd_event_streams gauge
+        tabd_event_streams \(s.streams)
         # HELP tabd_rooms_loaded Rooms held in memory.
         # TYPE tabd_rooms_loaded gauge
         tabd_rooms_loaded \(rooms.loaded)

@@ -47,6 +47,8 @@ actor Room: DirectoryRoom {
         case peerCheck
         /// The last read's answer has been kept long enough (``readKept``).
         case dropRead
+        /// A reader of the room's event stream is gone (``APICall/follow(after:epoch:_:)``).
+        case followerLeft(ObjectIdentifier)
     }
 
     enum APICall: Sendable {
@@ -59,10 +61,14 @@ actor Room: DirectoryRoom {
         case created(HTTPResponder)
         /// `GET /api/rooms/ID/clients`: one page of the connected clients.
         case clients(after: ClientID?, limit: Int, HTTPResponder)
+        /// `GET /api/rooms/ID/events`: the room's stream as server-sent events, from a
+        /// snapshot or resumed after `after` (in `epoch`, when named). The reader stays a user
+        /// of the room (it is not unloaded under it) until its stream ends; it is no client.
+        case follow(after: Int?, epoch: String?, HTTPResponder)
 
         var responder: HTTPResponder {
             switch self {
-            case let .command(_, r), let .read(r), let .created(r), let .clients(_, _, r): r
+            case let .command(_, r), let .read(r), let .created(r), let .clients(_, _, r), let .follow(_, _, r): r
             }
         }
     }
@@ -113,6 +119,8 @@ actor Room: DirectoryRoom {
     /// commands handed to another writer. (The idle check is armed by the registry's count
     /// of users.)
     private var timers = RoomTimers<Timer>()
+    /// The readers of the room's event stream, each until its stream ends.
+    private var followers: [ObjectIdentifier: HTTPStream] = [:]
     enum Timer: Hashable, Sendable { case presenceReport, peerCheck, dropRead }
     /// Time for this room (``RoomRegistry/clock``).
     private nonisolated var clock: any RoomClock { registry.clock }
@@ -187,6 +195,8 @@ actor Room: DirectoryRoom {
                     await armPresenceReport(coordinator)
                 case .dropRead:
                     if timers.fired(.dropRead, now: clock.now) { api.dropRead() }
+                case let .followerLeft(key):
+                    if followers.removeValue(forKey: key) != nil { released(1) }
                 case .presenceReport:
                     guard timers.fired(.presenceReport, now: clock.now) else { break }
                     do { try await coordinator.reportPresence(now: clock.now) } catch {
@@ -388,6 +398,9 @@ actor Room: DirectoryRoom {
             api.shared.charge(answer.body.count)
             responder.respond(answer)
             released(1)
+        case let .follow(after, epoch, responder):
+            guard allowAPICall(bytes: 0, responder) else { return }
+            await follow(after: epoch == nil || epoch == coordinator.epoch ? after : nil, responder, coordinator)
         case let .created(responder):
             if loaded?.created == false {
                 responder.respond(RoomsAPI.error(409, "room_exists", "room '\(id)' exists"))
@@ -397,6 +410,40 @@ actor Room: DirectoryRoom {
                 ])))
             }
             released(1)
+        }
+    }
+
+    /// A reader of the room's stream: first the batches after `after` when they are all
+    /// kept (and weigh no more than a snapshot), else a snapshot event; then every batch as
+    /// it is published, each an event whose `id` is its last seq. The stream ends when the
+    /// reader falls too far behind (it resumes from its last id), or the room stops.
+    private func follow(after: Int?, _ responder: HTTPResponder, _ coordinator: Coordinator) async {
+        let subscription = await coordinator.subscribe(after: after, replayAtMostSnapshot: true)
+        let stream = responder.stream(RoomsAPI.eventStreamHead, limit: registry.settings.streamBytes)
+        let key = ObjectIdentifier(stream)
+        followers[key] = stream
+        registry.metrics.streamOpened()
+        var first: [UInt8] = []
+        switch subscription.start {
+        case let .snapshot(snapshot):
+            let data = JSONValue.object([("type", .string("snapshot")), ("room", .string(id)), ("epoch", .string(coordinator.epoch)),
+                                         ("snapshot", snapshot.json(capped: false))]).compactBytes
+            first = RoomsAPI.sse(id: snapshot.seq, data: data)
+        case let .replay(batches):
+            for batch in batches { first += RoomsAPI.sse(id: batch.lastSeq, data: batch.frameBytes) }
+        }
+        stream.send(first)
+        let pump = Task {
+            for await batch in subscription.batches {
+                guard stream.send(RoomsAPI.sse(id: batch.lastSeq, data: batch.frameBytes)) else { break }
+            }
+            stream.finish() // fell behind, or the room stopped: the reader resumes from its last id
+        }
+        let (inbox, metrics) = (inbox, registry.metrics)
+        stream.onClose {
+            pump.cancel()
+            metrics.streamClosed()
+            inbox.put([.followerLeft(key)])
         }
     }
 
@@ -480,6 +527,8 @@ actor Room: DirectoryRoom {
     private func stop(_ coordinator: Coordinator, closing joining: [ConnectionID], code: CloseCode, reason: String,
                       leftovers: [Input] = []) async {
         for connection in Array(clients.keys) + joining { server.close(connection, code: code, reason: reason) }
+        for stream in followers.values { stream.finish() }
+        followers = [:]
         refuse(leftovers, code: code, reason: reason)
         // A deleted room's log is gone: what it still writes can never be stored.
         if code == .roomGone { shared?.abandon() }
@@ -516,7 +565,8 @@ actor Room: DirectoryRoom {
                 done.signal()
             case let .peer(message):
                 message.refuse(room: id)
-            case .command, .refused, .refreshed, .idleCheck, .absorb, .sweep, .verifyStanding, .presenceReport, .peerCheck, .dropRead:
+            case .command, .refused, .refreshed, .idleCheck, .absorb, .sweep, .verifyStanding, .presenceReport, .peerCheck, .dropRead,
+                 .followerLeft:
                 break
             }
         }

@@ -56,6 +56,8 @@ final class RoomRegistry: Sendable {
         var presenceIntervalMS = 1_000
         /// `--max-room-bytes`: what a room's state may weigh.
         var maxStateBytes = Coordinator.Configuration.defaultMaxStateBytes
+        /// `--queue-bytes`: what may wait for a reader of an event stream that does not read.
+        var streamBytes = 8 << 20
     }
 
     typealias Refusal = RoomRefusal

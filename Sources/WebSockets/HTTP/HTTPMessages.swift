@@ -19,6 +19,8 @@ public struct HTTPRequest: Sendable {
     /// The body is longer than `Configuration.maxRequestBodyBytes`: it was not read, `body` is
     /// empty, and the request reaches the handler as soon as this is known (answer 413).
     public let bodyTooLarge: Bool
+    /// The `Last-Event-ID` header, if any: where a reader of server-sent events resumes.
+    public let lastEventID: String?
 
     public init(
         method: HTTPMethod = .get,
@@ -26,7 +28,8 @@ public struct HTTPRequest: Sendable {
         query: [String: String] = [:],
         authorization: String? = nil,
         body: [UInt8] = [],
-        bodyTooLarge: Bool = false
+        bodyTooLarge: Bool = false,
+        lastEventID: String? = nil
     ) {
         self.method = method
         self.path = path
@@ -34,6 +37,7 @@ public struct HTTPRequest: Sendable {
         self.authorization = authorization
         self.body = body
         self.bodyTooLarge = bodyTooLarge
+        self.lastEventID = lastEventID
     }
 }
 
@@ -47,6 +51,9 @@ public struct HTTPResponse: Sendable {
     public var body: [UInt8]
     /// Extra headers, e.g. `("cache-control", "no-store")`; names without the colon.
     public var headers: [(String, String)] = []
+    /// A body sent as it is made (``HTTPResponder/stream(_:limit:)``): no `content-length`,
+    /// and the connection closes at its end.
+    var stream: HTTPStream?
 
     public init(status: Int, contentType: String, body: [UInt8], headers: [(String, String)] = []) {
         self.status = status

@@ -28,6 +28,21 @@ public final class HTTPResponder: Sendable {
         if exchanges.answer(id, with: response) { loop?.wakeForHTTPAnswers() }
     }
 
+    /// Answers with `head`'s status and headers (its body is not sent) and then a body made
+    /// as it goes: what the returned stream is sent (``HTTPStream``), at most `limit` bytes of
+    /// it waiting for the peer. No `content-length`; the connection closes at the stream's end.
+    /// When the connection is gone already, the stream is closed at once.
+    public func stream(_ head: HTTPResponse, limit: Int) -> HTTPStream {
+        let stream = HTTPStream(limit: limit)
+        var response = head
+        response.body = []
+        response.stream = stream
+        let waiting = exchanges.isWaiting(id)
+        respond(response)
+        if !waiting { stream.connectionGone() }
+        return stream
+    }
+
     /// Whether this request still waits for its answer to be written (for tests).
     var isPending: Bool { exchanges.isWaiting(id) }
 
@@ -103,9 +118,11 @@ final class HTTPExchanges: @unchecked Sendable {
     }
 
     /// Forgets an exchange: answered, or its connection is gone. Its responder becomes a no-op.
-    func remove(_ id: UInt64) {
+    /// A stream given as its answer and never started ends (its connection is gone).
+    func remove(_ id: UInt64, started: Bool = false) {
         socketByID[id] = nil
-        _ = answers.withLock { $0.waiting.removeValue(forKey: id) }
+        let slot = answers.withLock { $0.waiting.removeValue(forKey: id) }
+        if !started { slot?.response?.stream?.connectionGone() }
     }
 
     /// The handler returned; the answer it gave meanwhile, if any.

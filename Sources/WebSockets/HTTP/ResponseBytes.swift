@@ -20,12 +20,15 @@ enum ResponseBytes {
 
     /// The same, as the head and the body that follows it (the response's own storage, not a
     /// copy; empty when none is sent).
+    /// `streamed`: the body follows as it is made, until the connection closes (no
+    /// `content-length`).
     static func parts(_ response: HTTPResponse, headOnly: Bool, persistence: Persistence,
-                      extraHeaders: [(String, String)] = []) -> (head: [UInt8], body: [UInt8]) {
+                      extraHeaders: [(String, String)] = [], streamed: Bool = false) -> (head: [UInt8], body: [UInt8]) {
         let bodiless = response.status == 204 || response.status == 304 || (100..<200).contains(response.status)
         var head = "HTTP/1.1 \(response.status) \(reasonPhrase(response.status))\r\n"
         if !bodiless {
-            head += "content-type: \(clean(response.contentType))\r\ncontent-length: \(response.body.count)\r\n"
+            head += "content-type: \(clean(response.contentType))\r\n"
+            if !streamed { head += "content-length: \(response.body.count)\r\n" }
         }
         for (name, value) in response.headers + extraHeaders {
             head += "\(clean(name).lowercased()): \(clean(value))\r\n"

@@ -65,6 +65,9 @@ struct HTTPState {
         case answering(HTTPRequestInProgress)
         /// Reading and dropping the rest of a body that was refused; then the next request.
         case discarding(BodyReader)
+        /// Writing a streamed body (``HTTPStream``) until its end; what the peer sends is
+        /// dropped. The connection closes after it.
+        case streaming(HTTPStream)
         /// No more requests on this connection.
         case done
     }

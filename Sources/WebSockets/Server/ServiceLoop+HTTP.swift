@@ -75,6 +75,10 @@ extension ServiceLoop {
                 answer(connection, request)
             case .answering:
                 return
+            case .streaming:
+                // A reader of a stream has nothing more to say: what it sends is dropped.
+                connection.input.consume(connection.input.count)
+                return
             case var .discarding(reader):
                 do {
                     let taken = try connection.input.withUnread { (bytes) throws(HTTPError) in try reader.read(bytes) { _ in } }
@@ -180,7 +184,8 @@ extension ServiceLoop {
             request.body = []
             handler.httpRequest(
                 HTTPRequest(method: method, path: request.target.path, query: request.target.query,
-                            authorization: request.head.value("authorization"), body: body, bodyTooLarge: request.tooLarge),
+                            authorization: request.head.value("authorization"), body: body, bodyTooLarge: request.tooLarge,
+                            lastEventID: request.head.value("last-event-id")),
                 responder: HTTPResponder(exchanges: http, id: id, loop: self))
             if let response = http.endHandling(id) { finish(connection, request, response) }
         }
@@ -189,6 +194,9 @@ extension ServiceLoop {
     /// Writes a request's answer and moves to what comes next: the rest of a refused body,
     /// the next request, or the end of the connection.
     func finish(_ connection: Connection, _ request: HTTPRequestInProgress, _ response: HTTPResponse) {
+        if let stream = response.stream, !request.isHead, !connection.killed {
+            return startStream(connection, request, response, stream)
+        }
         if let id = request.exchangeID { http.remove(id) }
         request.exchangeID = nil
         var closeAfter = request.closeAfter || connection.killed
@@ -253,6 +261,11 @@ extension ServiceLoop {
             }
         case .body:
             refuse(connection, HTTPError(408, "the body did not arrive within \(configuration.requestTimeoutSeconds) s"))
+        case let .streaming(stream):
+            // Quiet for a while: a comment keeps proxies from closing it, and a peer that is
+            // gone shows as a failed write.
+            stream.heartbeat()
+            setDeadline(connection, after: Self.streamHeartbeatSeconds)
         case .discarding:
             connection.http.stage = .done
             closeAfterFlush(connection)
@@ -276,7 +289,9 @@ extension ServiceLoop {
     /// LWS_CALLBACK_RAW_WRITEABLE while it speaks HTTP: more of its answer goes out; once it is
     /// all written, the requests waiting behind it are read.
     func httpWriteable(_ connection: Connection) {
-        guard writeAnswer(connection), case .head = connection.http.stage else { return }
+        guard writeAnswer(connection) else { return }
+        if case .streaming = connection.http.stage { return pumpStream(connection) }
+        guard case .head = connection.http.stage else { return }
         if connection.waitingForOutput {
             connection.waitingForOutput = false
             setDeadline(connection, after: UInt64(configuration.requestTimeoutSeconds))
@@ -288,5 +303,65 @@ extension ServiceLoop {
     /// Whether `path` goes to the handler.
     func isDynamic(_ path: String) -> Bool {
         dynamicPaths.contains(path) || configuration.dynamicPrefixes.contains { path.hasPrefix($0) }
+    }
+}
+
+// MARK: Streamed bodies
+
+extension ServiceLoop {
+    /// Seconds a stream may stay quiet before a heartbeat comment goes out.
+    static let streamHeartbeatSeconds: UInt64 = 15
+
+    /// The answer is a stream: its head now, then what it is sent, as the socket takes it.
+    private func startStream(_ connection: Connection, _ request: HTTPRequestInProgress, _ response: HTTPResponse, _ stream: HTTPStream) {
+        if let id = request.exchangeID { http.remove(id, started: true) }
+        request.exchangeID = nil
+        connection.http.stage = .streaming(stream)
+        let (head, _) = ResponseBytes.parts(response, headOnly: true, persistence: .close, streamed: true)
+        connection.answer = AnswerOutput(head: head, body: [], joinBelow: Self.writeBudget)
+        setReading(connection, paused: false)
+        setDeadline(connection, after: Self.streamHeartbeatSeconds)
+        let socket = connection.socket
+        let ready = stream.attach { [weak self] in self?.wakeForStream(socket) }
+        if writeAnswer(connection), ready { pumpStream(connection) }
+    }
+
+    /// Any thread: the stream of `socket` has something for the service thread.
+    func wakeForStream(_ socket: UInt64) {
+        streamsReady.withLock { $0.append(socket) }
+        wakeForHTTPAnswers()
+    }
+
+    /// Writes what the streams woken since the last pass have.
+    func pumpReadyStreams() {
+        let sockets = streamsReady.withLock { ready -> [UInt64] in
+            defer { ready = [] }
+            return ready
+        }
+        for socket in sockets {
+            if let connection = connections[socket] { pumpStream(connection) }
+        }
+    }
+
+    /// Hands the stream's queued bytes to the socket, once what it took before is written;
+    /// ends the connection at the stream's end.
+    func pumpStream(_ connection: Connection) {
+        while case let .streaming(stream) = connection.http.stage, !connection.killed,
+              connection.answer == nil, lws_partial_buffered(connection.wsi) == 0 {
+            switch stream.take() {
+            case let .bytes(bytes):
+                guard !bytes.isEmpty else { return }
+                connection.answer = AnswerOutput(head: bytes, body: [], joinBelow: Self.writeBudget)
+                guard writeAnswer(connection) else { return } // the writable callback comes back here
+            case .end:
+                connection.http.stage = .done
+                closeAfterFlush(connection)
+                return
+            case .drop:
+                connection.http.stage = .done
+                kill(connection)
+                return
+            }
+        }
     }
 }

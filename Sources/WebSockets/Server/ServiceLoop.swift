@@ -43,6 +43,8 @@ final class ServiceLoop: @unchecked Sendable {
     let dynamicPaths: Set<String>
     /// Requests on dynamic paths whose answers are awaited.
     let http = HTTPExchanges()
+    /// Sockets whose stream has something new (``wakeForStream(_:)``), for the next pass.
+    let streamsReady = Locked<[UInt64]>([])
     let files: StaticFiles?
     /// Sockets open at most at once: the open-file limit less what the rest of the process needs.
     let maxSockets: Int
@@ -305,6 +307,7 @@ final class ServiceLoop: @unchecked Sendable {
         }
         if !work.dropAnswers.isEmpty { dropAnswers(work.dropAnswers) }
         writeArrivedAnswers()
+        pumpReadyStreams()
     }
 
     private func queueWrite(_ connection: Connection) {
@@ -412,6 +415,8 @@ final class ServiceLoop: @unchecked Sendable {
         switch connection.http.stage {
         case let .answering(request), let .body(request):
             if let id = request.exchangeID { http.remove(id) }
+        case let .streaming(stream):
+            stream.connectionGone()
         default: break
         }
         if let session = connection.session {
