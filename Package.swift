@@ -63,7 +63,10 @@ let package = Package(
         // (compare-and-set appends) and their followers (ordered consumers).
         .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
-        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking"], swiftSettings: strict),
+        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking", "Outbox"], swiftSettings: strict),
+        // The events webhooks deliver, in order, bounded: what the state file's writer and
+        // the daemon share.
+        .target(name: "Outbox", dependencies: ["TabdProtocol"], swiftSettings: strict),
         // Command lines read one argument at a time, for every executable (one UsageError).
         .target(name: "ArgumentParsing", swiftSettings: strict),
         // A lock ThreadSanitizer can see, shared by every module.
@@ -84,7 +87,7 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
         // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
-        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "Cluster", "Coordinator", "JetStream", "Locking", "StateStore", "WebSockets"], swiftSettings: strict),
+        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient"], swiftSettings: strict),
         // The daemon's executable: main, signals, exit codes.
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed

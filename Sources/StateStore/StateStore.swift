@@ -2,6 +2,7 @@ import Coordinator
 import Dispatch
 import Foundation
 import Glibc
+import Outbox
 import Synchronization
 
 /// Why the state file cannot be used. The message names the file.
@@ -138,10 +139,15 @@ public final class StateStore: Sendable {
                 throw StoreError(message: "room '\(id)' exists", roomExists: true)
             }
             do {
+                var outbox: Writer.OutboxWrite?
                 try db.execute("BEGIN IMMEDIATE")
                 try db.query("INSERT INTO rooms(id, epoch, seq) VALUES (?, ?, 0)", [.text(id), .text(state.epoch)])
                 try Self.insertSnapshot(db, room: id, state)
+                if self.writer.outboxKinds.contains(.roomCreated) {
+                    try self.writer.writeOutbox(db, [.roomCreated(id, epoch: state.epoch)], into: &outbox)
+                }
                 try db.execute("COMMIT")
+                self.writer.outboxCommitted(outbox)
             } catch {
                 if !db.isAutocommit { try? db.execute("ROLLBACK") }
                 // A failed sync goes up as it is: the writer then stops writing the file.
@@ -158,19 +164,56 @@ public final class StateStore: Sendable {
         let path = options.path
         return try await writer.perform { db in
             do {
+                var outbox: Writer.OutboxWrite?
                 try db.execute("BEGIN IMMEDIATE")
-                let existed = !(try db.query("SELECT 1 FROM rooms WHERE id = ?", [.text(id)]).isEmpty)
+                let stored = try db.query("SELECT epoch, seq FROM rooms WHERE id = ?", [.text(id)]).first
                 try db.query("DELETE FROM rooms WHERE id = ?", [.text(id)])
                 try db.query("DELETE FROM batches WHERE room = ?", [.text(id)])
                 try db.query("DELETE FROM snapshots WHERE room = ?", [.text(id)])
+                if let stored, self.writer.outboxKinds.contains(.roomDeleted) {
+                    try self.writer.writeOutbox(db, [.roomDeleted(id, epoch: stored[0].text ?? "", seq: stored[1].int)], into: &outbox)
+                }
                 try db.execute("COMMIT")
-                return existed
+                self.writer.outboxCommitted(outbox)
+                return stored != nil
             } catch {
                 if !db.isAutocommit { try? db.execute("ROLLBACK") }
                 // A failed sync goes up as it is: the writer then stops writing the file.
                 if let error = error as? SQLiteError, error.isSyncFailure { throw error }
                 throw StoreError(message: "cannot write state file '\(path)': \(error)")
             }
+        }
+    }
+
+    // MARK: The outbox
+
+    /// Keeps the outbox in the file from now on: its events are read back into `outbox`
+    /// (whose id must be ``outboxID()``'s), and every later commit writes its own.
+    public func keepOutbox(_ outbox: Outbox) async throws(StoreError) {
+        try await writer.perform { db in self.writer.keepOutbox(try OutboxRows(db: db, outbox: outbox)) }
+    }
+
+    /// The file's outbox name (made the first time).
+    public func outboxID() async throws(StoreError) -> String {
+        try await writer.perform { db in try OutboxRows.storedID(db) }
+    }
+
+    /// Where each webhook's delivery stands: the last position it delivered in order.
+    public func webhookCursors() async throws(StoreError) -> [String: Int] {
+        try await writer.perform { db in
+            var cursors: [String: Int] = [:]
+            for row in try db.query("SELECT webhook, position FROM webhook_cursors") {
+                if let name = row[0].text, let position = row[1].int { cursors[name] = position }
+            }
+            return cursors
+        }
+    }
+
+    /// Stores where a webhook's delivery stands (after the commits queued before).
+    public func saveWebhookCursor(_ webhook: String, position: Int) async throws(StoreError) {
+        _ = try await writer.perform { db in
+            try db.query("INSERT INTO webhook_cursors(webhook, position) VALUES (?, ?) ON CONFLICT(webhook) DO UPDATE SET position = excluded.position",
+                         [.text(webhook), .int(position)])
         }
     }
 

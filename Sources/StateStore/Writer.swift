@@ -1,6 +1,8 @@
 import Locking
 import Coordinator
 import Dispatch
+import Foundation
+import Outbox
 
 /// The one writer of a state file: commits queued batches on its own serial queue, every
 /// batch of every room that arrived meanwhile in one transaction (group commit), and keeps
@@ -53,6 +55,8 @@ final class Writer: @unchecked Sendable {
     private let state = Locked(State())
     /// Events committed per open room since its last snapshot (queue only).
     private var sinceSnapshot: [String: Int] = [:]
+    /// The outbox's rows, written with the batches that cause them (queue only; nil: no outbox).
+    private var outboxRows: OutboxRows?
 
     init(db: SQLiteConnection, options: StateStore.Options) {
         self.db = db
@@ -79,6 +83,33 @@ final class Writer: @unchecked Sendable {
         }
         return try result.get()
     }
+
+    /// From now on each commit writes its events to the outbox (on the queue, from ``perform(_:)``).
+    func keepOutbox(_ rows: OutboxRows) { outboxRows = rows }
+
+    /// The outbox's rows as a transaction starts writing them: keep the result only if
+    /// it commits (``outboxCommitted(_:)``). On the queue.
+    struct OutboxWrite {
+        fileprivate var rows: OutboxRows
+        fileprivate var entries: [Outbox.Entry] = []
+    }
+
+    /// On the queue, inside a transaction: writes `events` to the outbox (nil: no outbox).
+    func writeOutbox(_ db: SQLiteConnection, _ events: [OutboxEvent], into write: inout OutboxWrite?) throws(SQLiteError) {
+        if write == nil, let rows = outboxRows { write = OutboxWrite(rows: rows) }
+        guard write != nil else { return }
+        write!.entries += try write!.rows.write(db, events, time: Date().timeIntervalSince1970)
+    }
+
+    /// On the queue: the transaction that wrote `write` committed.
+    func outboxCommitted(_ write: OutboxWrite?) {
+        guard let write else { return }
+        outboxRows = write.rows
+        if !write.entries.isEmpty { write.rows.outbox.committed(write.entries, keptFrom: write.rows.keptFrom) }
+    }
+
+    /// The kinds of event the outbox keeps (none without one).
+    var outboxKinds: OutboxKinds { outboxRows?.outbox.kinds ?? [] }
 
     /// A room is open (on the queue, from ``perform(_:)``).
     func register(_ room: String, committed: StoredState) throws {
@@ -239,6 +270,8 @@ final class Writer: @unchecked Sendable {
     private func commit(_ items: [Pending], onto base: [String: StoredState]) -> Result<[String: StoredState], SQLiteError> {
         var next: [String: StoredState] = [:]
         var events: [String: Int] = [:]
+        var outbox: OutboxWrite?
+        let kinds = outboxKinds
         do {
             try db.execute("BEGIN IMMEDIATE")
             for item in items {
@@ -248,6 +281,9 @@ final class Writer: @unchecked Sendable {
                 var state = next[item.room] ?? base[item.room]!
                 do { try state.apply(batch) } catch {
                     throw SQLiteError(code: 1, message: "batch \(batch.firstSeq) of room '\(item.room)' does not apply to its stored state: \(error)")
+                }
+                if !kinds.isEmpty {
+                    try writeOutbox(db, OutboxEvent.of(batch, room: item.room, epoch: state.epoch, kinds: kinds), into: &outbox)
                 }
                 next[item.room] = state
                 events[item.room, default: 0] += batch.events.count
@@ -263,6 +299,7 @@ final class Writer: @unchecked Sendable {
                 snapshotted.append(room)
             }
             try db.execute("COMMIT")
+            outboxCommitted(outbox)
             for (room, n) in events { sinceSnapshot[room, default: 0] += n }
             for room in snapshotted { sinceSnapshot[room] = 0 }
             return .success(next)

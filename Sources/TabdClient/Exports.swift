@@ -5,3 +5,5 @@
 // Whom a TLS tabd's certificate must chain to (TabdClient.Options.tls, TabdAPI(tls:)).
 @_exported import struct WebSocketsClient.TLSTrust
 @_exported import struct WebSocketsClient.TLSTrustError
+// The blocking HTTP/1.1 call TabdAPI makes (tabbench and tabd's webhooks use it too).
+@_exported import struct WebSocketsClient.HTTPCall

@@ -2,6 +2,7 @@ import ArgumentParsing
 import Auth
 import Cluster
 import Coordinator
+import Outbox
 import Dispatch
 import Foundation
 import JetStream
@@ -26,6 +27,8 @@ public final class Daemon: Sendable {
     let server: WebSocketServer
     let store: StateStore?
     let cluster: ClusterNode?
+    /// The outbox's webhooks (nil in a cluster).
+    let webhooks: Webhooks?
     /// Cluster: the sweep of clients of dead nodes (cancelled by ``stop(closeTimeout:)``).
     private let clusterSweep: Locked<(any DispatchSourceTimer)?>
 
@@ -63,6 +66,9 @@ public final class Daemon: Sendable {
         var store: StateStore?
         var stored: [RoomID] = []
         var cluster: ClusterNode?
+        // The outbox (what webhooks deliver): in the state file, written in the commits'
+        // transactions; in memory with --state :memory:; none in a cluster.
+        var outbox: Outbox?
         if !options.cluster.isEmpty {
             let name = options.nodeName ?? "\(ProcessInfo.processInfo.hostName.split(separator: ".").first ?? "node")-\(options.port == 0 ? "p\(getpid())" : String(options.port))"
             // TLS and credentials: their files are read (or found missing) before any connection.
@@ -92,6 +98,9 @@ public final class Daemon: Sendable {
                                                            syncCommits: options.stateSync))
                 store = opened
                 stored = try await opened.roomIDs()
+                let kept = Outbox(id: try await opened.outboxID(), limit: options.webhookOutboxBytes, kinds: options.webhookEvents)
+                try await opened.keepOutbox(kept)
+                outbox = kept
             } catch {
                 store?.close()
                 throw StartError(error.message)
@@ -103,6 +112,19 @@ public final class Daemon: Sendable {
             }
         } else {
             log.info("state in memory: nothing is kept when tabd stops")
+            outbox = Outbox(id: Outbox.newID(), limit: options.webhookOutboxBytes, kinds: options.webhookEvents)
+        }
+        if let outbox {
+            let f = outbox.figures
+            log.info("outbox \(outbox.id) \(store == nil ? "in memory (a restart loses its events)" : "in the state file"): "
+                + "\(f.count) event\(f.count == 1 ? "" : "s") held, last position \(f.last), at most \(options.webhookOutboxBytes) bytes")
+        }
+        var webhooks: Webhooks?
+        if let outbox {
+            do { webhooks = try await Webhooks.make(options, outbox: outbox, store: store, log: log) } catch {
+                store?.close()
+                throw error
+            }
         }
 
         let settings = RoomRegistry.Settings(
@@ -112,8 +134,9 @@ public final class Daemon: Sendable {
             maxStateBytes: options.maxRoomBytes, streamBytes: options.queueBytes)
         let home = cluster.map { EngineHome(cluster: $0, resumeWindow: settings.resumeWindow, forwarding: options.clusterForwarding) }
         let registry = RoomRegistry(settings: settings, store: store, home: home, existing: stored, metrics: Metrics(), log: log,
-                                    clock: clock)
-        let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry, cluster: cluster)
+                                    clock: clock, outbox: outbox)
+        let gateway = Gateway(options: options, auth: authenticator, metrics: registry.metrics, log: log, registry: registry, cluster: cluster,
+                              webhooks: webhooks)
 
         let server: WebSocketServer
         do {
@@ -134,8 +157,9 @@ public final class Daemon: Sendable {
             }
         }
         server.start()
+        webhooks?.start()
         let daemon = Daemon(options: options, log: log, registry: registry, gateway: gateway, server: server,
-                            store: store, cluster: cluster, clusterSweep: clusterSweep)
+                            store: store, cluster: cluster, clusterSweep: clusterSweep, webhooks: webhooks)
         log.info("network: \(options.eventLoop.description) event loop; HTTP/1.1 and WebSocket read by tabd over libwebsockets' raw sockets")
         if let certificate = server.certificate {
             log.info("TLS 1.2 and later only (plain HTTP to this port is only redirected to https); certificate \(options.tlsCertificate ?? ""): \(certificate)")
@@ -147,9 +171,9 @@ public final class Daemon: Sendable {
     }
 
     private init(options: Options, log: Log, registry: RoomRegistry, gateway: Gateway, server: WebSocketServer,
-                 store: StateStore?, cluster: ClusterNode?, clusterSweep: (any DispatchSourceTimer)?) {
+                 store: StateStore?, cluster: ClusterNode?, clusterSweep: (any DispatchSourceTimer)?, webhooks: Webhooks?) {
         self.options = options; self.log = log; self.registry = registry; self.gateway = gateway; self.server = server
-        self.store = store; self.cluster = cluster; self.clusterSweep = Locked(clusterSweep)
+        self.store = store; self.cluster = cluster; self.clusterSweep = Locked(clusterSweep); self.webhooks = webhooks
     }
 
     /// Why the state file is written no more (a sync failed, perhaps while stopping), or nil.
@@ -269,6 +293,7 @@ public final class Daemon: Sendable {
         await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: closeTimeout)
         clusterSweep.withLock { $0?.cancel() }
         await registry.stopAll()
+        await webhooks?.stop()
         store?.close()
         cluster?.close()
     }

@@ -19,6 +19,9 @@ package enum APIRoute: Equatable, Sendable {
     /// `GET /api/rooms/ID/events[?after=SEQ&epoch=E]` (or `Last-Event-ID: SEQ`): the room's
     /// stream as server-sent events, from a snapshot or resumed after `after`.
     case followRoom(RoomID, after: Int?, epoch: String?)
+    /// `GET /api/events[?after=POSITION]` (or `Last-Event-ID`): the outbox as server-sent
+    /// events, what webhooks deliver, from `after` (nil: from the next event written).
+    case followOutbox(after: Int?)
 
     package static let prefix = "/api/"
 
@@ -36,8 +39,9 @@ package enum APIRoute: Equatable, Sendable {
     package static func resolve(method: HTTPMethod, path: String, query: [String: String],
                         grant: Result<Grant?, AuthError>, bodyTooLarge: Bool, lastEventID: String? = nil) -> Result<APIRoute, APIError> {
         let parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        // "/api/rooms[/ID[/commands|/clients]]" → ["", "api", "rooms", ID, "commands"]
-        guard parts.count >= 3, parts.count <= 5, parts[0].isEmpty, parts[1] == "api", parts[2] == "rooms" else {
+        // "/api/rooms[/ID[/commands|/clients|/events]]" → ["", "api", "rooms", ID, "commands"]; "/api/events"
+        let outbox = parts.count == 3 && parts[2] == "events"
+        guard parts.count >= 3, parts.count <= 5, parts[0].isEmpty, parts[1] == "api", parts[2] == "rooms" || outbox else {
             return .failure(.notFound(path))
         }
         let granted: Grant?
@@ -46,6 +50,11 @@ package enum APIRoute: Equatable, Sendable {
         case let .failure(error): return .failure(.unauthorized(error))
         }
         if bodyTooLarge { return .failure(APIError(413, "too_large", "a request body may have at most 65536 bytes")) }
+        if outbox {
+            guard method == .get || method == .head else { return .failure(.notAllowed("GET")) }
+            if let refusal = forbidden(granted, everyRoom: true, "the events of every room") { return .failure(refusal) }
+            return following(query, lastEventID: lastEventID).map { .followOutbox(after: $0) }
+        }
         if parts.count == 3 || (parts.count == 4 && parts[3].isEmpty) {
             guard method == .get || method == .head else { return .failure(.notAllowed("GET")) }
             if let refusal = forbidden(granted, everyRoom: true, "listing rooms") { return .failure(refusal) }

@@ -1,5 +1,7 @@
 import Auth
 import Coordinator
+import Foundation
+import Outbox
 import WebSockets
 
 /// The HTTP API for back ends and operators (docs/PROTOCOL.md "HTTP API"): list, read,
@@ -34,6 +36,7 @@ struct RoomsAPI: Sendable {
         case let .deleteRoom(id): delete(id, responder: responder)
         case let .postCommand(id): command(request, room: id, responder: responder)
         case let .followRoom(id, after, epoch): follow(id, after: after, epoch: epoch, responder: responder)
+        case let .followOutbox(after): followOutbox(after: after, responder: responder)
         }
     }
 
@@ -66,6 +69,46 @@ struct RoomsAPI: Sendable {
         switch registry.acquire(id, creating: false) {
         case let .success(room): room.submit([.api(.follow(after: after, epoch: epoch, responder))])
         case let .failure(refusal): responder.respond(Self.refusal(refusal, id))
+        }
+    }
+
+    /// Every room's events as webhooks get them: each outbox entry an event whose `id` is its
+    /// position, from `after` on (nil: from the next one written); positions dropped before
+    /// the reader got them come first as one `gap` event (its `id` the last dropped).
+    private func followOutbox(after: Int?, responder: HTTPResponder) {
+        guard let outbox = registry.outbox else {
+            return responder.respond(Self.error(404, "not_found", "a node of a cluster keeps no outbox: follow each room with GET /api/rooms/ID/events"))
+        }
+        let limit = registry.settings.streamBytes
+        let stream = responder.stream(Self.eventStreamHead, limit: limit)
+        let metrics = registry.metrics
+        metrics.streamOpened()
+        stream.onClose {
+            metrics.streamClosed()
+            outbox.wakeAll() // the pump below may be waiting for news
+        }
+        let start = after ?? outbox.lastPosition
+        Task {
+            var cursor = start
+            while stream.isOpen {
+                let read = outbox.read(after: cursor, maxBytes: max(1, limit / 4))
+                if let gap = read.gap {
+                    stream.send(Self.sse(id: gap.upperBound, data: OutboxEvent.gap(from: gap.lowerBound, through: gap.upperBound, outbox: outbox.id,
+                                                                                 time: Date().timeIntervalSince1970)))
+                    cursor = gap.upperBound
+                }
+                var bytes: [UInt8] = []
+                for entry in read.entries {
+                    bytes += Self.sse(id: entry.position, data: entry.body)
+                    cursor = entry.position
+                }
+                stream.send(bytes)
+                if read.gap == nil, read.entries.isEmpty {
+                    await outbox.news(after: cursor)
+                } else {
+                    await stream.waitForSpace()
+                }
+            }
         }
     }
 

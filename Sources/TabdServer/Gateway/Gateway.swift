@@ -94,8 +94,13 @@ final class Gateway: WebSocketServerHandler {
     private let connections = Atomic<Int>(0)
     private let state = Locked(State())
 
-    init(options: Options, auth: Authenticator, metrics: Metrics, log: Log, registry: RoomRegistry, cluster: ClusterNode? = nil) {
+    /// The outbox's webhooks, for `/metrics` (nil in a cluster).
+    let webhooks: Webhooks?
+
+    init(options: Options, auth: Authenticator, metrics: Metrics, log: Log, registry: RoomRegistry, cluster: ClusterNode? = nil,
+         webhooks: Webhooks? = nil) {
         self.options = options; self.auth = auth; self.metrics = metrics; self.log = log; self.registry = registry; self.cluster = cluster
+        self.webhooks = webhooks
         api = RoomsAPI(registry: registry, auth: auth, log: log)
         fence = SiteFence(options: options, credentials: auth.isOn)
     }
@@ -374,7 +379,7 @@ final class Gateway: WebSocketServerHandler {
                                       queuedBytes: registry.server?.queuedBytes ?? 0,
                                       queuedAnswerBytes: registry.server?.queuedAnswerBytes ?? 0,
                                       droppedAnswers: registry.server?.droppedAnswers ?? 0)
-                + (cluster?.metricsText ?? "")
+                + (cluster?.metricsText ?? "") + (webhooks?.metricsText ?? "")
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:
             if request.path.hasPrefix(RoomsAPI.prefix) {

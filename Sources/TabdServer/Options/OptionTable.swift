@@ -1,6 +1,7 @@
 import ArgumentParsing
 import Coordinator
 import JetStream
+import Outbox
 import WebSockets
 
 /// One of tabd's options, declared once: its name, the value it takes, what it sets (with
@@ -250,6 +251,26 @@ extension Options {
         .text("--token", "TOKEN", \.token, excludes: ["--token-file"],
               help: "an admin token for every room, required (as ?token= or 'Authorization: Bearer') unless a signed token is given; visible in ps: prefer --token-file or TABD_TOKEN"),
         .text("--token-file", "FILE", \.tokenFile, nonEmpty: false, excludes: ["--token"], help: "the same, read from FILE"),
+        OptionSpec(name: "--webhook", value: "URL",
+                   help: "post every event of the outbox (--webhook-events) to URL, http:// or https:// (repeatable): at least once, in order per room, retried with backoff while the receiver is down, slow or failing",
+                   defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
+            do throws(WebhookTarget.Invalid) { o.webhooks.append(try WebhookTarget(text).url) } catch { throw UsageError(error.description.replacingOccurrences(of: "--webhook", with: given)) }
+        },
+        OptionSpec(name: "--webhook-events", value: "LIST",
+                   help: "the events the outbox keeps, for webhooks and GET /api/events: a comma-separated list of roomCreated, roomDeleted, clientJoined, clientLeft and batch (every batch of every room)",
+                   defaultText: { _ in "roomCreated,roomDeleted,clientJoined,clientLeft" }) { (o, text, given) throws(UsageError) in
+            switch OutboxKinds.parse(text) {
+            case let .success(kinds): o.webhookEvents = kinds
+            case let .failure(error):
+                throw UsageError("\(given) takes a list of roomCreated, roomDeleted, clientJoined, clientLeft and batch; '\(OptionSpec.quoted(error.name))' is none of them")
+            }
+        },
+        .text("--webhook-secret-file", "FILE", \.webhookSecretFile, nonEmpty: false,
+              help: "sign every webhook request as Standard Webhooks do (webhook-id, webhook-timestamp, webhook-signature: HMAC-SHA256) with the secret in FILE (whsec_ and base64, or 24 to 64 bytes; two lines during a rotation: both sign)"),
+        .text("--webhook-ca-file", "FILE", \.webhookCAFile, nonEmpty: false,
+              help: "also trust these CA certificates (PEM) for https:// webhooks, beside the system's"),
+        .int("--webhook-outbox-bytes", \.webhookOutboxBytes, 65_536...(1 << 40),
+             help: "what the outbox's events may weigh; past it the oldest go, and a webhook or reader that had not got them gets a gap event"),
         .int("--ping-interval", \.pingInterval, value: "SECS", 1...3600, help: "ping a silent peer after SECS, drop it after 2×SECS"),
         .int("--request-timeout", \.requestTimeout, value: "SECS", 1...3600,
              help: "an HTTP request's head must arrive within SECS of the connection's start (or of the previous answer), its body within SECS more, else 408; an idle connection is closed after SECS"),

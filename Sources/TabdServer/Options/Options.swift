@@ -2,6 +2,7 @@ import ArgumentParsing
 import Auth
 import Coordinator
 import Foundation
+import Outbox
 import WebSockets
 
 /// tabd's command line (PROTOCOL.md "The daemon").
@@ -23,6 +24,16 @@ public struct Options: Sendable {
     public var queueBytes = 8 << 20
     /// `--queue-bytes-total`: bytes that may wait for every connection together.
     public var queueBytesTotal = 256 << 20
+    /// `--webhook` (repeatable): the URLs every outbox event is posted to.
+    public var webhooks: [String] = []
+    /// `--webhook-events`: what the outbox keeps.
+    public var webhookEvents: OutboxKinds = .default
+    /// `--webhook-secret-file`: the secret (or two) webhook requests are signed with.
+    public var webhookSecretFile: String?
+    /// `--webhook-ca-file`: more CAs an https webhook's certificate may chain to.
+    public var webhookCAFile: String?
+    /// `--webhook-outbox-bytes`: what the outbox may weigh.
+    public var webhookOutboxBytes = 16 << 20
     /// `--max-room-bytes`: what a room's tabs, stacks and values may weigh together.
     public var maxRoomBytes = Coordinator.Configuration.defaultMaxStateBytes
     public var rateLimit = 100
@@ -198,6 +209,12 @@ public struct Options: Sendable {
             }
             if let a = given["--state"] ?? given["--state-sync"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
+            }
+            if let a = given["--webhook"] ?? given["--webhook-events"] ?? given["--webhook-outbox-bytes"], let b = given["--cluster"] {
+                throw UsageError("\(a) is not available with \(b) yet: a cluster's nodes keep no outbox; follow its rooms with GET /api/rooms/ID/events")
+            }
+            if o.webhooks.isEmpty, let a = given["--webhook-secret-file"] ?? given["--webhook-ca-file"] {
+                throw UsageError("\(a) is for webhooks: it needs --webhook")
             }
             if given["--cluster"] == nil, let a = Self.engineOptions.lazy.compactMap({ given[$0] }).first {
                 throw UsageError("\(a) is for a node of a cluster: it needs --cluster")

@@ -1,4 +1,5 @@
 import Coordinator
+import Outbox
 import Dispatch
 import Locking
 import Synchronization
@@ -296,8 +297,10 @@ actor Room: DirectoryRoom {
 
     /// Hands every publication out (``RoomOutput``).
     private func attach(_ coordinator: Coordinator) async {
-        let output = RoomOutput(room: id, channel: channel, server: server, registry: registry, api: api.shared,
-                                peerAnswers: router?.answers, counter: coordinator.counter)
+        var made = RoomOutput(room: id, channel: channel, server: server, registry: registry, api: api.shared,
+                              peerAnswers: router?.answers, counter: coordinator.counter)
+        if let outbox = registry.memoryOutbox { made.outbox = (outbox, coordinator.epoch) }
+        let output = made
         let registry = registry
         await coordinator.addPublisher { [weak self] batches, answers in
             let answeredCalls = output.publish(batches, answers)
@@ -533,6 +536,9 @@ actor Room: DirectoryRoom {
         // A deleted room's log is gone: what it still writes can never be stored.
         if code == .roomGone { shared?.abandon() }
         _ = await coordinator.snapshot() // settles what is still committing
+        if code == .roomGone, let outbox = registry.memoryOutbox, outbox.kinds.contains(.roomDeleted) {
+            outbox.append([.roomDeleted(id, epoch: coordinator.epoch, seq: await coordinator.currentSeq)])
+        }
         await loaded?.unload()
         server.removeChannel(channel, code: code, reason: reason)
         await refuseEverything(code: code, reason: reason)

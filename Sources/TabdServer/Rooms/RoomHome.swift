@@ -1,4 +1,5 @@
 import Coordinator
+import Outbox
 import StateStore
 
 /// Where rooms live: memory (nothing outlives the daemon), the state file, or a cluster's
@@ -59,12 +60,15 @@ struct LoadedRoom: Sendable {
 struct MemoryHome: RoomHome {
     /// The tabs of a room loaded without a template (one whose earlier load failed).
     let defaultTabs: [TabInfo]
+    /// Where a new room's `roomCreated` goes.
+    var outbox: Outbox?
 
     var persistent: Bool { false }
 
     func load(_ id: RoomID, template: [TabInfo]?, configuration: Coordinator.Configuration) async throws(RoomLoadError) -> LoadedRoom {
         do {
             let coordinator = try Coordinator(tabs: template ?? defaultTabs, configuration: configuration)
+            if let outbox, outbox.kinds.contains(.roomCreated) { outbox.append([.roomCreated(id, epoch: coordinator.epoch)]) }
             return LoadedRoom(coordinator: coordinator, created: true, shared: nil, unload: {}, summary: nil)
         } catch {
             throw RoomLoadError("room '\(id)': \(error.message)")

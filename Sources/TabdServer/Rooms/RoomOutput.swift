@@ -1,4 +1,5 @@
 import Coordinator
+import Outbox
 import Locking
 import WebSockets
 
@@ -15,11 +16,16 @@ struct RoomOutput: Sendable {
     let api: RoomAPI.Shared
     let peerAnswers: (any PeerAnswers)?
     let counter: ScrollCounter
+    /// With rooms in memory: the outbox this room writes its events to, and its epoch.
+    var outbox: (outbox: Outbox, epoch: String)?
 
     /// Hands one publication out; returns how many HTTP calls it answered.
     func publish(_ batches: [EventBatch], _ answers: [Answer]) -> Int {
         let (metrics, log) = (registry.metrics, registry.log)
         if let last = batches.last { metrics.published(batches, room: room, seq: last.lastSeq, scrollToTop: counter.value) }
+        if let (outbox, epoch) = outbox {
+            outbox.append(batches.flatMap { OutboxEvent.of($0, room: room, epoch: epoch, kinds: outbox.kinds) })
+        }
         var replies: [(ConnectionID, OutgoingFrame)] = []
         replies.reserveCapacity(answers.count)
         var answeredCalls = 0

@@ -1,4 +1,5 @@
 import Coordinator
+import Outbox
 import Dispatch
 import Locking
 import StateStore
@@ -79,17 +80,28 @@ final class RoomRegistry: Sendable {
     let clock: any RoomClock
     private let state: Locked<State>
 
-    /// `home`: where rooms live; by default memory (or `store`, the state file).
+    /// The events webhooks deliver and `GET /api/events` streams (nil: none kept, a cluster).
+    let outbox: Outbox?
+    /// The same when the rooms write it themselves (`--state :memory:`: no state file's
+    /// writer writes it in its transactions); nil otherwise.
+    let memoryOutbox: Outbox?
+
+    /// `home`: where rooms live; by default memory (or `store`, the state file). `outbox`:
+    /// the outbox (with rooms in memory, they write it).
     init(settings: Settings, store: StateStore?, home: (any RoomHome)? = nil, existing: [RoomID], metrics: Metrics, log: Log,
-         clock: any RoomClock = SystemRoomClock()) {
+         clock: any RoomClock = SystemRoomClock(), outbox: Outbox? = nil) {
         self.settings = settings
         self.clock = clock
+        self.outbox = outbox
         if let home {
             self.home = home
+            self.memoryOutbox = nil
         } else if let store {
             self.home = StateFileHome(store: store)
+            self.memoryOutbox = nil
         } else {
-            self.home = MemoryHome(defaultTabs: settings.template)
+            self.home = MemoryHome(defaultTabs: settings.template, outbox: outbox)
+            self.memoryOutbox = outbox
         }
         self.metrics = metrics
         self.log = log

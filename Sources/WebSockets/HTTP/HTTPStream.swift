@@ -28,6 +28,8 @@ public final class HTTPStream: Sendable {
         var wake: (@Sendable () -> Void)?
         /// Pieces were added since the service thread last took them, and it was woken.
         var wakePending = false
+        /// Tasks waiting in ``waitForSpace()``.
+        var spaceWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     private let state = Locked(State())
@@ -73,6 +75,19 @@ public final class HTTPStream: Sendable {
         for close in closers { close() }
     }
 
+    /// Waits until at most half of `limit` waits for the peer (or the stream ended): a
+    /// producer with much to send sends it in parts, as the peer takes them.
+    public func waitForSpace() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { s -> Bool in
+                if s.closed || s.bytes <= limit / 2 { return true }
+                s.spaceWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
     /// Calls `handler` once the stream ends (at once if it has).
     public func onClose(_ handler: @escaping @Sendable () -> Void) {
         let closed = state.withLock { s -> Bool in
@@ -90,7 +105,9 @@ public final class HTTPStream: Sendable {
 
     private func takeClosers(_ s: inout State) -> [@Sendable () -> Void] {
         defer { s.onClose = [] }
-        return s.onClose
+        let waiters = s.spaceWaiters
+        s.spaceWaiters = []
+        return s.onClose + waiters.map { waiter in { waiter.resume() } }
     }
 
     // MARK: The service thread
@@ -118,17 +135,20 @@ public final class HTTPStream: Sendable {
 
     /// Takes everything queued (joined into one write), or how the stream ends.
     func take() -> Take {
-        state.withLock { s in
+        let (take, waiters) = state.withLock { s -> (Take, [CheckedContinuation<Void, Never>]) in
             s.wakePending = false
-            if s.dropped { return .drop }
+            if s.dropped { return (.drop, []) }
             if !s.pieces.isEmpty {
                 let bytes = s.pieces.count == 1 ? s.pieces[0] : Array(s.pieces.joined())
                 s.pieces = []
                 s.bytes = 0
-                return .bytes(bytes)
+                defer { s.spaceWaiters = [] }
+                return (.bytes(bytes), s.spaceWaiters)
             }
-            return s.closed ? .end : .bytes([])
+            return (s.closed ? .end : .bytes([]), [])
         }
+        for waiter in waiters { waiter.resume() }
+        return take
     }
 
     /// A heartbeat the service thread adds when the stream was quiet (a comment line, which

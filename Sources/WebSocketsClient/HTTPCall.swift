@@ -1,11 +1,10 @@
 import CTLS
 import Foundation
 import WebSocketEngine
-import WebSocketsClient
 
 /// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
-/// for tabd's HTTP API and `/metrics` (``TabdAPI`` runs it off the caller's thread; the
-/// benchmark calls it directly).
+/// for tabd's HTTP API and `/metrics` (TabdClient's `TabdAPI` runs it off the caller's
+/// thread; the benchmark calls it directly) and for tabd's webhooks (on threads of their own).
 public struct HTTPCall: Sendable {
     public struct Response: Sendable {
         public var status: Int
@@ -33,8 +32,10 @@ public struct HTTPCall: Sendable {
         self.tls = tls
     }
 
-    /// Sends the request and reads the whole answer (its `Content-Length`, or up to the close).
-    public func send(timeoutSeconds: Int = 30) throws(Failure) -> Response {
+    /// Sends the request and reads the whole answer (its `Content-Length`, or up to the close),
+    /// or its first `maxAnswerBytes` (the rest is not read). `timeoutSeconds` bounds each
+    /// read and write, `connectTimeoutSeconds` (default: the same) the connection.
+    public func send(timeoutSeconds: Int = 30, connectTimeoutSeconds: Int? = nil, maxAnswerBytes: Int = .max) throws(Failure) -> Response {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -53,7 +54,8 @@ public struct HTTPCall: Sendable {
             var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
             setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
             setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            if connect(s, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 { fd = s } else { lastErrno = errno; close(s) }
+            let outcome = Self.connect(s, a.pointee.ai_addr, a.pointee.ai_addrlen, timeoutSeconds: connectTimeoutSeconds ?? timeoutSeconds)
+            if outcome == 0 { fd = s } else { lastErrno = outcome; close(s) }
         }
         guard fd >= 0 else { throw Failure(description: "connect to \(host):\(port): \(String(cString: strerror(lastErrno)))") }
         defer { close(fd) }
@@ -73,7 +75,7 @@ public struct HTTPCall: Sendable {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_384, alignment: 8)
         defer { buffer.deallocate() }
         var expected: Int?
-        while expected.map({ answer.count < $0 }) ?? true {
+        while expected.map({ answer.count < $0 }) ?? true, answer.count < maxAnswerBytes {
             let n = try stream.receive(into: buffer)
             if n == 0 { break }
             answer += buffer[0..<n]
@@ -89,6 +91,23 @@ public struct HTTPCall: Sendable {
         let statusLine = String(decoding: answer[0..<end], as: UTF8.self).split(separator: " ", maxSplits: 2)
         guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw Failure(description: "no status line") }
         return Response(status: status, body: String(decoding: answer[(end + 4)...], as: UTF8.self))
+    }
+
+    /// Connects `fd` within `timeoutSeconds` (a peer that drops the SYN does not hold the
+    /// caller for the kernel's two minutes); 0, or the errno.
+    private static func connect(_ fd: Int32, _ address: UnsafePointer<sockaddr>, _ length: socklen_t, timeoutSeconds: Int) -> Int32 {
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+        defer { _ = fcntl(fd, F_SETFL, flags) }
+        if Glibc.connect(fd, address, length) == 0 { return 0 }
+        guard errno == EINPROGRESS else { return errno }
+        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        let ready = poll(&p, 1, Int32(clamping: timeoutSeconds * 1000))
+        guard ready > 0 else { return ready == 0 ? ETIMEDOUT : errno }
+        var failure: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &size) == 0 else { return errno }
+        return failure
     }
 
     /// The index of the `\r\n\r\n` that ends the headers.

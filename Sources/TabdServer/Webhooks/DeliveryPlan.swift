@@ -1,0 +1,93 @@
+import Coordinator
+import Outbox
+
+/// Which of the outbox's events a webhook posts next, and how far it has delivered: every
+/// decision of one webhook's delivery, as a value (``WebhookDelivery`` performs it).
+///
+/// In order per room: a room's next event goes only once its previous one was delivered;
+/// events of different rooms go side by side (up to the delivery's threads). The *cursor* is
+/// the last position up to which everything was delivered (or dropped, and told in a `gap`):
+/// a restart goes on after it, so what was delivered past it is posted again (at least once).
+struct DeliveryPlan: Sendable {
+    enum Job: Sendable, Equatable {
+        case event(Outbox.Entry)
+        /// Positions the outbox dropped (past its bound) before this webhook got them.
+        case gap(ClosedRange<Int>)
+    }
+
+    /// Everything up to here is delivered (or dropped and told).
+    private(set) var cursor: Int
+    /// Positions up to here were read from the outbox (handed out, waiting, or done).
+    private var scanned: Int
+    /// Read, not yet handed out (their room was busy), in order.
+    private var waiting: [Outbox.Entry] = []
+    /// Rooms with an event on its way.
+    private var busy: Set<RoomID> = []
+    /// Delivered positions past the cursor.
+    private var done: Set<Int> = []
+    /// Told gaps past the cursor (kept as ranges: a gap may span millions of positions).
+    private var doneRanges: [ClosedRange<Int>] = []
+    /// Dropped positions to tell, before anything read after them.
+    private var gaps: [ClosedRange<Int>] = []
+    /// A gap being told.
+    private var gapOut = false
+    /// At most this many read ahead and not handed out.
+    let readAhead: Int
+
+    init(cursor: Int, readAhead: Int = 4096) {
+        self.cursor = cursor
+        scanned = cursor
+        self.readAhead = readAhead
+    }
+
+    /// The next job, reading from `outbox` when nothing read is ready; nil when there is
+    /// none now (all busy, or nothing new).
+    mutating func next(from outbox: Outbox) -> Job? {
+        if let job = ready() { return job }
+        guard waiting.count < readAhead else { return nil }
+        let read = outbox.read(after: scanned, maxCount: readAhead - waiting.count)
+        if let gap = read.gap {
+            gaps.append(gap)
+            scanned = gap.upperBound
+        }
+        for entry in read.entries {
+            waiting.append(entry)
+            scanned = entry.position
+        }
+        return ready()
+    }
+
+    private mutating func ready() -> Job? {
+        if !gapOut, let gap = gaps.first {
+            gapOut = true
+            return .gap(gap)
+        }
+        guard let n = waiting.firstIndex(where: { !busy.contains($0.room) }) else { return nil }
+        // The first waiting event of a free room is that room's earliest undelivered one.
+        let entry = waiting.remove(at: n)
+        busy.insert(entry.room)
+        return .event(entry)
+    }
+
+    /// `job` was delivered (answered 2xx).
+    mutating func delivered(_ job: Job) {
+        switch job {
+        case let .event(entry):
+            busy.remove(entry.room)
+            done.insert(entry.position)
+        case let .gap(range):
+            gapOut = false
+            gaps.removeFirst()
+            doneRanges.append(range)
+        }
+        while true {
+            if done.remove(cursor + 1) != nil {
+                cursor += 1
+            } else if let n = doneRanges.firstIndex(where: { $0.lowerBound == cursor + 1 }) {
+                cursor = doneRanges.remove(at: n).upperBound
+            } else {
+                break
+            }
+        }
+    }
+}

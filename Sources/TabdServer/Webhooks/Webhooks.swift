@@ -1,0 +1,98 @@
+import Auth
+import Outbox
+import StateStore
+import WebSocketsClient
+
+/// The outbox and the webhooks that deliver it (`--webhook`): made once the state is open,
+/// started once tabd listens, stopped after the rooms.
+final class Webhooks: Sendable {
+    let outbox: Outbox
+    let deliveries: [WebhookDelivery]
+
+    private init(outbox: Outbox, deliveries: [WebhookDelivery]) {
+        self.outbox = outbox
+        self.deliveries = deliveries
+    }
+
+    /// One delivery per `--webhook`, each from where it stood: its cursor in the state file,
+    /// or (a webhook new to this file, or rooms in memory) after the outbox's last event
+    /// now, stored at once so that a crash right after loses it nothing.
+    static func make(_ options: Options, outbox: Outbox, store: StateStore?, log: Log) async throws(Daemon.StartError) -> Webhooks {
+        var signer: WebhookSigner?
+        if let file = options.webhookSecretFile {
+            options.warnIfOpenToEveryone(file, "webhook secret") { log.warn($0) }
+            do { signer = try WebhookSigner.load(path: file) } catch { throw Daemon.StartError("--webhook-secret-file: \(error)") }
+        }
+        var trust: TLSTrust?
+        if let file = options.webhookCAFile {
+            do { trust = try TLSTrust(caFile: file) } catch { throw Daemon.StartError("--webhook-ca-file: \(error)") }
+        }
+        var cursors: [String: Int] = [:]
+        if let store {
+            do { cursors = try await store.webhookCursors() } catch { throw Daemon.StartError(error.message) }
+        }
+        var deliveries: [WebhookDelivery] = []
+        for (n, url) in options.webhooks.enumerated() {
+            let target: WebhookTarget
+            do { target = try WebhookTarget(url) } catch { throw Daemon.StartError(error.description) }
+            var cursor = cursors[url]
+            if cursor == nil {
+                cursor = store == nil ? 0 : outbox.lastPosition
+                if let store {
+                    do { try await store.saveWebhookCursor(url, position: cursor!) } catch { throw Daemon.StartError(error.message) }
+                }
+            }
+            do {
+                deliveries.append(try WebhookDelivery(target: target, number: n + 1, outbox: outbox, cursor: cursor!, signer: signer,
+                                                      store: store, log: log, trust: trust))
+            } catch {
+                throw Daemon.StartError("--webhook \(target.shown): \(error)")
+            }
+            log.info("webhook \(n + 1): \(target.shown), from outbox position \(cursor! + 1)"
+                + (signer == nil ? ", unsigned" : ", signed (\(signer!.secrets.count) secret\(signer!.secrets.count == 1 ? "" : "s"))"))
+        }
+        return Webhooks(outbox: outbox, deliveries: deliveries)
+    }
+
+    func start() {
+        for delivery in deliveries { delivery.start() }
+    }
+
+    /// Waits (a few seconds at most) for the requests on their way, and stores where each stands.
+    func stop() async {
+        for delivery in deliveries { await delivery.stop(timeout: 3) }
+        outbox.wakeAll()
+    }
+
+    /// The outbox's and the webhooks' lines of `/metrics`.
+    var metricsText: String {
+        let f = outbox.figures
+        var out = """
+        # HELP tabd_outbox_events Events the outbox holds (what webhooks deliver and GET /api/events streams).
+        # TYPE tabd_outbox_events gauge
+        tabd_outbox_events \(f.count)
+        # HELP tabd_outbox_bytes What they weigh, bounded by --webhook-outbox-bytes.
+        # TYPE tabd_outbox_bytes gauge
+        tabd_outbox_bytes \(f.bytes)
+        # HELP tabd_outbox_position The last position written.
+        # TYPE tabd_outbox_position gauge
+        tabd_outbox_position \(f.last)
+        # HELP tabd_outbox_dropped_total Events dropped, oldest first, past --webhook-outbox-bytes (since tabd started).
+        # TYPE tabd_outbox_dropped_total counter
+        tabd_outbox_dropped_total \(f.dropped)
+
+        """
+        guard !deliveries.isEmpty else { return out }
+        let lines = deliveries.map { $0.metricsLines() }
+        out += "# HELP tabd_webhook_pending Events written after the last one delivered in order, by webhook (its place on the command line).\n"
+        out += "# TYPE tabd_webhook_pending gauge\n" + lines.map(\.pending).joined()
+        out += "# HELP tabd_webhook_delivered_total Requests answered 2xx.\n# TYPE tabd_webhook_delivered_total counter\n" + lines.map(\.delivered).joined()
+        out += "# HELP tabd_webhook_failed_total Requests that failed (no connection, a timeout, or not 2xx); each is tried again.\n"
+        out += "# TYPE tabd_webhook_failed_total counter\n" + lines.map(\.failed).joined()
+        out += "# HELP tabd_webhook_gaps_total gap events delivered (events dropped past --webhook-outbox-bytes before delivery).\n"
+        out += "# TYPE tabd_webhook_gaps_total counter\n" + lines.map(\.gaps).joined()
+        out += "# HELP tabd_webhook_request_seconds How long each request took, answered or not.\n"
+        out += "# TYPE tabd_webhook_request_seconds histogram\n" + lines.map(\.histogram).joined()
+        return out
+    }
+}
