@@ -173,6 +173,13 @@ public final class Outbox: @unchecked Sendable {
         return Read(gap: gap, entries: taken)
     }
 
+    /// The first position kept (the next one when none is).
+    public var firstKept: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return state.start < state.entries.count ? state.entries[state.start].position : state.next
+    }
+
     /// The last position written (0: none yet).
     public var lastPosition: Int {
         condition.lock()

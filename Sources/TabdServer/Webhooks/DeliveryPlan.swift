@@ -11,7 +11,8 @@ import Outbox
 struct DeliveryPlan: Sendable {
     enum Job: Sendable, Equatable {
         case event(Outbox.Entry)
-        /// Positions the outbox dropped (past its bound) before this webhook got them.
+        /// Positions the outbox dropped (past its bound) before this webhook got them: all of
+        /// the range.
         case gap(ClosedRange<Int>)
     }
 
@@ -34,7 +35,9 @@ struct DeliveryPlan: Sendable {
     /// At most this many read ahead and not handed out.
     let readAhead: Int
 
-    init(cursor: Int, readAhead: Int = 4096) {
+    /// `readAhead`: events read and held here beyond those on their way (memory past the
+    /// outbox's bound: a busy room's next events wait here, at most this many).
+    init(cursor: Int, readAhead: Int = 256) {
         self.cursor = cursor
         scanned = cursor
         self.readAhead = readAhead
@@ -43,11 +46,25 @@ struct DeliveryPlan: Sendable {
     /// The next job, reading from `outbox` when nothing read is ready; nil when there is
     /// none now (all busy, or nothing new).
     mutating func next(from outbox: Outbox) -> Job? {
+        // What the outbox dropped meanwhile is told, not sent: its events were read ahead
+        // only because their room was busy, so they are the first after the cursor and each
+        // other (the ones in between went out already or are on their way, and stay so).
+        let kept = outbox.firstKept
+        if let oldest = waiting.first, oldest.position < kept, !waiting.isEmpty {
+            let dropped = waiting.prefix { $0.position < kept }
+            waiting.removeFirst(dropped.count)
+            if dropped.last!.position - oldest.position + 1 == dropped.count {
+                addGap(oldest.position...dropped.last!.position)
+            } else {
+                // Not one range: told one by one (at most `readAhead` of them).
+                for entry in dropped { addGap(entry.position...entry.position) }
+            }
+        }
         if let job = ready() { return job }
         guard waiting.count < readAhead else { return nil }
         let read = outbox.read(after: scanned, maxCount: readAhead - waiting.count)
         if let gap = read.gap {
-            gaps.append(gap)
+            addGap(gap)
             scanned = gap.upperBound
         }
         for entry in read.entries {
@@ -55,6 +72,16 @@ struct DeliveryPlan: Sendable {
             scanned = entry.position
         }
         return ready()
+    }
+
+    /// A gap to tell; one that follows the last not told yet makes it longer.
+    private mutating func addGap(_ range: ClosedRange<Int>) {
+        let pending = gapOut ? 1 : 0
+        if gaps.count > pending, let last = gaps.last, last.upperBound + 1 == range.lowerBound {
+            gaps[gaps.count - 1] = last.lowerBound...range.upperBound
+        } else {
+            gaps.append(range)
+        }
     }
 
     private mutating func ready() -> Job? {
