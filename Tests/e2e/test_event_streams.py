@@ -14,6 +14,7 @@ from conftest import WAIT, Client
 from sse import EventStream, StreamClosed, wait_until
 from test_auth import claims, key_file, sign  # noqa: F401 (key_file is a fixture)
 from test_rooms import call
+from test_schema import validator
 
 
 def metric(d, name):
@@ -67,6 +68,7 @@ async def test_a_reader_resumed_ten_times_under_load_gets_exactly_the_rooms_hist
             for _ in range(n):
                 e = s.next_event()
                 assert re.fullmatch(r"\d+", e["id"]), e["id"]
+                assert not list(validator("room-stream-event.json").iter_errors(e["data"])), e["data"]
                 if e["data"]["type"] == "snapshot":
                     snapshots.append(e["data"])
                     assert int(e["id"]) == e["data"]["snapshot"]["seq"]

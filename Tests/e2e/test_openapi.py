@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ROOT, WAIT
 from test_auth import claims, key_file, sign  # noqa: F401 (key_file: a fixture)
+from sse import EventStream
 from test_schema import validator
 
 DOC = os.path.join(ROOT, "docs", "openapi.json")
@@ -55,7 +56,7 @@ def test_the_document_is_openapi_3_1_and_every_ref_resolves():
     doc = document()
     assert doc["openapi"] == "3.1.0" and doc["info"]["title"] and doc["paths"]
     ids = [op["operationId"] for _, _, op in operations(doc)]
-    assert len(ids) == len(set(ids)) == 6, ids
+    assert len(ids) == len(set(ids)) == 8, ids
     for _, path, op in operations(doc):
         assert path.startswith("/api/"), path
         for status, response in op["responses"].items():
@@ -85,6 +86,16 @@ class API:
         return status, head, json.loads(text) if text else None
 
 
+def stream(d, path, token):
+    """(status, headers, the first event's data or the error's JSON) of a stream's GET."""
+    s = EventStream(d.http, path, {"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        body = s.next_event()["data"] if s.status == 200 else (json.loads(s.body) if s.body else None)
+        return s.status, s.headers, body
+    finally:
+        s.close()
+
+
 class Conformance:
     """Checks each answer against the document, and records what was seen."""
 
@@ -98,7 +109,11 @@ class Conformance:
         responses = op["responses"]
         assert str(status) in responses, f"{method.upper()} {template} answered {status}, which the document does not give: {body}"
         content = responses[str(status)].get("content")
-        if content:
+        if content and "text/event-stream" in content:
+            assert headers.get("content-type", "").startswith("text/event-stream")
+            errors = list(validator(schema_name(content["text/event-stream"]["schema"]["$ref"])).iter_errors(body))
+            assert not errors, f"{method.upper()} {template} {status}: {errors[0].message} in {json.dumps(body)[:400]}"
+        elif content:
             assert headers.get("Content-Type", headers.get("content-type", "")).startswith("application/json")
             errors = list(validator(schema_name(content["application/json"]["schema"]["$ref"])).iter_errors(body))
             assert not errors, f"{method.upper()} {template} {status}: {errors[0].message} in {json.dumps(body)[:400]}"
@@ -140,13 +155,22 @@ def test_every_operation_answers_as_the_document_says(make_daemon, key_file):
     c("post", "/api/rooms/{id}/commands", api.call("post", "/api/rooms/r1/commands", raw=b" " * 70_000))
     c("delete", "/api/rooms/{id}", api.call("delete", "/api/rooms/r2"))
     c("delete", "/api/rooms/{id}", api.call("delete", "/api/rooms/r2"))
+    # The two streams: the first event's data against the document's schema, or the refusal.
+    for template, path in (("/api/rooms/{id}/events", "/api/rooms/r1/events"), ("/api/rooms/{id}/events", "/api/rooms/r1/events?after=x"),
+                           ("/api/rooms/{id}/events", "/api/rooms/nobody/events"), ("/api/events", "/api/events?after=0"),
+                           ("/api/events", "/api/events?after=-1")):
+        for token in (True, False, room_admin if template == "/api/events" else sign(claims(room="r1", role="view"))):
+            c("get", template, stream(d, path, api.token if token is True else token))
 
+    # Each operation's success, and its refusals of a bad request, a missing or a weak credential.
     # Each operation's success, and its refusals of a bad request, a missing or a weak credential.
     for op, status in [("listRooms", 200), ("listRooms", 400), ("listRooms", 401), ("listRooms", 403), ("createRoom", 201),
                        ("createRoom", 409), ("createRoom", 400), ("createRoom", 413), ("readRoom", 200), ("readRoom", 404),
                        ("readRoom", 400), ("readRoom", 403), ("readClients", 200), ("readClients", 400), ("readClients", 404),
                        ("postCommand", 200), ("postCommand", 400), ("postCommand", 404), ("postCommand", 413),
-                       ("deleteRoom", 204), ("deleteRoom", 404)]:
+                       ("deleteRoom", 204), ("deleteRoom", 404), ("followRoom", 200), ("followRoom", 400), ("followRoom", 401),
+                       ("followRoom", 403), ("followRoom", 404), ("followEvents", 200), ("followEvents", 400),
+                       ("followEvents", 401), ("followEvents", 403)]:
         assert (op, status) in seen.seen, f"{op} never answered {status}"
 
 
@@ -167,7 +191,8 @@ def test_a_method_the_document_does_not_give_is_refused_with_the_documented_ones
     doc = document()
     api = API(daemon, None)
     concrete = {"/api/rooms": "/api/rooms", "/api/rooms/{id}": "/api/rooms/r1", "/api/rooms/{id}/clients": "/api/rooms/r1/clients",
-                "/api/rooms/{id}/commands": "/api/rooms/r1/commands"}
+                "/api/rooms/{id}/commands": "/api/rooms/r1/commands", "/api/rooms/{id}/events": "/api/rooms/r1/events",
+                "/api/events": "/api/events"}
     assert set(concrete) == set(doc["paths"]), "a path of the document this test does not try"
     for template, path in concrete.items():
         documented = {m.upper() for m in METHODS if m in doc["paths"][template]}

@@ -538,7 +538,7 @@ def test_every_schema_file_is_a_valid_2020_12_schema_whose_refs_resolve():
     expected = {f"{t}.json" for t in SERVER_FRAMES} | {
         "server-frame.json", "client-frame.json", "commands.json", "event.json", "state.json", "tab.json", "page.json",
         "client.json", "common.json", "api-rooms.json", "api-room.json", "api-created.json", "api-error.json",
-        "api-command-answer.json", "refresh.json"}
+        "api-command-answer.json", "refresh.json", "outbox-event.json", "room-stream-event.json"}
     assert set(docs) == expected
     for name, doc in docs.items():
         assert doc["$schema"] == DRAFT and doc["$id"] == name, name

@@ -22,6 +22,7 @@ import websockets
 from conftest import ROOT, WAIT, Client, Daemon
 from sse import EventStream, wait_until
 from test_rooms import call
+from test_schema import validator
 from webhook_receiver import SteeredReceiver, contrib, free_port
 
 
@@ -134,8 +135,11 @@ async def test_every_event_reaches_a_receiver_that_is_down_slow_and_failing_acro
     finally:
         load.stop.set()
         await running
+    # Every client gone (its leave written), then the outbox's last position stands still.
+    wait_until(lambda: metric(second, "tabd_clients") == 0, what="the load's clients to leave")
     last = metric(second, "tabd_outbox_position")
     wait_until(lambda: metric(second, "tabd_webhook_pending", 'webhook="1"') == 0, timeout=90, what="the delivery of every event")
+    assert metric(second, "tabd_outbox_position") == last
     assert metric(second, "tabd_outbox_dropped_total") == 0
 
     held = outbox(second, last)
@@ -143,8 +147,11 @@ async def test_every_event_reaches_a_receiver_that_is_down_slow_and_failing_acro
     got, again = delivered(receiver)
     bodies = {json.loads(b)["position"]: json.loads(b) for b in got.values()}
     assert sorted(bodies) == list(range(1, last + 1)), "every event delivered"
+    shape = validator("outbox-event.json")
     for e in held:
         assert bodies[int(e["id"])] == e["data"], "delivered exactly as the outbox holds it"
+        errors = list(shape.iter_errors(e["data"]))
+        assert not errors, f"{errors[0].message} in {e['data']}"
     # In order per room: each room's events arrived (the first time) in position order.
     order = {}
     for headers, body in receiver.received():
@@ -197,6 +204,8 @@ async def test_an_outbox_past_its_bound_drops_the_oldest_and_tells_the_receiver(
     wait_until(lambda: metric(d, "tabd_webhook_pending", 'webhook="1"') == 0, what="the delivery of what was kept")
     events = [json.loads(b) for _, b in receiver.received()]
     gaps = [e for e in events if e["type"] == "gap"]
+    for e in events:
+        assert not list(validator("outbox-event.json").iter_errors(e)), e
     # Each names what the receiver missed (a gap told while the receiver was down is tried
     # again like any event, and the next drops make another); with what it did get (the
     # first event, which a delivery thread held, trying it again), every position.
