@@ -110,7 +110,7 @@ let package = Package(
         .testTarget(name: "TabdObservationTests", dependencies: ["TabdObservation", "TabdClient", "TabdLoad", "Conformance", "Coordinator", "Locking", "TabdProtocol"],
                     swiftSettings: strict),
         // The daemon's library in-process: its pure rules, and whole daemons on port 0.
-        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "ArgumentParsing", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking", "TabdProtocol"],
+        .testTarget(name: "TabdServerTests", dependencies: ["TabdServer", "Outbox", "ArgumentParsing", "Auth", "Coordinator", "JetStream", "WebSockets", "WebSocketsClient", "TabdClient", "Locking", "TabdProtocol"],
                     swiftSettings: strict),
         .testTarget(name: "AuthTests", dependencies: ["Auth", "Coordinator", "TabdProtocol"], swiftSettings: strict),
         // Cluster nodes over a real NATS JetStream server (nats-server, from scripts/install-deps).

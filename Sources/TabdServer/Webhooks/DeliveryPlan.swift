@@ -50,17 +50,20 @@ struct DeliveryPlan: Sendable {
         // only because their room was busy, so they are the first after the cursor and each
         // other (the ones in between went out already or are on their way, and stay so).
         let kept = outbox.firstKept
-        if let oldest = waiting.first, oldest.position < kept, !waiting.isEmpty {
-            let dropped = waiting.prefix { $0.position < kept }
-            waiting.removeFirst(dropped.count)
-            if dropped.last!.position - oldest.position + 1 == dropped.count {
-                addGap(oldest.position...dropped.last!.position)
+        var dropped = false
+        if let oldest = waiting.first, oldest.position < kept {
+            dropped = true
+            let gone = waiting.prefix { $0.position < kept }
+            waiting.removeFirst(gone.count)
+            if gone.last!.position - oldest.position + 1 == gone.count {
+                addGap(oldest.position...gone.last!.position)
             } else {
                 // Not one range: told one by one (at most `readAhead` of them).
-                for entry in dropped { addGap(entry.position...entry.position) }
+                for entry in gone { addGap(entry.position...entry.position) }
             }
         }
-        if let job = ready() { return job }
+        // (After a drop, what follows is read first: a gap it starts with makes one with it.)
+        if !dropped, let job = ready() { return job }
         guard waiting.count < readAhead else { return nil }
         let read = outbox.read(after: scanned, maxCount: readAhead - waiting.count)
         if let gap = read.gap {
