@@ -211,7 +211,7 @@ public struct Options: Sendable {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
             if let a = given["--webhook"] ?? given["--webhook-events"] ?? given["--webhook-outbox-bytes"], let b = given["--cluster"] {
-                throw UsageError("\(a) is not available with \(b) yet: a cluster's nodes keep no outbox; follow its rooms with GET /api/rooms/ID/events")
+                throw UsageError("\(a) is not available with \(b) yet: a cluster's nodes keep no outbox")
             }
             if o.webhooks.isEmpty, let a = given["--webhook-secret-file"] ?? given["--webhook-ca-file"] {
                 throw UsageError("\(a) is for webhooks: it needs --webhook")
