@@ -75,12 +75,12 @@ async def rounds_of_power_cuts(make_daemon, fs, rounds, seed, extra=(), same_epo
     return acked, epoch, state
 
 
-async def history(make_daemon, state, epoch):
+async def history(make_daemon, state, epoch, extra=()):
     """A fresh tabd on `state` and the state it serves (a `sync` snapshot). The stored
     history is read from the file itself (`stored_stream`) once that tabd stopped: a
     `resume` from seq 0 is answered with a snapshot once its replay would outweigh the
     room's state, so a long history is not read over the protocol."""
-    d = make_daemon("--state", state, *WINDOW)
+    d = make_daemon("--state", state, *WINDOW, *extra)
     checker = await Client.connect(d.ws, name="checker")
     assert epoch is None or checker.welcome["epoch"] == epoch, "the history was replaced"
     _, reply = await checker.command("sync")
@@ -115,11 +115,24 @@ def integrity(path):
         db.close()
 
 
+def stored_outbox(state):
+    """The outbox's events in the state file, in position order: (position, event)."""
+    db = sqlite3.connect(state)
+    try:
+        rows = db.execute("SELECT position, body FROM outbox ORDER BY position").fetchall()
+    finally:
+        db.close()
+    return [(position, json.loads(bytes(body))) for position, body in rows]
+
+
 async def test_power_cuts_with_commands_in_flight_lose_no_ack(make_daemon, lfs):
     seed = int(os.environ.get("TABD_POWER_CUT_SEED", random.randrange(1 << 30)))
-    acked, epoch, state = await rounds_of_power_cuts(make_daemon, lfs, ROUNDS, seed)
+    # Every batch goes to the outbox too (what webhooks deliver): it must hold one event per
+    # stored batch, with no hole, after every cut.
+    every = ("--webhook-events", "roomCreated,roomDeleted,clientJoined,clientLeft,batch")
+    acked, epoch, state = await rounds_of_power_cuts(make_daemon, lfs, ROUNDS, seed, extra=every)
     assert sum(1 for seq in acked.values() if seq is not None) > ROUNDS, "commands were acknowledged in the rounds"
-    d, snapshot = await history(make_daemon, state, epoch)
+    d, snapshot = await history(make_daemon, state, epoch, extra=every)
     # Resume from acknowledged seqs of the last round: exactly what followed each, in order.
     rng = random.Random(seed)
     ends = sorted({seq for (client, ref), seq in acked.items() if seq is not None and ref.startswith(f"r{ROUNDS - 1}w")})
@@ -140,6 +153,13 @@ async def test_power_cuts_with_commands_in_flight_lose_no_ack(make_daemon, lfs):
     assert not phantom, f"commands acknowledged as changing nothing have events: {phantom[:3]} (seed {seed})"
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged commands lost, e.g. {lost[:3]} (seed {seed})"
     assert replay(stream) == snapshot, f"the state is the replay of the stored events (seed {seed})"
+    # The outbox survived the same cuts with its batches: one event per stored batch, in
+    # order, positions without a hole, so every acknowledged command's batch is there.
+    outbox = stored_outbox(state)
+    assert [p for p, _ in outbox] == list(range(1, len(outbox) + 1)), f"outbox positions without a hole (seed {seed})"
+    batches = [e for _, e in outbox if e["type"] == "batch" and e["room"] == "main" and e["seq"] <= snapshot["seq"]]
+    assert [(b["seq"], b["events"]) for b in batches] == [(s["events"][-1]["seq"], s["events"]) for s in stream], \
+        f"the outbox holds every stored batch once, in order (seed {seed})"
 
 
 async def test_power_cuts_with_state_sync_off_lose_acknowledged_commands(make_daemon, lfs):
