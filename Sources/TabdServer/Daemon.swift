@@ -98,9 +98,11 @@ public final class Daemon: Sendable {
                                                            syncCommits: options.stateSync))
                 store = opened
                 stored = try await opened.roomIDs()
-                let kept = Outbox(id: try await opened.outboxID(), limit: options.webhookOutboxBytes, kinds: options.webhookEvents)
-                try await opened.keepOutbox(kept)
-                outbox = kept
+                if options.keepsOutbox {
+                    let kept = Outbox(id: try await opened.outboxID(), limit: options.webhookOutboxBytes, kinds: options.webhookEvents)
+                    try await opened.keepOutbox(kept)
+                    outbox = kept
+                }
             } catch {
                 store?.close()
                 throw StartError(error.message)
@@ -112,7 +114,7 @@ public final class Daemon: Sendable {
             }
         } else {
             log.info("state in memory: nothing is kept when tabd stops")
-            outbox = Outbox(id: Outbox.newID(), limit: options.webhookOutboxBytes, kinds: options.webhookEvents)
+            if options.keepsOutbox { outbox = Outbox(id: Outbox.newID(), limit: options.webhookOutboxBytes, kinds: options.webhookEvents) }
         }
         if let outbox {
             let f = outbox.figures

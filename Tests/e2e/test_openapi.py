@@ -125,7 +125,7 @@ class Conformance:
 
 def test_every_operation_answers_as_the_document_says(make_daemon, key_file):
     doc = document()
-    d = make_daemon("--auth-secret-file", key_file)
+    d = make_daemon("--auth-secret-file", key_file, "--webhook-events", "roomCreated")
     api = API(d, sign(claims(room="*", role="admin")))
     room_admin = sign(claims(room="r1", role="admin"))
     seen = Conformance(doc)

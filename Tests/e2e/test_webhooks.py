@@ -284,8 +284,18 @@ async def test_api_events_resumed_after_a_disconnect_is_exactly_the_outbox_order
 
 
 def test_the_outbox_of_a_tabd_in_memory_says_so(make_daemon):
-    d = make_daemon()
+    d = make_daemon("--webhook-events", "roomCreated")
     d.wait_for_log("in memory (a restart loses its events)")
+
+
+def test_without_webhooks_tabd_keeps_no_outbox(make_daemon, tmp_path):
+    d = make_daemon("--state", str(tmp_path / "s.db"))
+    assert call(d, "PUT", "/api/rooms/r")[0] == 201
+    s = EventStream(d.http, "/api/events?after=0")
+    assert s.status == 404 and s.error()["code"] == "not_found"
+    s.close()
+    assert "outbox" not in d.log_so_far()
+    assert "tabd_outbox" not in d.get("/metrics")[1]
 
 
 async def test_the_python_and_node_receivers_of_contrib_check_and_print_each_event_once(make_daemon, secret_file):

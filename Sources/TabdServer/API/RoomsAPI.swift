@@ -77,7 +77,7 @@ struct RoomsAPI: Sendable {
     /// the reader got them come first as one `gap` event (its `id` the last dropped).
     private func followOutbox(after: Int?, responder: HTTPResponder) {
         guard let outbox = registry.outbox else {
-            return responder.respond(Self.error(404, "not_found", "a node of a cluster keeps no outbox: follow each room with GET /api/rooms/ID/events"))
+            return responder.respond(Self.error(404, "not_found", "this tabd keeps no outbox: start it with --webhook URL, or --webhook-events LIST for this stream alone"))
         }
         let limit = registry.settings.streamBytes
         let stream = responder.stream(Self.eventStreamHead, limit: limit)

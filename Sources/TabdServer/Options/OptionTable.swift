@@ -257,10 +257,12 @@ extension Options {
             do throws(WebhookTarget.Invalid) { o.webhooks.append(try WebhookTarget(text).url) } catch { throw UsageError(error.description.replacingOccurrences(of: "--webhook", with: given)) }
         },
         OptionSpec(name: "--webhook-events", value: "LIST",
-                   help: "the events the outbox keeps, for webhooks and GET /api/events: a comma-separated list of roomCreated, roomDeleted, clientJoined, clientLeft and batch (every batch of every room)",
+                   help: "the events the outbox keeps, for webhooks and GET /api/events: a comma-separated list of roomCreated, roomDeleted, clientJoined, clientLeft and batch (every batch of every room); given without --webhook, tabd keeps the outbox for GET /api/events alone",
                    defaultText: { _ in "roomCreated,roomDeleted,clientJoined,clientLeft" }) { (o, text, given) throws(UsageError) in
             switch OutboxKinds.parse(text) {
-            case let .success(kinds): o.webhookEvents = kinds
+            case let .success(kinds):
+                o.webhookEvents = kinds
+                o.webhookEventsGiven = true
             case let .failure(error):
                 throw UsageError("\(given) takes a list of roomCreated, roomDeleted, clientJoined, clientLeft and batch; '\(OptionSpec.quoted(error.name))' is none of them")
             }

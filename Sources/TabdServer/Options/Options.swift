@@ -28,6 +28,11 @@ public struct Options: Sendable {
     public var webhooks: [String] = []
     /// `--webhook-events`: what the outbox keeps.
     public var webhookEvents: OutboxKinds = .default
+    /// `--webhook-events` was given: the outbox is kept even without a `--webhook` (for
+    /// `GET /api/events`).
+    public var webhookEventsGiven = false
+    /// Whether tabd keeps an outbox: with a webhook, or events named for `GET /api/events`.
+    public var keepsOutbox: Bool { !webhooks.isEmpty || webhookEventsGiven }
     /// `--webhook-secret-file`: the secret (or two) webhook requests are signed with.
     public var webhookSecretFile: String?
     /// `--webhook-ca-file`: more CAs an https webhook's certificate may chain to.
@@ -215,6 +220,9 @@ public struct Options: Sendable {
             }
             if o.webhooks.isEmpty, let a = given["--webhook-secret-file"] ?? given["--webhook-ca-file"] {
                 throw UsageError("\(a) is for webhooks: it needs --webhook")
+            }
+            if !o.keepsOutbox, let a = given["--webhook-outbox-bytes"] {
+                throw UsageError("\(a) bounds the outbox, which tabd keeps only with --webhook or --webhook-events")
             }
             if given["--cluster"] == nil, let a = Self.engineOptions.lazy.compactMap({ given[$0] }).first {
                 throw UsageError("\(a) is for a node of a cluster: it needs --cluster")
