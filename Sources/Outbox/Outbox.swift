@@ -23,8 +23,11 @@ public final class Outbox: @unchecked Sendable {
         public let room: RoomID
         public let type: String
         public let body: [UInt8]
+        /// `body` is copied to storage of its exact size: what the outbox holds is what its
+        /// bound counts (an encoder's array may have room for twice as much).
         public init(position: Int, room: RoomID, type: String, body: [UInt8]) {
-            self.position = position; self.room = room; self.type = type; self.body = body
+            self.position = position; self.room = room; self.type = type
+            self.body = body.capacity > body.count + 16 ? body.withUnsafeBufferPointer { Array($0) } : body
         }
     }
 
@@ -118,7 +121,10 @@ public final class Outbox: @unchecked Sendable {
     /// Drops the oldest entries past the bound (never the newest one), or those before `keptFrom`.
     private func trim(_ s: inout State, keptFrom: Int?) {
         while s.start < s.entries.count - 1, s.bytes > limit || (keptFrom.map { s.entries[s.start].position < $0 } ?? false) {
-            s.bytes -= s.entries[s.start].body.count
+            let gone = s.entries[s.start]
+            s.bytes -= gone.body.count
+            // Its body goes now, not when the array is next compacted.
+            s.entries[s.start] = Entry(position: gone.position, room: "", type: "", body: [])
             s.start += 1
             s.dropped += 1
         }
