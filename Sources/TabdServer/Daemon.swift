@@ -234,13 +234,14 @@ public final class Daemon: Sendable {
         return configuration
     }
 
-    /// What `SIGHUP` asks for: reading the keys of signed tokens (``reloadTokenKeys()``)
-    /// and the TLS certificate and key again. Handshakes from then on use the new pair;
+    /// What `SIGHUP` asks for: reading the keys of signed tokens (``reloadTokenKeys()``),
+    /// the webhooks' secret file, and the TLS certificate and key again. Handshakes from then on use the new pair;
     /// open connections keep theirs; a bad pair is refused with a log line and the old one
     /// keeps serving. Without TLS it says so. Returns whether a new pair is in use.
     @discardableResult
     public func reload() -> Bool {
         reloadTokenKeys()
+        webhooks?.reloadSecret(options.webhookSecretFile)
         do throws(TLSError) {
             guard let certificate = try server.reloadTLS() else {
                 log.info("received SIGHUP: tabd serves plain HTTP, so there is no certificate to read again")

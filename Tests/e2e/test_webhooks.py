@@ -16,6 +16,8 @@ import subprocess
 import time
 import urllib.request
 
+import sys
+
 import pytest
 import websockets
 
@@ -24,6 +26,9 @@ from sse import EventStream, wait_until
 from test_rooms import call
 from test_schema import validator
 from webhook_receiver import SteeredReceiver, contrib, free_port
+
+sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
+from tlscerts import Certificates  # noqa: E402
 
 
 def metric(d, name, label=None):
@@ -337,3 +342,57 @@ async def test_the_python_and_node_receivers_of_contrib_check_and_print_each_eve
         for _, proc in receivers.values():
             if proc.poll() is None:
                 proc.kill()
+
+
+def new_secret():
+    return "whsec_" + base64.b64encode(os.urandom(32)).decode()
+
+
+def test_an_https_receiver_gets_events_signed_with_a_secret_rotated_by_sighup(make_daemon, tmp_path):
+    certs = Certificates(tmp_path / "certs")
+    a, b = new_secret(), new_secret()
+    secret_file = tmp_path / "webhook.secret"
+    secret_file.write_text(a + "\n")
+    os.chmod(secret_file, 0o600)
+    key_of = lambda text: contrib.load_secrets_from_text(text)  # noqa: E731
+    receiver = SteeredReceiver(secrets=key_of(a), tls=(certs.a, certs.a_key))
+    receiver.up()
+    d = make_daemon("--webhook", receiver.url, "--webhook-ca-file", certs.ca, "--webhook-secret-file", str(secret_file))
+
+    def created(room, n):
+        assert call(d, "PUT", f"/api/rooms/{room}")[0] == 201
+        wait_until(lambda: len(receiver.received()) == n, what=f"{room}'s roomCreated over https")
+        headers, body = receiver.received()[-1]
+        assert json.loads(body)["room"] == room
+        return headers["webhook-signature"].split(" ")
+
+    assert len(created("one", 1)) == 1
+    # The rotation: both secrets while receivers move to the new one, then the new one alone.
+    secret_file.write_text(a + "\n" + b + "\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_for_log("the webhook secret file read again; requests are signed with 2 secrets")
+    receiver.secrets = key_of(b)
+    assert len(created("two", 2)) == 2
+    secret_file.write_text(b + "\n")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_for_log("requests are signed with 1 secret")
+    assert len(created("three", 3)) == 1
+    assert not receiver.refused
+    # A file that cannot be read keeps the secret in use.
+    secret_file.write_text("")
+    d.proc.send_signal(signal.SIGHUP)
+    d.wait_for_log("the webhook secrets in use stay")
+    assert len(created("four", 4)) == 1 and not receiver.refused
+    receiver.close()
+
+
+def test_an_https_receiver_whose_certificate_tabd_does_not_trust_gets_nothing(make_daemon, tmp_path):
+    certs = Certificates(tmp_path / "certs")
+    receiver = SteeredReceiver(tls=(certs.a, certs.a_key))
+    receiver.up()
+    d = make_daemon("--webhook", receiver.url)  # no --webhook-ca-file: the test CA is not trusted
+    assert call(d, "PUT", "/api/rooms/r")[0] == 201
+    wait_until(lambda: metric(d, "tabd_webhook_failed_total", 'webhook="1"') >= 2, what="failed tries")
+    assert metric(d, "tabd_webhook_delivered_total", 'webhook="1"') == 0 and not receiver.received()
+    d.wait_for_log("not delivered")
+    receiver.close()

@@ -27,7 +27,8 @@ class SteeredReceiver:
     every request answered 2xx, in the order they were answered; `refused` the reasons of
     those whose signature did not check."""
 
-    def __init__(self, secrets=None, port=None, delay=1.0):
+    def __init__(self, secrets=None, port=None, delay=1.0, tls=None):
+        self.tls = tls  # (certificate, key): https
         self.port = port or free_port()
         self.secrets = secrets
         self.mode = "ok"
@@ -42,7 +43,7 @@ class SteeredReceiver:
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.port}/hook?key=x"
+        return f"https://localhost:{self.port}/hook?key=x" if self.tls else f"http://127.0.0.1:{self.port}/hook?key=x"
 
     def up(self):
         receiver = self
@@ -86,6 +87,11 @@ class SteeredReceiver:
         ThreadingHTTPServer.allow_reuse_address = True
         self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.server.daemon_threads = True
+        if self.tls:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True, do_handshake_on_connect=False)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

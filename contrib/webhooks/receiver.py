@@ -25,12 +25,15 @@ TOLERANCE = 300  # seconds between webhook-timestamp and now
 def load_secrets(path):
     """The secrets of tabd's --webhook-secret-file: one per line (two during a rotation),
     `whsec_` and base64, or the line's own bytes."""
-    secrets = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
+        return load_secrets_from_text(f.read())
+
+
+def load_secrets_from_text(text):
+    secrets = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
             secrets.append(base64.b64decode(line[6:]) if line.startswith("whsec_") else line.encode())
     return secrets
 

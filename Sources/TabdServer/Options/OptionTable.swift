@@ -268,7 +268,7 @@ extension Options {
             }
         },
         .text("--webhook-secret-file", "FILE", \.webhookSecretFile, nonEmpty: false,
-              help: "sign every webhook request as Standard Webhooks do (webhook-id, webhook-timestamp, webhook-signature: HMAC-SHA256) with the secret in FILE (whsec_ and base64, or 24 to 64 bytes; two lines during a rotation: both sign)"),
+              help: "sign every webhook request as Standard Webhooks do (webhook-id, webhook-timestamp, webhook-signature: HMAC-SHA256) with the secret in FILE (whsec_ and base64, or 24 to 64 bytes; two lines during a rotation: both sign); SIGHUP reads it again"),
         .text("--webhook-ca-file", "FILE", \.webhookCAFile, nonEmpty: false,
               help: "also trust these CA certificates (PEM) for https:// webhooks, beside the system's"),
         .int("--webhook-outbox-bytes", \.webhookOutboxBytes, 65_536...(1 << 40),

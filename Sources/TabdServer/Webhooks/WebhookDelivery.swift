@@ -34,7 +34,8 @@ final class WebhookDelivery: @unchecked Sendable {
     /// Its number on the command line (1, 2, …): the metrics' label.
     let number: Int
     private let outbox: Outbox
-    private let signer: WebhookSigner?
+    /// Changed by SIGHUP (``sign(with:)``); read with `condition` locked.
+    private var signer: WebhookSigner?
     private let store: StateStore?
     private let log: Log
     private let tls: TLSTrust?
@@ -151,6 +152,7 @@ final class WebhookDelivery: @unchecked Sendable {
         }
         var headers: [(String, String)] = [("User-Agent", "tabd/\(Options.version)")]
         let now = Int(Date().timeIntervalSince1970)
+        let signer = locked { self.signer }
         headers += signer?.headers(id: id, timestamp: now, body: body)
             ?? [("webhook-id", id), ("webhook-timestamp", String(now))]
         let call = HTTPCall(method: "POST", host: target.host, port: target.port, path: target.target, body: body, headers: headers, tls: tls)
@@ -201,6 +203,11 @@ final class WebhookDelivery: @unchecked Sendable {
         do { try await store.saveWebhookCursor(target.url, position: cursor) } catch {
             log.error("webhook \(number): its position could not be stored: \(error.message)")
         }
+    }
+
+    /// Signs the requests from now on with `signer`'s secrets.
+    func sign(with signer: WebhookSigner) {
+        locked { self.signer = signer }
     }
 
     /// `body` with `condition` locked (a function of its own: async code may not lock).

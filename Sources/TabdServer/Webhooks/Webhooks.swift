@@ -8,10 +8,12 @@ import WebSocketsClient
 final class Webhooks: Sendable {
     let outbox: Outbox
     let deliveries: [WebhookDelivery]
+    private let log: Log
 
-    private init(outbox: Outbox, deliveries: [WebhookDelivery]) {
+    private init(outbox: Outbox, deliveries: [WebhookDelivery], log: Log) {
         self.outbox = outbox
         self.deliveries = deliveries
+        self.log = log
     }
 
     /// One delivery per `--webhook`, each from where it stood: its cursor in the state file,
@@ -51,11 +53,25 @@ final class Webhooks: Sendable {
             log.info("webhook \(n + 1): \(target.shown), from outbox position \(cursor! + 1)"
                 + (signer == nil ? ", unsigned" : ", signed (\(signer!.secrets.count) secret\(signer!.secrets.count == 1 ? "" : "s"))"))
         }
-        return Webhooks(outbox: outbox, deliveries: deliveries)
+        return Webhooks(outbox: outbox, deliveries: deliveries, log: log)
     }
 
     func start() {
         for delivery in deliveries { delivery.start() }
+    }
+
+    /// Reads `--webhook-secret-file` again (SIGHUP): requests from then on are signed with
+    /// what it holds (both secrets while one is rotated). A file that cannot be read, or a
+    /// secret that is wrong, is said in the log, and the secrets in use stay.
+    func reloadSecret(_ path: String?) {
+        guard let path, !deliveries.isEmpty else { return }
+        do {
+            let signer = try WebhookSigner.load(path: path)
+            for delivery in deliveries { delivery.sign(with: signer) }
+            log.info("received SIGHUP: the webhook secret file read again; requests are signed with \(signer.secrets.count) secret\(signer.secrets.count == 1 ? "" : "s")")
+        } catch {
+            log.error("received SIGHUP: \(error); the webhook secrets in use stay")
+        }
     }
 
     /// Waits (a few seconds at most) for the requests on their way, and stores where each stands.
