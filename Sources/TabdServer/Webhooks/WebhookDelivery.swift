@@ -117,8 +117,9 @@ final class WebhookDelivery: @unchecked Sendable {
             condition.lock()
             plan.delivered(job)
             condition.broadcast() // a room it held may be free for another thread now
+            let due = store != nil && plan.cursor != savedCursor && Date().timeIntervalSince(savedAt) >= Self.cursorEvery
             condition.unlock()
-            Task { await saveCursor(force: false) }
+            if due { Task { await saveCursor(force: false) } }
         }
     }
 
