@@ -153,6 +153,43 @@ async def test_clients_of_one_room_on_three_nodes_see_one_order(make_daemon, eng
         await c.close()
 
 
+async def test_a_rooms_event_stream_on_one_node_follows_what_every_node_writes(make_daemon, engine):
+    """A room's stream (`GET /api/rooms/ID/events`) read on a node where nobody writes: every
+    batch the other nodes' clients caused, once, in the room's one order, and resumed."""
+    from sse import EventStream
+    ds = nodes(make_daemon, engine)
+    room = room_name()
+    writers = [await Client.connect(ds[k].ws, room=room, name=f"w{k}") for k in range(2)]
+    observer = await Client.connect(ds[2].ws, room=room, name="observer")
+    reader = EventStream(ds[2].http, f"/api/rooms/{room}/events")
+    first = reader.next_event()
+    assert first["data"]["type"] == "snapshot"
+    storms = [Storm(c, k, 30) for k, c in enumerate(writers)]
+    await asyncio.gather(*(s.run() for s in storms))
+    final = (await sync_everyone(writers + [observer]))["seq"]
+    seqs, got, last = [], [], int(first["id"])
+    while last < final:
+        e = reader.next_event()
+        got.append(e["data"])
+        seqs += [x["seq"] for x in e["data"]["events"]]
+        last = int(e["id"])
+        if len(got) == 10:  # leave, and resume on another node
+            reader.close()
+            reader = EventStream(ds[1].http, f"/api/rooms/{room}/events?epoch={first['data']['epoch']}", {"Last-Event-ID": str(last)})
+    reader.close()
+    assert seqs == list(range(int(first["id"]) + 1, final + 1)), "no gap, no duplicate"
+    assert got == [b for b in observer.batches if int(first["id"]) < b["events"][-1]["seq"] <= final], "the room's one order"
+    for c in writers + [observer]:
+        await c.close()
+
+
+def test_webhooks_are_refused_on_a_node_of_a_cluster(engine):
+    import subprocess
+    from conftest import TABD
+    out = subprocess.run([TABD, "--cluster", engine.url_arg, "--webhook", "http://127.0.0.1:9/"], capture_output=True, text=True, timeout=WAIT)
+    assert out.returncode == 2 and "a cluster's nodes keep no outbox" in out.stderr, out.stderr
+
+
 async def test_nodes_appending_at_the_same_instant_never_share_a_seq(make_daemon, engine):
     # Every node appends its clients' commands itself (no forwarding to the room's
     # writer): the nodes race for every seq, as they do when a writer stops answering.
