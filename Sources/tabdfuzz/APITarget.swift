@@ -7,15 +7,17 @@ import WebSockets
 /// own decoding (`RequestTarget`), any method and any credential: a route holds only
 /// valid room ids and limits and is only given to whom the roles allow; an error is one of
 /// the API's statuses, with `Allow` on a 405 and the challenge on a 401.
-/// Input: a method byte, the target (`/api/…?…`), optionally 0x00 and an `Authorization` header.
+/// Input: a method byte, the target (`/api/…?…`), optionally 0x00 and an `Authorization`
+/// header, optionally 0x00 and a `Last-Event-ID`.
 enum APITarget {
     static let methods: [HTTPMethod] = [.get, .head, .post, .put, .delete, .patch, .options]
 
     static func run(_ bytes: [UInt8]) {
         guard let first = bytes.first else { return }
         let method = methods[Int(first) % methods.count]
-        let parts = pieces(Array(bytes.dropFirst()), separator: 0, limit: 2)
+        let parts = pieces(Array(bytes.dropFirst()), separator: 0, limit: 3)
         let header: String? = parts.count > 1 ? String(decoding: parts[1], as: UTF8.self) : nil
+        let lastEventID: String? = parts.count > 2 ? String(decoding: parts[2], as: UTF8.self) : nil
         let target: RequestTarget
         do { target = try RequestTarget(String(decoding: parts[0], as: UTF8.self)) } catch {
             require(error.status == 400, "a target refused with \(error.status)")
@@ -25,9 +27,10 @@ enum APITarget {
             .map { Optional($0) }
         let granted = try? grant.get()
         let bodyTooLarge = first & 0x80 != 0
-        switch APIRoute.resolve(method: method, path: target.path, query: target.query, grant: grant, bodyTooLarge: bodyTooLarge) {
+        switch APIRoute.resolve(method: method, path: target.path, query: target.query, grant: grant, bodyTooLarge: bodyTooLarge,
+                                lastEventID: lastEventID) {
         case let .success(route):
-            require(target.path.hasPrefix("/api/rooms"), "\(target.path) routed to \(route)")
+            require(target.path.hasPrefix("/api/rooms") || target.path == "/api/events", "\(target.path) routed to \(route)")
             require(!bodyTooLarge, "a body too large was routed")
             switch route {
             case let .listRooms(after, limit):
@@ -45,6 +48,14 @@ enum APITarget {
             case let .readRoom(id), let .deleteRoom(id), let .postCommand(id):
                 require(Limits.isRoomID(id), "a route for '\(id)'")
                 if let g = granted ?? nil { require(g.role(in: id) == .admin, "\(g) may use room '\(id)'") }
+            case let .followRoom(id, after, _):
+                require((method == .get || method == .head) && Limits.isRoomID(id), "\(method) follows '\(id)'")
+                if let after { require(after >= 0, "a stream resumed after \(after)") }
+                if let g = granted ?? nil { require(g.role(in: id) == .admin, "\(g) may follow room '\(id)'") }
+            case let .followOutbox(after):
+                require((method == .get || method == .head) && target.path == "/api/events", "\(method) follows the outbox")
+                if let after { require(after >= 0, "the outbox followed after \(after)") }
+                if let g = granted ?? nil { require(g.isAdminOfEveryRoom, "\(g) follows every room") }
             }
         case let .failure(error):
             require([400, 401, 403, 404, 405, 413].contains(error.status), "the API answered \(error.status)")

@@ -110,13 +110,16 @@ enum Seeds {
         write("query", "bad-room", [0] + text("room=no%20spaces&limit=0"))
 
         // API requests: a method byte (index into APITarget.methods; 0x80: body too large),
-        // the target, optionally 0x00 and an Authorization header.
+        // the target, optionally 0x00 and an Authorization header, optionally 0x00 and a
+        // Last-Event-ID.
         write("api", "list", [0] + text("/api/rooms?after=main&limit=10"))
         write("api", "list-admin", [0] + text("/api/rooms/") + [0] + text("Bearer fuzz-operator-token"))
         write("api", "create", [3] + text("/api/rooms/kiosk") + [0] + text("Bearer \(token)"))
         write("api", "command", [2] + text("/api/rooms/Room_2/commands") + [0] + text("Bearer \(token)"))
         write("api", "delete-big", [0x84] + text("/api/rooms/a/../b?token=x"))
         write("api", "bad", [5] + text("/api/rooms/no%20spaces/commands/extra?limit=0"))
+        write("api", "follow", [0] + text("/api/rooms/kiosk/events?after=12&epoch=0123456789abcdef") + [0] + text("Bearer \(token)") + [0] + text("40"))
+        write("api", "follow-outbox", [0] + text("/api/events?after=x") + [0] + text("Bearer fuzz-operator-token") + [0] + text("99999999999999999999"))
 
         // Room ids.
         for (i, s) in ["main", "Room_2", "a-b_C-9", String(repeating: "x", count: 64), String(repeating: "y", count: 65), "*", "", "é", "a b", "..", "main\0"].enumerated() {
