@@ -18,7 +18,8 @@ final class WebhookDelivery: @unchecked Sendable {
 
     /// Requests on their way at once, to different rooms.
     static let threads = 8
-    /// Seconds a connection, then the whole exchange, may take before it counts as failed.
+    /// Seconds a connection may take, then each write or read of the exchange, before it
+    /// counts as failed.
     static let connectTimeout = 5
     static let requestTimeout = 15
     /// The longest wait between two tries of an event.
