@@ -64,6 +64,21 @@ extension ClusterNode {
         return found
     }
 
+    /// `body`, tried again every quarter second while it throws, for at most `seconds`; then
+    /// its last error. Each failure but the last is logged once.
+    static func retrying<T>(for seconds: Double, log: @Sendable (String) -> Void, what: String, _ body: () throws -> T) throws -> T {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        var logged = false
+        while true {
+            do { return try body() } catch {
+                guard Date() < deadline else { throw error }
+                if !logged { log("\(what): \(error); trying again for up to \(Int(seconds)) s") }
+                logged = true
+                Thread.sleep(forTimeInterval: 0.25)
+            }
+        }
+    }
+
     /// Makes sure every shard stream exists (several at once: each is a replicated group
     /// the engine elects a leader for) and returns their creation times.
     static func ensureShards(client: EngineClient, layout: ShardLayout, replicas: Int, log: @escaping @Sendable (String) -> Void) throws(Failure) -> [Int64] {

@@ -156,17 +156,22 @@ public final class ClusterNode: Sendable {
         var made: [ShardFollower] = []
         do {
             for shard in 0..<layout.shards {
-                let start = (try client.streamInfo(EngineNames.shardStream(shard))?.lastSeq ?? 0) + 1
-                made.append(try ShardFollower(client: client, shard: shard, start: start, headerKeys: ClusterRoom.headerKeys) { report in
-                    switch report {
-                    case let .duplicate(why):
-                        // A consumer made again after a server restart may deliver thousands
-                        // again: counted each, logged once in a while.
-                        rejections.rejected("delivery", "shard \(shard): \(why)")
-                    case let .restarted(from, why, count):
-                        stats.refollowed()
-                        if count == 1 || count % 20 == 0 {
-                            log("shard \(shard): following it again from \(from): \(why)" + (count > 1 ? " (\(count) times since its last message)" : ""))
+                // The engine may be electing a leader or the connection coming back (a server
+                // paused or restarted a moment ago): each shard is tried again for a while
+                // before the start fails.
+                made.append(try Self.retrying(for: 15, log: log, what: "following shard \(shard)") { [engine = client] in
+                    let start = (try engine.streamInfo(EngineNames.shardStream(shard))?.lastSeq ?? 0) + 1
+                    return try ShardFollower(client: engine, shard: shard, start: start, headerKeys: ClusterRoom.headerKeys) { report in
+                        switch report {
+                        case let .duplicate(why):
+                            // A consumer made again after a server restart may deliver thousands
+                            // again: counted each, logged once in a while.
+                            rejections.rejected("delivery", "shard \(shard): \(why)")
+                        case let .restarted(from, why, count):
+                            stats.refollowed()
+                            if count == 1 || count % 20 == 0 {
+                                log("shard \(shard): following it again from \(from): \(why)" + (count > 1 ? " (\(count) times since its last message)" : ""))
+                            }
                         }
                     }
                 })
