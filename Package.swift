@@ -49,7 +49,7 @@ let package = Package(
         // libcrypto) and gzip (Debian's zlib1g-dev, which libwebsockets-dev brings).
         .target(name: "CWebContent", linkerSettings: [.linkedLibrary("z"), .linkedLibrary("crypto")]),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
-        .target(name: "Auth", dependencies: ["TabdProtocol", "CCrypto"], swiftSettings: strict),
+        .target(name: "Auth", dependencies: ["TabdProtocol", "CCrypto", "Locking"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
         .systemLibrary(
             name: "CNATS",

@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// Decides who a request is: the one check for `/ws`, `/metrics` and the HTTP API.
 ///
@@ -16,8 +16,9 @@ public struct Authenticator: Sendable {
     private let tokens: Keys?
 
     private final class Keys: Sendable {
-        let current: Mutex<Token>
-        init(_ token: Token) { current = Mutex(token) }
+        /// (Locked: ThreadSanitizer sees it, not a Synchronization.Mutex.)
+        let current: Locked<Token>
+        init(_ token: Token) { current = Locked(token) }
     }
 
     public init(operatorToken: String?, signingKey: SigningKey?) {

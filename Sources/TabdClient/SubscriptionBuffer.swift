@@ -1,4 +1,4 @@
-import Synchronization
+import Locking
 
 /// What one subscription of a ``TabdClient`` holds for its consumer: at most `limit`
 /// elements. A consumer further behind than that does not make it grow: `overflow`
@@ -15,7 +15,9 @@ final class SubscriptionBuffer<Element: Sendable>: Sendable {
     }
 
     let limit: Int
-    private let state = Mutex(State())
+    /// A `Locked` (a pthread mutex), which ThreadSanitizer sees; it reported the
+    /// Synchronization.Mutex this was as a race (make test-tsan).
+    private let state = Locked(State())
 
     init(limit: Int) { self.limit = max(2, limit) }
 

@@ -1,6 +1,6 @@
 import CWebContent
 import Foundation
-import Synchronization
+import Locking
 
 /// The files of a web root, answered to GET and HEAD: `/` and every path ending in `/` serve
 /// its `index.html`. Only regular files inside the root are served: paths with a segment
@@ -278,7 +278,7 @@ final class VariantCache: Sendable {
         var bytes = 0
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())  // (Locked: ThreadSanitizer sees it, not a Synchronization.Mutex)
 
     func variants(of path: String, _ identity: FileIdentity) -> Variants? {
         state.withLock { s in
