@@ -495,6 +495,9 @@ actor Room: DirectoryRoom {
             welcome.room = id
             welcome.role = join.role.rawValue
             clients[join.connection] = welcome.client.id
+            // Counted before its welcome can go out: a client that lists the rooms as soon as
+            // it is welcomed finds itself (a fresh make test once listed a room without it).
+            clientCount.store(clients.count, ordering: .relaxed)
             gateway?.beginSession(join.connection, client: welcome.client.id)
             var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]
             frames += welcome.replay.map { OutgoingFrame($0.frameBytes) }
