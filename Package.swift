@@ -61,7 +61,7 @@ let package = Package(
         .target(name: "JetStream", dependencies: ["CNATS", "Locking"], swiftSettings: strict),
         // A tabd node of a cluster: rooms as streams in the engine, their durability
         // (compare-and-set appends) and their followers (ordered consumers).
-        .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking"], swiftSettings: strict),
+        .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking", "Outbox"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
         .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking", "Outbox"], swiftSettings: strict),
         // The events webhooks deliver, in order, bounded: what the state file's writer and

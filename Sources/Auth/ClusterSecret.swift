@@ -38,6 +38,8 @@ public struct ClusterSecret: Sendable {
         case snapshot
         /// The cluster's shard layout: how many shards, and the key that maps rooms to them.
         case layout
+        /// Which node delivers a shard's events to a webhook, and how far it has delivered.
+        case webhook
     }
 
     public struct Error: Swift.Error, Sendable, CustomStringConvertible {

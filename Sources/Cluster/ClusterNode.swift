@@ -230,6 +230,9 @@ public final class ClusterNode: Sendable {
         rejections.rejected(kind, why)
     }
 
+    /// When each node was last heard (uptime seconds).
+    func heardTimes() -> [String: Double] { seen.withLock { $0.mapValues(\.time) } }
+
     /// The incarnation `node`'s heartbeats said last, if heard.
     package func incarnation(of node: String) -> String? { seen.withLock { $0[node]?.incarnation } }
 

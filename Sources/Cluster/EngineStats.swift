@@ -21,7 +21,7 @@ public final class EngineStats: Sendable {
     }
 
     /// The kinds of engine message a node rejects (``rejected(_:)``), as `/metrics` lists them.
-    static let rejectionKinds = ["batch", "snapshot", "forward", "answer", "heartbeat", "deletion", "ack", "delivery"]
+    static let rejectionKinds = ["batch", "snapshot", "forward", "answer", "heartbeat", "deletion", "ack", "delivery", "webhook"]
     private let state = Locked(State())
 
     /// A message's publish came back after `seconds`; it carried `batches` batches.

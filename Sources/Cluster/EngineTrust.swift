@@ -186,6 +186,14 @@ public struct EngineTrust: Sendable {
         return secret.opens(seal, .layout, fields: [subject], body: body) ? .sealed : .forged
     }
 
+    /// A webhook delivery record's seal, over its subject (the webhook and the shard) and body.
+    func sealHook(subject: String, body: [UInt8]) -> String { secret.seal(.webhook, fields: [subject], body: body) }
+
+    func judgeHook(seal: String?, subject: String, body: [UInt8]) -> Verdict {
+        guard let seal else { return .unsigned }
+        return secret.opens(seal, .webhook, fields: [subject], body: body) ? .sealed : .forged
+    }
+
     /// A snapshot's seal: over its subject (its room) and its body (which names the
     /// stream, by creation time, and the stream sequence it stands at).
     func sealSnapshot(subject: String, body: [UInt8]) -> String { secret.seal(.snapshot, fields: [subject], body: body) }

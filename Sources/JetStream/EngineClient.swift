@@ -443,9 +443,20 @@ public final class EngineClient: @unchecked Sendable {
         guard found >= seq else { throw EngineError(invalid: "a direct get of \(subject) from \(seq) answered seq \(found)") }
         var subjectValue: UnsafePointer<CChar>?
         let stored = natsMsgHeader_Get(msg, "Nats-Subject", &subjectValue) == NATS_OK ? subjectValue.map { String(cString: $0) } : nil
-        guard stored == nil || stored == subject else { throw EngineError(invalid: "a direct get of \(subject) answered a message of \(stored!)") }
+        guard stored == nil || Self.subject(stored!, matches: subject) else { throw EngineError(invalid: "a direct get of \(subject) answered a message of \(stored!)") }
         let message = Self.message(msg, headerKeys: headerKeys, streamSeq: found, pending: 0)
         return StreamMessage(subject: stored ?? subject, data: message.data, headers: message.headers, streamSeq: found, pending: 0)
+    }
+
+    /// Whether `subject` is one `filter` names (`*` matches one token, a last `>` the rest).
+    static func subject(_ subject: String, matches filter: String) -> Bool {
+        let s = subject.split(separator: ".", omittingEmptySubsequences: false)
+        let f = filter.split(separator: ".", omittingEmptySubsequences: false)
+        for (i, token) in f.enumerated() {
+            if token == ">" { return i == f.count - 1 && s.count > i }
+            guard i < s.count, token == "*" || token == s[i] else { return false }
+        }
+        return s.count == f.count
     }
 
     /// Removes the messages on `subject` from `stream` but the last `keep`.

@@ -23,10 +23,15 @@ public final class Outbox: @unchecked Sendable {
         public let room: RoomID
         public let type: String
         public let body: [UInt8]
+        /// The event's id where its position is not (`webhook-id`): a cluster's events are
+        /// named by their place in the engine's history, the same on every node.
+        public let key: String?
+        /// The writer's own mark (a cluster's: which shard, read in which turn).
+        public let tag: Int
         /// `body` is copied to storage of its exact size: what the outbox holds is what its
         /// bound counts (an encoder's array may have room for twice as much).
-        public init(position: Int, room: RoomID, type: String, body: [UInt8]) {
-            self.position = position; self.room = room; self.type = type
+        public init(position: Int, room: RoomID, type: String, body: [UInt8], key: String? = nil, tag: Int = 0) {
+            self.position = position; self.room = room; self.type = type; self.key = key; self.tag = tag
             self.body = body.capacity > body.count + 16 ? body.withUnsafeBufferPointer { Array($0) } : body
         }
     }
@@ -88,6 +93,22 @@ public final class Outbox: @unchecked Sendable {
             }
             trim(&s, keptFrom: nil)
             return made
+        }
+    }
+
+    /// Events written elsewhere (a cluster's engine), each with its body and id made there:
+    /// each gets the next position here. Returns the positions.
+    @discardableResult
+    public func append(prepared: [(room: RoomID, type: String, body: [UInt8], key: String, tag: Int)]) -> ClosedRange<Int>? {
+        guard !prepared.isEmpty else { return nil }
+        return change { s in
+            let first = s.next
+            for p in prepared {
+                add(Entry(position: s.next, room: p.room, type: p.type, body: p.body, key: p.key, tag: p.tag), to: &s)
+                s.next += 1
+            }
+            trim(&s, keptFrom: nil)
+            return first...(s.next - 1)
         }
     }
 

@@ -94,11 +94,12 @@ public struct OutboxEvent: Sendable, Equatable {
 
     /// The event's JSON as it is stored, streamed and posted:
     /// `{"type","position","outbox","room","epoch","seq","time",…}`.
-    public func encoded(position: Int, outbox: String, time: Double) -> [UInt8] {
-        var members: [(String, JSONValue)] = [
-            ("type", .string(type)), ("position", .int(position)), ("outbox", .string(outbox)),
-            ("room", .string(room)), ("epoch", .string(epoch)),
-        ]
+    /// A cluster's event also has its `part`: its index among the events of the engine
+    /// message at `position`.
+    public func encoded(position: Int, outbox: String, time: Double, part: Int? = nil) -> [UInt8] {
+        var members: [(String, JSONValue)] = [("type", .string(type)), ("position", .int(position))]
+        if let part { members.append(("part", .int(part))) }
+        members += [("outbox", .string(outbox)), ("room", .string(room)), ("epoch", .string(epoch))]
         if let seq { members.append(("seq", .int(seq))) }
         members.append(("time", .string(Self.timestamp(time))))
         return JSONValue.object(members + fields).compactBytes

@@ -27,7 +27,7 @@ public final class Daemon: Sendable {
     let server: WebSocketServer
     let store: StateStore?
     let cluster: ClusterNode?
-    /// The outbox's webhooks (nil in a cluster).
+    /// The webhooks (nil without `--webhook`).
     let webhooks: Webhooks?
     /// Cluster: the sweep of clients of dead nodes (cancelled by ``stop(closeTimeout:)``).
     private let clusterSweep: Locked<(any DispatchSourceTimer)?>
@@ -122,7 +122,12 @@ public final class Daemon: Sendable {
                 + "\(f.count) event\(f.count == 1 ? "" : "s") held, last position \(f.last), at most \(options.webhookOutboxBytes) bytes")
         }
         var webhooks: Webhooks?
-        if let outbox {
+        if let cluster, !options.webhooks.isEmpty {
+            do { webhooks = try Webhooks.make(options, cluster: cluster, log: log) } catch {
+                cluster.close()
+                throw error
+            }
+        } else if let outbox {
             do { webhooks = try await Webhooks.make(options, outbox: outbox, store: store, log: log) } catch {
                 store?.close()
                 throw error

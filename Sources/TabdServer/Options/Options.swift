@@ -215,8 +215,8 @@ public struct Options: Sendable {
             if let a = given["--state"] ?? given["--state-sync"], let b = given["--cluster"] {
                 throw UsageError("\(a) and \(b) exclude each other: a cluster keeps its rooms in the engine")
             }
-            if let a = given["--webhook"] ?? given["--webhook-events"] ?? given["--webhook-outbox-bytes"], let b = given["--cluster"] {
-                throw UsageError("\(a) is not available with \(b) yet: a cluster's nodes keep no outbox")
+            if o.webhooks.isEmpty, let a = given["--webhook-events"] ?? given["--webhook-outbox-bytes"], let b = given["--cluster"] {
+                throw UsageError("\(a) without --webhook is not available with \(b): a cluster's nodes keep no outbox of their own for GET /api/events (their webhooks deliver from the engine's history)")
             }
             if o.webhooks.isEmpty, let a = given["--webhook-secret-file"] ?? given["--webhook-ca-file"] {
                 throw UsageError("\(a) is for webhooks: it needs --webhook")

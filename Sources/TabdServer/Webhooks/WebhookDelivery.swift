@@ -40,6 +40,9 @@ final class WebhookDelivery: @unchecked Sendable {
     private let store: StateStore?
     private let log: Log
     private let tls: TLSTrust?
+    /// Whether an event is no longer this node's to post (a cluster's shard another node
+    /// took over): passed as if delivered.
+    private let isStale: (@Sendable (Outbox.Entry) -> Bool)?
 
     private let condition = NSCondition()
     private var plan: DeliveryPlan
@@ -54,7 +57,8 @@ final class WebhookDelivery: @unchecked Sendable {
     private var seconds = 0.0
 
     init(target: WebhookTarget, number: Int, outbox: Outbox, cursor: Int, signer: WebhookSigner?, store: StateStore?, log: Log,
-         trust: TLSTrust?) throws {
+         trust: TLSTrust?, isStale: (@Sendable (Outbox.Entry) -> Bool)? = nil) throws {
+        self.isStale = isStale
         self.target = target
         self.number = number
         self.outbox = outbox
@@ -106,6 +110,7 @@ final class WebhookDelivery: @unchecked Sendable {
             var attempt = 0
             while true {
                 attempt += 1
+                if case let .event(entry) = job, let isStale, isStale(entry) { break }
                 if post(job) { break }
                 // Down, slow or failing: again after a while (interrupted by a stop).
                 let delay = min(Self.maxBackoff, 0.25 * pow(2, Double(min(attempt - 1, 10)))) * Double.random(in: 0.5...1)
@@ -147,7 +152,7 @@ final class WebhookDelivery: @unchecked Sendable {
     private func post(_ job: DeliveryPlan.Job) -> Bool {
         let (id, body): (String, [UInt8])
         switch job {
-        case let .event(entry): (id, body) = ("\(outbox.id)-\(entry.position)", entry.body)
+        case let .event(entry): (id, body) = (entry.key ?? "\(outbox.id)-\(entry.position)", entry.body)
         case let .gap(range):
             (id, body) = ("\(outbox.id)-gap-\(range.lowerBound)-\(range.upperBound)",
                           OutboxEvent.gap(from: range.lowerBound, through: range.upperBound, outbox: outbox.id, time: Date().timeIntervalSince1970))
@@ -206,6 +211,9 @@ final class WebhookDelivery: @unchecked Sendable {
             log.error("webhook \(number): its position could not be stored: \(error.message)")
         }
     }
+
+    /// Everything up to this outbox position is delivered (or passed).
+    var cursor: Int { locked { plan.cursor } }
 
     /// Signs the requests from now on with `signer`'s secrets.
     func sign(with signer: WebhookSigner) {

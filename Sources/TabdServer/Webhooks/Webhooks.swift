@@ -1,25 +1,51 @@
 import Auth
+import Cluster
 import Outbox
 import StateStore
 import WebSocketsClient
 
 /// The outbox and the webhooks that deliver it (`--webhook`): made once the state is open,
-/// started once tabd listens, stopped after the rooms.
+/// started once tabd listens, stopped after the rooms. On a node of a cluster the engine's
+/// history is the outbox, and each webhook's ``ClusterFeed`` reads this node's share of it.
 final class Webhooks: Sendable {
-    let outbox: Outbox
+    /// A single tabd's outbox (nil on a node of a cluster).
+    let outbox: Outbox?
     let deliveries: [WebhookDelivery]
+    let feeds: [ClusterFeed]
     private let log: Log
 
-    private init(outbox: Outbox, deliveries: [WebhookDelivery], log: Log) {
+    private init(outbox: Outbox?, deliveries: [WebhookDelivery], feeds: [ClusterFeed] = [], log: Log) {
         self.outbox = outbox
         self.deliveries = deliveries
+        self.feeds = feeds
         self.log = log
     }
 
-    /// One delivery per `--webhook`, each from where it stood: its cursor in the state file,
-    /// or (a webhook new to this file, or rooms in memory) after the outbox's last event
-    /// now, stored at once so that a crash right after loses it nothing.
-    static func make(_ options: Options, outbox: Outbox, store: StateStore?, log: Log) async throws(Daemon.StartError) -> Webhooks {
+    /// The webhooks of a node of a cluster: each delivers the shards it holds the lease of.
+    static func make(_ options: Options, cluster: ClusterNode, log: Log) throws(Daemon.StartError) -> Webhooks {
+        let (signer, trust) = try Self.signing(options, log: log)
+        var deliveries: [WebhookDelivery] = []
+        var feeds: [ClusterFeed] = []
+        for (n, url) in options.webhooks.enumerated() {
+            let target: WebhookTarget
+            do { target = try WebhookTarget(url) } catch { throw Daemon.StartError(error.description) }
+            let feed = ClusterFeed(number: n + 1, target: target, node: cluster, kinds: options.webhookEvents, limit: options.webhookOutboxBytes, log: log)
+            do {
+                let delivery = try WebhookDelivery(target: target, number: n + 1, outbox: feed.outbox, cursor: 0, signer: signer, store: nil, log: log,
+                                                   trust: trust, isStale: { [weak feed] entry in feed?.isStale(entry) ?? true })
+                feed.attach(delivery)
+                deliveries.append(delivery)
+                feeds.append(feed)
+            } catch {
+                throw Daemon.StartError("--webhook \(target.shown): \(error)")
+            }
+            log.info("webhook \(n + 1): \(target.shown), delivered from the engine's history by the node that holds each shard's lease (webhook \(feed.webhook) in the engine)"
+                + (signer == nil ? ", unsigned" : ", signed (\(signer!.secrets.count) secret\(signer!.secrets.count == 1 ? "" : "s"))"))
+        }
+        return Webhooks(outbox: nil, deliveries: deliveries, feeds: feeds, log: log)
+    }
+
+    private static func signing(_ options: Options, log: Log) throws(Daemon.StartError) -> (WebhookSigner?, TLSTrust?) {
         var signer: WebhookSigner?
         if let file = options.webhookSecretFile {
             options.warnIfOpenToEveryone(file, "webhook secret") { log.warn($0) }
@@ -29,6 +55,14 @@ final class Webhooks: Sendable {
         if let file = options.webhookCAFile {
             do { trust = try TLSTrust(caFile: file) } catch { throw Daemon.StartError("--webhook-ca-file: \(error)") }
         }
+        return (signer, trust)
+    }
+
+    /// One delivery per `--webhook`, each from where it stood: its cursor in the state file,
+    /// or (a webhook new to this file, or rooms in memory) after the outbox's last event
+    /// now, stored at once so that a crash right after loses it nothing.
+    static func make(_ options: Options, outbox: Outbox, store: StateStore?, log: Log) async throws(Daemon.StartError) -> Webhooks {
+        let (signer, trust) = try Self.signing(options, log: log)
         var cursors: [String: Int] = [:]
         if let store {
             do { cursors = try await store.webhookCursors() } catch { throw Daemon.StartError(error.message) }
@@ -58,6 +92,7 @@ final class Webhooks: Sendable {
 
     func start() {
         for delivery in deliveries { delivery.start() }
+        for feed in feeds { feed.start() }
     }
 
     /// Reads `--webhook-secret-file` again (SIGHUP): requests from then on are signed with
@@ -76,14 +111,19 @@ final class Webhooks: Sendable {
 
     /// Waits (a few seconds at most) for the requests on their way, and stores where each stands.
     func stop() async {
+        // On a cluster: what the deliveries posted until they stopped is this node's to post,
+        // then each shard's lease is freed at where its delivery stood.
         for delivery in deliveries { await delivery.stop(timeout: 3) }
-        outbox.wakeAll()
+        for feed in feeds { await feed.stop() }
+        for feed in feeds { feed.release() }
+        outbox?.wakeAll()
     }
 
     /// The outbox's and the webhooks' lines of `/metrics`.
     var metricsText: String {
-        let f = outbox.figures
-        var out = """
+        var out = ""
+        if let f = outbox?.figures {
+            out += """
         # HELP tabd_outbox_events Events the outbox holds (what webhooks deliver and GET /api/events streams).
         # TYPE tabd_outbox_events gauge
         tabd_outbox_events \(f.count)
@@ -98,7 +138,12 @@ final class Webhooks: Sendable {
         tabd_outbox_dropped_total \(f.dropped)
 
         """
+        }
         guard !deliveries.isEmpty else { return out }
+        if !feeds.isEmpty {
+            out += "# HELP tabd_webhook_shards Shards of the cluster whose events this node delivers, by webhook.\n# TYPE tabd_webhook_shards gauge\n"
+            out += feeds.map { "tabd_webhook_shards{webhook=\"\($0.number)\"} \($0.shardsHeld)\n" }.joined()
+        }
         let lines = deliveries.map { $0.metricsLines() }
         out += "# HELP tabd_webhook_pending Events written after the last one delivered in order, by webhook (its place on the command line).\n"
         out += "# TYPE tabd_webhook_pending gauge\n" + lines.map(\.pending).joined()
