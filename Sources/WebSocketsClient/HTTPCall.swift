@@ -34,8 +34,12 @@ public struct HTTPCall: Sendable {
 
     /// Sends the request and reads the whole answer (its `Content-Length`, or up to the close),
     /// or its first `maxAnswerBytes` (the rest is not read). `timeoutSeconds` bounds each
-    /// read and write, `connectTimeoutSeconds` (default: the same) the connection.
-    public func send(timeoutSeconds: Int = 30, connectTimeoutSeconds: Int? = nil, maxAnswerBytes: Int = .max) throws(Failure) -> Response {
+    /// read and write, `connectTimeoutSeconds` (default: the same) the connection, and
+    /// `totalSeconds` (if given) the whole exchange: a peer that answers a byte at a time
+    /// holds the call no longer.
+    public func send(timeoutSeconds: Int = 30, connectTimeoutSeconds: Int? = nil, totalSeconds: Double? = nil,
+                     maxAnswerBytes: Int = .max) throws(Failure) -> Response {
+        let deadline = totalSeconds.map { ContinuousClock.now + .milliseconds(Int($0 * 1000)) }
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -76,6 +80,14 @@ public struct HTTPCall: Sendable {
         defer { buffer.deallocate() }
         var expected: Int?
         while expected.map({ answer.count < $0 }) ?? true, answer.count < maxAnswerBytes {
+            if let deadline {
+                // Each read waits at most what is left of the whole exchange.
+                let left = deadline - ContinuousClock.now
+                guard left > .zero else { throw Failure(description: "no whole answer within \(totalSeconds!) s") }
+                let (seconds, attoseconds) = min(left, .seconds(timeoutSeconds)).components
+                var timeout = timeval(tv_sec: Int(seconds), tv_usec: Int(max(1000, attoseconds / 1_000_000_000_000)))
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            }
             let n = try stream.receive(into: buffer)
             if n == 0 { break }
             answer += buffer[0..<n]

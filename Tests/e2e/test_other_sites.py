@@ -126,8 +126,10 @@ def test_a_cross_site_post_to_an_unknown_room_creates_no_room(daemon, content_ty
 
 def test_cross_site_reads_and_deletes_are_refused_too(daemon):
     snapshot(daemon)  # room main exists
+    # The event streams too: another site's page must not follow a room's history.
     for method, path in [("GET", "/api/rooms"), ("GET", "/api/rooms/main"), ("GET", "/api/rooms/main/clients"),
-                         ("DELETE", "/api/rooms/main"), ("OPTIONS", "/api/rooms/main/commands")]:
+                         ("DELETE", "/api/rooms/main"), ("OPTIONS", "/api/rooms/main/commands"),
+                         ("GET", "/api/rooms/main/events"), ("GET", "/api/rooms/main/events?after=0"), ("GET", "/api/events")]:
         status, _, body = request(daemon, method, path, headers={"Origin": EVIL})
         assert status == 403 and error_code(body) == "forbidden", (method, path, body)
     assert request(daemon, "GET", "/api/rooms/main")[0] == 200, "the refused DELETE deleted the room"
@@ -205,7 +207,8 @@ def test_a_rebinding_page_gets_421_for_upgrades_the_api_and_the_page(daemon):
     assert "sec-websocket-accept" not in head.lower()
     for method, path, body in [("POST", "/api/rooms/main/commands", SELECT), ("POST", "/api/rooms/rebound/commands", SELECT),
                                ("GET", "/api/rooms", None), ("GET", "/", None), ("GET", "/index.html", None),
-                               ("GET", "/tabd.js", None), ("GET", "/metrics", None), ("GET", "/nothing-here", None)]:
+                               ("GET", "/tabd.js", None), ("GET", "/metrics", None), ("GET", "/nothing-here", None),
+                               ("GET", "/api/rooms/main/events", None), ("GET", "/api/events", None)]:
         status, _, answer = request(daemon, method, path, body, {"Content-Type": "text/plain", "Origin": origin}, host=host)
         assert status == 421, (method, path, answer)
         # Without Origin too (a rebound page's own navigation sends none on GET).

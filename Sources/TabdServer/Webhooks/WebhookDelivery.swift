@@ -22,6 +22,8 @@ final class WebhookDelivery: @unchecked Sendable {
     /// counts as failed.
     static let connectTimeout = 5
     static let requestTimeout = 15
+    /// Seconds the whole exchange may take (a receiver that answers a byte at a time).
+    static let exchangeTimeout = 30.0
     /// The longest wait between two tries of an event.
     static let maxBackoff = 10.0
     /// Bytes of an answer read (the rest is not: only its status matters).
@@ -167,7 +169,7 @@ final class WebhookDelivery: @unchecked Sendable {
         let outcome: Result<Int, HTTPCall.Failure>
         do throws(HTTPCall.Failure) {
             outcome = .success(try call.send(timeoutSeconds: Self.requestTimeout, connectTimeoutSeconds: Self.connectTimeout,
-                                              maxAnswerBytes: Self.answerBytes).status)
+                                              totalSeconds: Self.exchangeTimeout, maxAnswerBytes: Self.answerBytes).status)
         } catch {
             outcome = .failure(error)
         }
