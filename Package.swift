@@ -48,6 +48,10 @@ let package = Package(
         // The web root's files served as a CDN would: SHA-256 for their validators (OpenSSL's
         // libcrypto) and gzip (Debian's zlib1g-dev, which libwebsockets-dev brings).
         .target(name: "CWebContent", linkerSettings: [.linkedLibrary("z"), .linkedLibrary("crypto")]),
+        // What this build is: the VERSION file (read by the compiler) and the commit `make`
+        // writes beside it (scripts/build-info); BuildInfo gives both to Swift.
+        .target(name: "CBuildInfo"),
+        .target(name: "BuildInfo", dependencies: ["CBuildInfo"], swiftSettings: strict),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
         .target(name: "Auth", dependencies: ["TabdProtocol", "CCrypto", "Locking"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
@@ -87,7 +91,7 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
         // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
-        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient"], swiftSettings: strict),
+        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "BuildInfo", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient"], swiftSettings: strict),
         // The daemon's executable: main, signals, exit codes.
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
@@ -97,7 +101,7 @@ let package = Package(
         // a SwiftUI tab bar binds to (docs/CLIENTS.md).
         .target(name: "TabdObservation", dependencies: ["TabdClient", "TabdProtocol"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
-        .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "TabdClient"], swiftSettings: strict),
+        .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "BuildInfo", "TabdClient"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).

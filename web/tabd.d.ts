@@ -94,7 +94,7 @@ export interface Session {
   role: Role | null;
   /** The room history's epoch: seqs and ids mean something only within it. */
   epoch: string;
-  /** The server's name and version, `tabd 0.1.0`. */
+  /** The server's name and version, `tabd 0.2.0`. */
   server: string;
   /** Whether tabd resumed from the client's seq (then no snapshot came). */
   resumed: boolean;

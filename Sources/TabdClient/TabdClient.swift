@@ -108,7 +108,7 @@ public actor TabdClient {
         /// The incarnation of the room's history: seqs are meaningful only within it. A
         /// room deleted and created again has a new one.
         public var epoch: String
-        /// The server's name and version, e.g. `tabd/0.1.0`.
+        /// The server's name and version, e.g. `tabd 0.2.0`.
         public var server: String
     }
 

@@ -11,6 +11,8 @@ struct Invocation {
     var caFile: String?
     var json = false
     var help = false
+    /// `--version`: print the version and the commit, and nothing else.
+    var version = false
     /// The subcommand and its positional arguments.
     var command: Subcommand?
     var positional: [String] = []
@@ -134,6 +136,7 @@ extension Invocation {
       --name NAME      the name other clients see (default tabctl)
       --json           machine-readable output: one JSON object per line
       -h, --help       help (tabctl COMMAND --help: help on one command)
+      --version        the version and the commit tabctl was built from
     """
 
     static var help: String {
@@ -174,6 +177,7 @@ extension Invocation {
         while let arg = line.next() {
             switch arg {
             case "-h", "--help": inv.help = true
+            case "--version": inv.version = true
             case "--json": inv.json = true
             case "--url": inv.url = try value(arg)
             case "--room": inv.room = try value(arg)
@@ -199,7 +203,7 @@ extension Invocation {
             }
         }
         guard let name = words.first else {
-            if inv.help { return inv }
+            if inv.help || inv.version { return inv }
             throw UsageError("no command; see tabctl --help")
         }
         guard let command = Subcommand.named(name) else { throw UsageError("unknown command '\(name)'; see tabctl --help") }

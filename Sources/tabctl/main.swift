@@ -1,4 +1,5 @@
 import ArgumentParsing
+import BuildInfo
 import Foundation
 import TabdClient
 
@@ -11,6 +12,10 @@ do {
 } catch {
     FileHandle.standardError.write(Data("tabctl: \(error)\n".utf8))
     exit(2)
+}
+if invocation.version {
+    print(BuildInfo.versionLine("tabctl"))
+    exit(0)
 }
 if invocation.help {
     print(invocation.command?.help ?? Invocation.help)

@@ -28,9 +28,26 @@ def test_tabd_token_has_its_own_help():
         assert option in p.stdout, option
 
 
-def test_version():
-    p = run("--version")
-    assert p.returncode == 0 and p.stdout.startswith("tabd ")
+def test_tabd_and_tabctl_name_the_version_file_and_the_commit_they_were_built_from():
+    import json
+    import os
+    from conftest import ROOT
+    version = open(os.path.join(ROOT, "VERSION")).read().strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    tabctl = os.environ.get("TABCTL_BIN", os.path.join(os.path.dirname(TABD), "tabctl"))
+    for program, binary in [("tabd", TABD), ("tabctl", tabctl)]:
+        p = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        m = re.fullmatch(rf"{program} (\S+) \(commit ([0-9a-f]{{12}})(-dirty)?\)\n", p.stdout)
+        assert m, p.stdout
+        assert m.group(1) == version, f"{program} says {m.group(1)}, VERSION says {version}"
+        if head:
+            assert m.group(2) == head, f"{program} was built from {m.group(2)}, the checkout is at {head}"
+    # One version everywhere: the web package and the changelog's newest entry too.
+    assert json.load(open(os.path.join(ROOT, "web", "package.json")))["version"] == version
+    changelog = open(os.path.join(ROOT, "CHANGELOG.md")).read()
+    assert re.search(r"^## (\S+)", changelog, re.M).group(1) == version, "CHANGELOG.md's newest entry is VERSION"
 
 
 def test_an_unknown_option_or_bad_value_exits_2_and_says_why():

@@ -1,5 +1,6 @@
 import ArgumentParsing
 import Auth
+import BuildInfo
 import Coordinator
 import Foundation
 import Outbox
@@ -121,7 +122,8 @@ public struct Options: Sendable {
     /// The largest `--rate-limit-bytes`: 1 GiB a second (0 turns the limit off).
     static let maxByteRate = 1 << 30
 
-    public static let version = "0.1.0"
+    /// The VERSION file this tabd was built from (``BuildInfo``).
+    public static var version: String { BuildInfo.version }
 
     /// What `--help` prints: every option of ``table`` with its help and default.
     public static var help: String {
@@ -186,7 +188,7 @@ public struct Options: Sendable {
             while let arg = line.next() {
                 switch arg {
                 case "-h", "--help": return .exit(help, code: 0)
-                case "--version": return .exit("tabd \(version)", code: 0)
+                case "--version": return .exit(BuildInfo.versionLine("tabd"), code: 0)
                 default:
                     let known = try o.set(arg, as: arg) { () throws(UsageError) -> String in try line.value(of: arg) }
                     guard known else { throw UsageError("unknown option '\(arg.prefix(80))'") }
