@@ -174,6 +174,8 @@ public final class Daemon: Sendable {
         }
         log.info("serving \(webRoot), rooms \(options.rooms.rawValue), at most \(options.maxRooms); "
             + (authenticator.isOn ? "credentials required (\(authenticator.describe))" : "no credentials required"))
+        // systemd (Type=notify): listening, the state loaded, the engine reached.
+        SystemdNotify.send("READY=1\nSTATUS=listening on port \(server.port)\nMAINPID=\(getpid())")
         return daemon
     }
 
@@ -210,7 +212,7 @@ public final class Daemon: Sendable {
         case .debug: .debug
         }
         var configuration = Configuration(
-            host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/metrics"],
+            host: options.host, port: options.port, webRoot: webRoot, dynamicPaths: ["/healthz", "/livez", "/readyz", "/metrics"],
             dynamicPrefixes: [RoomsAPI.prefix],
             queueLimit: options.queueLimit, pingIntervalSeconds: options.pingInterval, hangupSeconds: options.pingInterval * 2,
             logLevel: lwsLevel,
@@ -297,6 +299,7 @@ public final class Daemon: Sendable {
     /// (then drops the rest), lets every room write its last batches, and closes the
     /// state. The caller bounds the whole (the executable exits after 4.7 s regardless).
     public func stop(closeTimeout: Duration = .seconds(3)) async {
+        SystemdNotify.send("STOPPING=1\nSTATUS=stopping: closing clients, writing the last batches")
         gateway.stopping.store(true, ordering: .relaxed)
         await server.shutdown(code: .goingAway, reason: "tabd stopping", timeout: closeTimeout)
         clusterSweep.withLock { $0?.cancel() }

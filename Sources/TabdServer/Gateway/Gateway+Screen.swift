@@ -65,7 +65,7 @@ struct RefusalLines: Sendable {
 extension Gateway {
     /// The fence's decision on a request (``SiteFence``): nil lets it go on to its own checks.
     func screen(_ request: RequestSummary) -> HTTPResponse? {
-        if request.path == "/healthz" { return nil }
+        if request.path == "/healthz" || request.path == "/livez" || request.path == "/readyz" { return nil }
         let f = ProxyForwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https",
                                    headers: request.forwarding, trusted: options.trustedProxies)
         if !fence.allows(host: f.host) {

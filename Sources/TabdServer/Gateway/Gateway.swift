@@ -365,6 +365,18 @@ final class Gateway: WebSocketServerHandler {
             } else {
                 responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok".utf8)))
             }
+        case "/livez":
+            // The process answers: nothing else is asked (a restart would not help anything else).
+            responder.respond(HTTPResponse(status: 200, contentType: "text/plain", body: Array("ok\n".utf8)))
+        case "/readyz":
+            // Ready to serve: listening (or nobody would ask), the state loaded (before tabd
+            // listens), not stopping, and on a cluster the engine reachable.
+            var waiting: [String] = []
+            if stopping.load(ordering: .relaxed) { waiting.append("stopping") }
+            if let cluster, !cluster.connected { waiting.append("engine unreachable (node \(cluster.name))") }
+            responder.respond(waiting.isEmpty
+                ? HTTPResponse(status: 200, contentType: "text/plain", body: Array("ready\n".utf8))
+                : HTTPResponse(status: 503, text: "not ready: \(waiting.joined(separator: "; "))\n"))
         case "/metrics":
             switch auth.grant(query: request.query, authorization: request.authorization) {
             case let .failure(error):
@@ -380,6 +392,7 @@ final class Gateway: WebSocketServerHandler {
                                       queuedAnswerBytes: registry.server?.queuedAnswerBytes ?? 0,
                                       droppedAnswers: registry.server?.droppedAnswers ?? 0)
                 + (cluster?.metricsText ?? "") + (webhooks?.metricsText ?? "")
+                + ProcessMetrics.text(certificateNotAfter: registry.server?.certificate?.notAfter)
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:
             if request.path.hasPrefix(RoomsAPI.prefix) {

@@ -21,6 +21,8 @@ public struct TLSCertificateInfo: Sendable, Equatable, CustomStringConvertible {
     public let summary: String
     /// Seconds until it expires when it was read (negative: expired).
     public let secondsLeft: Int64
+    /// When it expires: seconds since 1970 (when it was read, plus ``secondsLeft``).
+    public var notAfter: Double = 0
     /// The certificate's DNS names (subjectAltName), `*.` wildcards as written.
     public var dnsNames: [String] = []
 
@@ -104,7 +106,7 @@ final class TLSStore: @unchecked Sendable {
             var names = [CChar](repeating: 0, count: 16_384)
             let named = certificate.withUnsafeBytes { tabd_tls_certificate_dns_names($0.baseAddress, $0.count, &names, names.count) }
             let dnsNames = named > 0 ? String(nulTerminated: names).split(separator: "\n").map(String.init) : []
-            return (pair, TLSCertificateInfo(summary: summary, secondsLeft: tabd_tls_pair_seconds_left(pair), dnsNames: dnsNames))
+            return (pair, TLSCertificateInfo(summary: summary, secondsLeft: tabd_tls_pair_seconds_left(pair), notAfter: Date().timeIntervalSince1970 + Double(tabd_tls_pair_seconds_left(pair)), dnsNames: dnsNames))
         case Int32(TABD_TLS_PAIR_BAD_CERTIFICATE.rawValue):
             throw TLSError("the TLS certificate \(files.certificateFile) cannot be read as PEM: \(why)")
         case Int32(TABD_TLS_PAIR_BAD_KEY.rawValue):
