@@ -8,7 +8,11 @@ PORT       ?= 8080
 SWIFTFLAGS ?= -Xswiftc -warnings-as-errors
 TSAN_DIR   ?= .build-tsan
 
-.PHONY: help deps test-deps build release run cluster install install-build uninstall test test-swift test-tsan test-e2e test-browser test-web test-long soak bench clean fuzz test-fuzz
+# The commit this build is of, for `--version` (Sources/CBuildInfo/build_commit.h, written
+# only when it changed): before any target, on every make run.
+BUILD_INFO := $(shell scripts/build-info)
+
+.PHONY: help deps test-deps build release run cluster install install-build deb uninstall test test-swift test-tsan test-e2e test-browser test-web test-long soak bench clean fuzz test-fuzz
 
 help:
 	@echo "make run    install what is missing, build (release) and start tabd on $(HOST):$(PORT)"
@@ -16,6 +20,7 @@ help:
 	@echo "make cluster  three NATS JetStream servers and three tabd nodes on loopback (docs/CLUSTER.md)"
 	@echo "make install PREFIX=/usr/local  build (release) and install tabd, tabctl, the web page, docs and the systemd unit; DESTDIR is honoured"
 	@echo "make uninstall PREFIX=/usr/local  remove what make install put there"
+	@echo "make deb   build (release) the Debian package .build/deb/tabd_VERSION_ARCH.deb (apt install ./… on a machine without Swift)"
 	@echo "make test-long  the crash loop for 50 rounds, 50 random cluster fault rounds, the shard CAS race for 20,000 rounds and 10 leader kills, a minute of fuzzing per target, ten minutes of connection churn"
 	@echo "make fuzz SECONDS=N  each fuzz target for N seconds"
 	@echo "make soak   ten minutes of churn, memory and open files sampled (docs/RELIABILITY.md)"
@@ -82,6 +87,16 @@ install: $(if $(BIN_DIR),,install-build)
 	$(INSTALL) -m 644 $(DOC_FILES) $(DESTDIR)$(PREFIX)/share/doc/tabd/
 	for d in $(DOCS_DIRS); do $(INSTALL) -m 644 $$(find $$d -maxdepth 1 -type f) $(DESTDIR)$(PREFIX)/share/doc/tabd/$$d/ || exit 1; done
 	@echo "installed under $(DESTDIR)$(PREFIX); start it with $(PREFIX)/bin/tabd, or as a service: $(PREFIX)/share/tabd/contrib/README.md"
+
+## The Debian package, .build/deb/tabd_VERSION_ARCH.deb: tabd and tabctl (stripped, the Swift
+## runtime in them), the page, the systemd unit (the package's `tabd` user), /etc/default/tabd
+## as a conffile, man pages from --help, the docs (scripts/make-deb). `apt install
+## ./.build/deb/tabd_….deb` installs it on a Debian without the toolchain. BIN_DIR=DIR packs
+## the executables already in DIR (a release build with --static-swift-stdlib).
+DEB_DIR ?= .build/deb
+deb: $(if $(BIN_DIR),,install-build)
+	@scripts/install-deps binutils
+	scripts/make-deb $(or $(BIN_DIR),$(INSTALL_SCRATCH)/release) $(DEB_DIR)
 
 uninstall:
 	rm -f $(foreach p,$(INSTALL_PRODUCTS),$(DESTDIR)$(PREFIX)/bin/$(p))
@@ -174,13 +189,15 @@ bench:
 ## a time (pytest-xdist; 3 took 5 minutes here where one at a time took 15), the longest
 ## first; those marked `serial` (a latency bound) run alone after them.
 E2E_WORKERS ?= 3
-E2E_ENV = TABD_BIN=$(CURDIR)/.build/debug/tabd TABCTL_BIN=$(CURDIR)/.build/debug/tabctl TABD_RELEASE_BIN=$(CURDIR)/.build/release/tabd \
-	  TABBENCH_RELEASE_BIN=$(CURDIR)/.build/release/tabbench
+## The release builds are those `make install` and `make deb` make (the Swift runtime linked
+## in, INSTALL_SCRATCH): the package test (test_deb.py) packs and installs them.
+E2E_ENV = TABD_BIN=$(CURDIR)/.build/debug/tabd TABCTL_BIN=$(CURDIR)/.build/debug/tabctl TABD_RELEASE_BIN=$(CURDIR)/$(INSTALL_SCRATCH)/release/tabd \
+	  TABBENCH_RELEASE_BIN=$(CURDIR)/$(INSTALL_SCRATCH)/release/tabbench
 test-e2e: test-deps
+	@scripts/install-deps binutils
 	$(SWIFT) build $(SWIFTFLAGS) --product tabd
 	$(SWIFT) build $(SWIFTFLAGS) --product tabctl
-	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabd
-	$(SWIFT) build -c release $(SWIFTFLAGS) --product tabbench
+	for p in tabd tabctl tabbench; do $(SWIFT) build -c release --static-swift-stdlib $(SWIFTFLAGS) --scratch-path $(INSTALL_SCRATCH) --product $$p || exit 1; done
 	$(E2E_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n $(E2E_WORKERS) --dist worksteal -m "not serial"
 	$(E2E_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -m serial
 
