@@ -53,7 +53,7 @@ let package = Package(
         .target(name: "CBuildInfo"),
         .target(name: "BuildInfo", dependencies: ["CBuildInfo"], swiftSettings: strict),
         // Who may do what: signed tokens (HS256 JWTs), roles, the operator token.
-        .target(name: "Auth", dependencies: ["TabdProtocol", "CCrypto", "Locking"], swiftSettings: strict),
+        .target(name: "Auth", dependencies: ["TabdProtocol", "CCrypto", "Locking", "Portable"], swiftSettings: strict),
         // Debian's NATS C client (libnats-dev), seen only by the JetStream module.
         .systemLibrary(
             name: "CNATS",
@@ -62,19 +62,23 @@ let package = Package(
         ),
         // The engine of cluster mode: NATS JetStream streams, compare-and-set publishes,
         // ordered consumers (docs/CLUSTER.md).
-        .target(name: "JetStream", dependencies: ["CNATS", "Locking"], swiftSettings: strict),
+        .target(name: "JetStream", dependencies: ["CNATS", "Locking", "Portable"], swiftSettings: strict),
         // A tabd node of a cluster: rooms as streams in the engine, their durability
         // (compare-and-set appends) and their followers (ordered consumers).
-        .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking", "Outbox"], swiftSettings: strict),
+        .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking", "Outbox", "Portable"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
-        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking", "Outbox"], swiftSettings: strict),
+        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking", "Outbox", "Portable"], swiftSettings: strict),
         // The events webhooks deliver, in order, bounded: what the state file's writer and
         // the daemon share.
-        .target(name: "Outbox", dependencies: ["TabdProtocol"], swiftSettings: strict),
+        .target(name: "Outbox", dependencies: ["TabdProtocol", "Portable"], swiftSettings: strict),
         // Command lines read one argument at a time, for every executable (one UsageError).
         .target(name: "ArgumentParsing", swiftSettings: strict),
-        // A lock ThreadSanitizer can see, shared by every module.
-        .target(name: "Locking", swiftSettings: strict),
+        // A lock ThreadSanitizer can see, a condition and threads over pthreads, shared by every module.
+        .target(name: "CThreads"),
+        .target(name: "Locking", dependencies: ["CThreads"], swiftSettings: strict),
+        // What the modules would otherwise take from Foundation (whose ICU data would weigh
+        // tens of megabytes in the executables): trimming, hex, decimals, the standard streams.
+        .target(name: "Portable", swiftSettings: strict),
         // The wire's values, shared by the server and the clients: commands, events, snapshots,
         // JSON, the fold. No actor, no networking.
         .target(name: "TabdProtocol", dependencies: ["Locking"], swiftSettings: strict),
@@ -82,18 +86,18 @@ let package = Package(
         .target(name: "Coordinator", dependencies: ["TabdProtocol", "Locking"], swiftSettings: strict),
         // libwebsockets wrapped for Swift, in three modules, the only ones that import CWebSockets:
         // what the server and the client share (the service thread, close frames, limits),
-        .target(name: "WebSocketEngine", dependencies: ["CWebSockets", "Locking"], swiftSettings: strict),
+        .target(name: "WebSocketEngine", dependencies: ["CWebSockets", "Locking", "Portable"], swiftSettings: strict),
         // the server (HTTP + WebSocket), which is all the daemon links,
-        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "CWebContent", "Locking"], swiftSettings: strict),
+        .target(name: "WebSockets", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "CWebContent", "Locking", "Portable"], swiftSettings: strict),
         // and the client (many connections on one thread) for tests, tools and client libraries.
-        .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "Locking"], swiftSettings: strict),
+        .target(name: "WebSocketsClient", dependencies: ["WebSocketEngine", "CWebSockets", "CTLS", "Locking", "Portable"], swiftSettings: strict),
         // The rules a stream of batches must keep, checked from outside: for tests and tools.
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
         // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
-        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "BuildInfo", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient"], swiftSettings: strict),
+        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "BuildInfo", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient", "Portable"], swiftSettings: strict),
         // The daemon's executable: main, signals, exit codes.
-        .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking"], swiftSettings: strict),
+        .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking", "Portable"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed
         // commands, reconnects with resume; transports behind a protocol (libwebsockets here).
         .target(name: "TabdClient", dependencies: ["TabdProtocol", "CTLS", "WebSocketEngine", "WebSocketsClient", "Locking"], swiftSettings: strict),
@@ -101,7 +105,7 @@ let package = Package(
         // a SwiftUI tab bar binds to (docs/CLIENTS.md).
         .target(name: "TabdObservation", dependencies: ["TabdClient", "TabdProtocol"], swiftSettings: strict),
         // The command line over TabdClient: watch, state, commands, rooms.
-        .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "BuildInfo", "TabdClient"], swiftSettings: strict),
+        .executableTarget(name: "tabctl", dependencies: ["ArgumentParsing", "BuildInfo", "TabdClient", "Portable"], swiftSettings: strict),
         // Load and stress clients for tabd: stream checks, random commands, frame scanning.
         .target(name: "TabdLoad", dependencies: ["Coordinator", "Conformance", "WebSocketsClient"], swiftSettings: strict),
         // The load tool: many connections, commands, stream checks, latency (docs/BENCHMARKS.md).

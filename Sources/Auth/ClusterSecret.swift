@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 
 /// The secret a cluster's nodes share (`--cluster-secret-file`), and the seals it makes:
 /// an HMAC-SHA256 over everything a message's receiver acts on, so that holding the
@@ -92,10 +95,10 @@ public struct ClusterSecret: Sendable {
     public static func load(path: String) throws(Error) -> ClusterSecret {
         let text: String
         do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-            throw Error(description: "cannot read the cluster secret file '\(path)': \(error.localizedDescription)")
+            throw Error(description: "cannot read the cluster secret file '\(path)': \(SigningKey.reason(error))")
         }
         let lines = text.split(whereSeparator: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" })
-            .map { $0.trimmingCharacters(in: .whitespaces) }
+            .map { $0.trimmingWhitespace }
             .filter { !$0.isEmpty && !$0.hasPrefix("#") }
         return try ClusterSecret(keys: lines.map { Array($0.utf8) }, source: "the cluster secret file '\(path)'")
     }

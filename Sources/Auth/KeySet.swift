@@ -1,5 +1,7 @@
 import TabdProtocol
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The algorithms of signed tokens tabd accepts (RFC 7518 names).
 public enum TokenAlgorithm: String, Sendable, CaseIterable {

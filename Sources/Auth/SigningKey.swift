@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The HMAC key of signed tokens, read from `--auth-secret-file` (or `TABD_AUTH_SECRET`).
 public struct SigningKey: Sendable {
@@ -37,15 +39,17 @@ public struct SigningKey: Sendable {
         return body.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) ? Array(body) : bytes
     }
 
+    /// Why a file could not be read, in a few words (`no such file`, `permission denied`).
     static func reason(_ error: any Swift.Error) -> String {
-        let ns = error as NSError
-        if let posix = ns.userInfo[NSUnderlyingErrorKey] as? NSError, posix.domain == NSPOSIXErrorDomain {
-            return String(cString: strerror(Int32(posix.code)))
-        }
-        switch CocoaError.Code(rawValue: ns.code) {
+        if let posix = error as? POSIXError { return String(cString: strerror(posix.code.rawValue)) }
+        guard let cocoa = error as? CocoaError else { return "\(error)" }
+        switch cocoa.code {
         case .fileReadNoSuchFile: return "no such file"
         case .fileReadNoPermission: return "permission denied"
-        default: return ns.localizedDescription
+        case .fileReadInapplicableStringEncoding: return "not UTF-8 text"
+        default:
+            if let posix = cocoa.userInfo["NSUnderlyingError"] as? POSIXError { return String(cString: strerror(posix.code.rawValue)) }
+            return "\(cocoa.code)"
         }
     }
 }

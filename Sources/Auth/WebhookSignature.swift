@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 
 /// Webhook requests signed as the Standard Webhooks convention has it
 /// (https://www.standardwebhooks.com): the headers `webhook-id`, `webhook-timestamp`
@@ -48,7 +51,7 @@ public struct WebhookSigner: Sendable {
             throw SigningKey.Error(description: "cannot read the webhook secret file '\(path)': \(SigningKey.reason(error))")
         }
         let lines = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
-            .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
+            .map { $0.trimmingWhitespace }.filter { !$0.isEmpty && !$0.hasPrefix("#") }
         guard (1...2).contains(lines.count) else {
             throw SigningKey.Error(description: "the webhook secret file '\(path)' holds \(lines.count) secrets; it holds one, or two while one is rotated")
         }

@@ -1,6 +1,7 @@
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import JetStream
 import Locking
 
@@ -74,7 +75,7 @@ extension ClusterNode {
                 guard Date() < deadline else { throw error }
                 if !logged { log("\(what): \(error); trying again for up to \(Int(seconds)) s") }
                 logged = true
-                Thread.sleep(forTimeInterval: 0.25)
+                Threads.sleep(seconds: 0.25)
             }
         }
     }

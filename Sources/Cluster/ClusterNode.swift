@@ -1,7 +1,8 @@
 import Auth
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import JetStream
 import Locking
 
@@ -464,7 +465,7 @@ public final class ClusterNode: Sendable {
             do { return try roomIDs() } catch {
                 guard DispatchTime.now() < deadline else { throw error }
                 log("\(error); asking again")
-                Thread.sleep(forTimeInterval: 0.5)
+                Threads.sleep(seconds: 0.5)
             }
         }
     }

@@ -1,7 +1,9 @@
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import JetStream
+import Locking
 
 /// Moving a room with a stream of its own (a tabd before shards) into its shard, keeping its
 /// life: its epoch, seqs, clients and their nodes (docs/CLUSTER.md, "Moving an existing
@@ -57,7 +59,7 @@ extension ClusterRoom {
                 // what the consumer delivers says which.
                 _ = waitUntil(deadline: min(deadline, DispatchTime.now().uptimeNanoseconds + 5_000_000_000)) { $0.movedOut || $0.delivered > after }
             case .unknown, .failed:
-                Thread.sleep(forTimeInterval: 0.1)
+                Threads.sleep(seconds: 0.1)
             }
         }
         if !movedOut { throw ClusterNode.Failure("room '\(room)': could not fence its stream to move it into its shard", mayPass: true) }

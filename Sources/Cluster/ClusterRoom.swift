@@ -1,6 +1,7 @@
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import JetStream
 import Locking
 import Synchronization
@@ -398,7 +399,7 @@ public final class ClusterRoom: Durability, Sendable {
                 break
             }
             if attempt % 10 == 0 { node.log("room '\(room)': cannot mark it bound to its life yet; trying again") }
-            Thread.sleep(forTimeInterval: 0.3)
+            Threads.sleep(seconds: 0.3)
         }
         node.log("room '\(room)': could not mark it bound to its life; its messages sealed without it are still taken until a node does")
     }

@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+import Locking
+import Glibc
+import Dispatch
 
 /// The one way a node asks the engine again while it answers errors (a stream being
 /// created, a leader being elected, a replica catching up, a compare-and-set lost to
@@ -29,7 +32,7 @@ struct EngineRetry: Sendable {
     /// (nil). The thread sleeps between tries: call it off the cooperative pool.
     func run<T>(_ what: @autoclosure () -> String, log: (String) -> Void, _ body: (Int) throws(ClusterNode.Failure) -> Outcome<T>) throws(ClusterNode.Failure) -> T? {
         for attempt in 1...attempts {
-            if attempt > 1 { Thread.sleep(forTimeInterval: pause(after: attempt - 1)) }
+            if attempt > 1 { Threads.sleep(seconds: pause(after: attempt - 1)) }
             switch try body(attempt) {
             case let .done(value): return value
             case let .again(why?) where attempt % 10 == 1: log("\(what()): \(why); asking again")

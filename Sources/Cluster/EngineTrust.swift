@@ -1,5 +1,8 @@
 import Auth
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 
 /// What a node believes of the engine: nothing it cannot check. Every message a node
 /// writes to the engine is sealed with the cluster's secret (``ClusterSecret``) over
@@ -81,10 +84,10 @@ public struct EngineTrust: Sendable {
         }
         let time = Double(ms) / 1000
         guard now - time <= lifetime + Self.clockSkewSeconds else {
-            return (.forged, nil, String(format: "sealed %.1f s ago: older than %.0f s plus the clock-skew bound (a replay, or clocks apart)", now - time, lifetime))
+            return (.forged, nil, "sealed \(fixedDecimals(now - time, 1)) s ago: older than \(fixedDecimals(lifetime, 0)) s plus the clock-skew bound (a replay, or clocks apart)")
         }
         guard time - now <= Self.clockSkewSeconds else {
-            return (.forged, nil, String(format: "sealed %.1f s in the future: the nodes' clocks are further apart than %.0f s", time - now, Self.clockSkewSeconds))
+            return (.forged, nil, "sealed \(fixedDecimals(time - now, 1)) s in the future: the nodes' clocks are further apart than \(fixedDecimals(Self.clockSkewSeconds, 0)) s")
         }
         return (.sealed, Opened(time: time, args: args, payload: payload), "")
     }

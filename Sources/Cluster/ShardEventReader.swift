@@ -1,5 +1,7 @@
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import JetStream
 import Outbox
 

@@ -1,9 +1,11 @@
 import Auth
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import JetStream
 import Locking
+import Portable
 
 /// How a cluster lays its rooms out in shards: `shards` replicated streams, and the key
 /// that maps a room to one of them. Chosen by the first node of the cluster and recorded
@@ -37,7 +39,7 @@ public struct ShardLayout: Equatable, Sendable {
     }
 
     var bytes: [UInt8] {
-        JSONValue.object([("shards", .int(shards)), ("key", .string(key.map { String(format: "%02x", $0) }.joined()))]).compactBytes
+        JSONValue.object([("shards", .int(shards)), ("key", .string(Hex.encode(key)))]).compactBytes
     }
 
     init(bytes: [UInt8]) throws {

@@ -9,7 +9,7 @@ public enum EngineURL {
     public static func redacted(_ url: String) -> String {
         guard let at = url.lastIndex(of: "@") else { return url }
         var start = url.startIndex
-        if let separator = url.range(of: "://"), separator.upperBound <= at,
+        if let separator = url.firstRange(of: "://"), separator.upperBound <= at,
            url[..<separator.lowerBound].unicodeScalars.allSatisfy({ $0.isASCII && $0.properties.isAlphabetic }) {
             start = separator.upperBound
         }

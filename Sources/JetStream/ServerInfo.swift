@@ -1,6 +1,8 @@
 import CNATS
-import Foundation
+import FoundationEssentials
+import Dispatch
 import Glibc
+import Portable
 
 /// What an engine server says of itself: its version, id and name, from the `INFO` line
 /// that every NATS server sends first on a new connection.
@@ -59,19 +61,25 @@ public struct EngineServerInfo: Sendable, Equatable {
 
     /// The fields of an INFO line (`INFO {json}`), or nil when it is not one.
     static func parse(line: [UInt8], url: String, connectedID: String?) -> EngineServerInfo? {
+        /// The INFO fields read; the others are ignored.
+        struct Info: Decodable {
+            let version: String
+            let server_id: String
+            let server_name: String?
+            let jetstream: Bool?
+        }
         guard line.starts(with: Array("INFO ".utf8)),
-              let json = try? JSONSerialization.jsonObject(with: Data(line.dropFirst(5))) as? [String: Any],
-              let version = json["version"] as? String, let id = json["server_id"] as? String else { return nil }
-        let name = (json["server_name"] as? String).flatMap { $0.isEmpty ? nil : $0 } ?? id
-        return EngineServerInfo(version: version, serverID: id, serverName: name, jetStream: json["jetstream"] as? Bool ?? false,
-                                url: url, isConnectedServer: connectedID == nil || connectedID == id)
+              let info = try? JSONDecoder().decode(Info.self, from: Data(line.dropFirst(5))) else { return nil }
+        let name = info.server_name.flatMap { $0.isEmpty ? nil : $0 } ?? info.server_id
+        return EngineServerInfo(version: info.version, serverID: info.server_id, serverName: name, jetStream: info.jetstream ?? false,
+                                url: url, isConnectedServer: connectedID == nil || connectedID == info.server_id)
     }
 
     /// Host and port of a NATS URL (`nats://`, `tls://`, with or without credentials;
     /// IPv6 in brackets; 4222 when no port is given).
     static func hostAndPort(_ url: String) -> (host: String, port: UInt16)? {
         var rest = Substring(url)
-        if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
+        if let scheme = rest.firstRange(of: "://") { rest = rest[scheme.upperBound...] }
         if let at = rest.lastIndex(of: "@") { rest = rest[rest.index(after: at)...] }
         if let slash = rest.firstIndex(of: "/") { rest = rest[..<slash] }
         if rest.hasPrefix("[") {

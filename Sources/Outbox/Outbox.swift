@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Locking
 import TabdProtocol
 
 /// The events webhooks deliver and `GET /api/events` streams, in the order they were
@@ -61,7 +64,7 @@ public final class Outbox: @unchecked Sendable {
         var waiters: [(after: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
-    private let condition = NSCondition()
+    private let condition = ThreadCondition()
     private var state = State()
 
     public init(id: String, limit: Int, kinds: OutboxKinds) {
@@ -221,7 +224,7 @@ public final class Outbox: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         while state.next - 1 <= after {
-            if !condition.wait(until: deadline) { return state.next - 1 > after }
+            if deadline.timeIntervalSinceNow <= 0 || !condition.wait(seconds: deadline.timeIntervalSinceNow) { return state.next - 1 > after }
         }
         return true
     }

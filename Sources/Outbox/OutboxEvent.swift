@@ -1,4 +1,7 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 import TabdProtocol
 
 /// The kinds of event the outbox keeps (`--webhook-events`): what webhooks deliver and
@@ -23,7 +26,7 @@ public struct OutboxKinds: OptionSet, Sendable, Hashable {
     /// A comma-separated list of names (`roomCreated,batch`); nil names the unknown one.
     public static func parse(_ list: String) -> Result<OutboxKinds, ParseError> {
         var kinds: OutboxKinds = []
-        for name in list.split(separator: ",", omittingEmptySubsequences: false).map({ $0.trimmingCharacters(in: .whitespaces) }) {
+        for name in list.split(separator: ",", omittingEmptySubsequences: false).map({ $0.trimmingWhitespace }) {
             guard let kind = names.first(where: { $0.0 == name })?.1 else { return .failure(ParseError(name: name)) }
             kinds.insert(kind)
         }

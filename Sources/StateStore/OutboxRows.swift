@@ -1,5 +1,7 @@
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Outbox
 
 /// The outbox as the state file holds it (table `outbox`), kept by the writer: each event is

@@ -1,8 +1,9 @@
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Glibc
 import Outbox
+import Portable
 import Synchronization
 
 /// Why the state file cannot be used. The message names the file.
@@ -64,7 +65,8 @@ public final class StateStore: Sendable {
     public init(options: Options) throws(StoreError) {
         self.options = options
         let path = options.path
-        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? nil
+        var info = stat()
+        let size: Int? = stat(path, &info) == 0 ? Int(info.st_size) : nil
         do {
             let db: SQLiteConnection
             if let size, size > 0 {
@@ -72,7 +74,7 @@ public final class StateStore: Sendable {
                 db = try Self.openForWriting(path)
                 if version < Self.schemaVersion { try Self.upgrade(db, from: version, path: path) }
             } else {
-                let directory = (path as NSString).deletingLastPathComponent
+                let directory = directoryPart(of: path)
                 if !directory.isEmpty, !FileManager.default.fileExists(atPath: directory) {
                     guard options.createsDirectory else {
                         throw StoreError(message: "the directory of state file '\(path)' does not exist: \(directory)")
@@ -293,7 +295,7 @@ public final class StateStore: Sendable {
     /// Syncs the directory that holds `path`, so that a file just created in it (or a
     /// directory just made) survives a power cut under its name.
     static func syncDirectory(of path: String) throws(StoreError) {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = directoryPart(of: path)
         let name = directory.isEmpty ? "." : directory
         let fd = open(name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else {

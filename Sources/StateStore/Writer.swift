@@ -1,7 +1,8 @@
 import Locking
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Outbox
 
 /// The one writer of a state file: commits queued batches on its own serial queue, every

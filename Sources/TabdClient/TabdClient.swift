@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A connection to one room of a tabd, kept up to date: `state` is the room's tab bar as
 /// of the last event received, folded by the same functions the server folds with.

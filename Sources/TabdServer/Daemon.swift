@@ -4,7 +4,8 @@ import Cluster
 import Coordinator
 import Outbox
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import JetStream
 import Locking
 import StateStore

@@ -1,6 +1,9 @@
 import CWebSockets
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Locking
-import Foundation
+import Portable
 
 /// What the server and the client both need from libwebsockets, in one place: the
 /// open-file limit, the log mask, and close frames both ways.
@@ -54,7 +57,7 @@ package enum LWS {
         logSink.withLock { $0 = sink.map(LogSink.init) }
         lws_set_log_level(logMask(level), sink == nil ? nil : { level, line in
             guard let line, let sink = LWS.logSink.withLock({ $0 }) else { return }
-            let text = String(cString: line).trimmingCharacters(in: .whitespacesAndNewlines)
+            let text = String(cString: line).trimmingWhitespace
             guard !text.isEmpty else { return }
             let mapped: WebSocketLogLevel = level & tabd_lll_err() != 0 ? .error : level & tabd_lll_warn() != 0 ? .warn : .debug
             sink.write(mapped, text)

@@ -1,5 +1,7 @@
 import CWebSockets
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Locking
 import Synchronization
 
@@ -27,10 +29,7 @@ package final class ServiceThread: Sendable {
 
     /// Starts the thread; it runs `body` (which calls ``run(pass:until:afterEachPass:finish:)``).
     package func start(_ body: @escaping @Sendable () -> Void) {
-        let t = Thread(block: body)
-        t.name = name
-        if let stackSize { t.stackSize = stackSize }
-        t.start()
+        Threads.start(name: name, stackBytes: stackSize ?? 0, body)
     }
 
     /// On the new thread: runs `pass` (one pass of the event loop over the ready sockets)

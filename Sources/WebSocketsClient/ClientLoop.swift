@@ -1,7 +1,9 @@
 import Locking
 import CTLS
 import CWebSockets
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Synchronization
 
 /// The engine behind `WebSocketClient`: one libwebsockets client context (no listener) with

@@ -1,5 +1,8 @@
 import CTLS
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 import WebSocketEngine
 
 /// One blocking HTTP/1.1 request over a fresh TCP connection (`Connection: close`): enough
@@ -94,7 +97,7 @@ public struct HTTPCall: Sendable {
             if expected == nil, let end = Self.headerEnd(answer) {
                 let header = String(decoding: answer[0..<end], as: UTF8.self).lowercased()
                 if let line = header.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
-                   let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) {
+                   let length = Int(line.dropFirst("content-length:".count).trimmingWhitespace) {
                     expected = end + 4 + length
                 }
             }

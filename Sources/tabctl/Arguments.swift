@@ -1,5 +1,6 @@
 import ArgumentParsing
 import TabdClient
+import Portable
 
 /// What `tabctl` was asked to do, read from its arguments and the environment.
 struct Invocation {
@@ -89,7 +90,7 @@ struct Subcommand {
             + (Self.extraFlags[kind] ?? []).map { "[\($0)]" }).joined(separator: " ")
         var details = options.flatMap { option in
             [(option.synopsis, option.field.help)] + (option.noFlag.map { [($0, "sends null for \(option.option)")] } ?? [])
-        }.map { "  " + $0.0.padding(toLength: 15, withPad: " ", startingAt: 0) + $0.1 }
+        }.map { (synopsis: String, help: String) -> String in "  " + String(synopsis.prefix(15)).padded(to: 15) + help }
         if let extra = Self.extraDetails[kind] { details.insert(extra, at: 0) }
         self.init(name: kind.commandLineName, usage: usage, summary: kind.declaration.summary,
                   minArgs: positional.count, maxArgs: positional.count,
@@ -143,7 +144,7 @@ extension Invocation {
         // A usage longer than the column has its summary on the next line.
         let width = 36
         let list = Subcommand.all.map { c in
-            c.usage.count + 2 <= width ? "  " + c.usage.padding(toLength: width, withPad: " ", startingAt: 0) + c.summary
+            c.usage.count + 2 <= width ? "  " + c.usage.padded(to: width) + c.summary
                 : "  " + c.usage + "\n" + String(repeating: " ", count: width + 2) + c.summary
         }.joined(separator: "\n")
         return """

@@ -1,5 +1,8 @@
 import ArgumentParsing
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 import TabdClient
 
 /// Runs one subcommand; returns the exit status (see `tabctl --help`).
@@ -237,10 +240,10 @@ struct Run {
     }
 
     private func printError(_ message: String) {
-        FileHandle.standardError.write(Data("tabctl: \(message)\n".utf8))
+        StandardStream.error("tabctl: \(message)\n")
     }
 
     private func note(_ message: String) {
-        FileHandle.standardError.write(Data("tabctl: \(message)\n".utf8))
+        StandardStream.error("tabctl: \(message)\n")
     }
 }

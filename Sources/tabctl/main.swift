@@ -1,6 +1,9 @@
 import ArgumentParsing
 import BuildInfo
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 import TabdClient
 
 // tabctl: watch and drive a tabd room from the command line (`tabctl --help`).
@@ -10,7 +13,7 @@ let invocation: Invocation
 do {
     invocation = try Invocation.parse(Array(CommandLine.arguments.dropFirst()), environment: environment)
 } catch {
-    FileHandle.standardError.write(Data("tabctl: \(error)\n".utf8))
+    StandardStream.error("tabctl: \(error)\n")
     exit(2)
 }
 if invocation.version {
@@ -25,7 +28,7 @@ let output = Output(json: invocation.json,
                     colour: !invocation.json && isatty(STDOUT_FILENO) == 1 && environment["NO_COLOR"] == nil && environment["TERM"] != "dumb")
 let trust: TLSTrust
 do { trust = try invocation.caFile.map { path throws(TLSTrustError) in try TLSTrust(caFile: path) } ?? .system } catch {
-    FileHandle.standardError.write(Data("tabctl: --ca-file: \(error)\n".utf8))
+    StandardStream.error("tabctl: --ca-file: \(error)\n")
     exit(2)
 }
 let code = await Run(invocation: invocation, output: output, trust: trust).main()

@@ -1,7 +1,8 @@
 import CSignals
 import Locking
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// SIGINT, SIGTERM and SIGHUP, caught from the moment this is created: a stop signal that
 /// arrives while tabd starts is kept for ``Mailbox/wait()``, not lost and not fatal; a
@@ -35,7 +36,7 @@ final class TerminationSignals: Sendable {
         guard tabd_signals_catch(caught, Int32(caught.count)) == 0 else {
             fatalError("cannot catch SIGINT, SIGTERM and SIGHUP: \(String(cString: strerror(errno)))")
         }
-        let thread = Thread { [mailbox, hangup] in
+        Threads.start(name: "tabd-signals") { [mailbox, hangup] in
             while true {
                 let sig = tabd_signals_next()
                 guard sig > 0 else { return }
@@ -50,8 +51,6 @@ final class TerminationSignals: Sendable {
                 }
             }
         }
-        thread.name = "tabd-signals"
-        thread.start()
     }
 
     final class Mailbox: Sendable {

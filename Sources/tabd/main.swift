@@ -1,5 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Portable
 import TabdServer
 
 // tabd: the daemon's wiring. Everything it does is in the TabdServer library; this file
@@ -10,7 +12,7 @@ let environment = ProcessInfo.processInfo.environment
 
 /// Prints `text` to stdout for a success, to stderr otherwise, and exits with `code`.
 func finish(_ text: String, code: Int32) -> Never {
-    if code == 0 { print(text) } else { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+    if code == 0 { print(text) } else { StandardStream.error((text + "\n")) }
     exit(code)
 }
 
@@ -45,7 +47,7 @@ daemon.onFailure { reason in
     termination.mailbox.deliver(TerminationSignals.failure)
 }
 // The first line on stdout, written unbuffered: scripts wait for it.
-FileHandle.standardOutput.write(Data("tabd listening on \(daemon.url)\n".utf8))
+StandardStream.output("tabd listening on \(daemon.url)\n")
 
 let received = await termination.mailbox.wait()
 let status: Int32 = received == TerminationSignals.failure ? 1 : 0

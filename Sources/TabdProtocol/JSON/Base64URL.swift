@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The base64url encoding of JWTs (RFC 7515 §2: the URL-safe alphabet, no padding),
 /// by way of Foundation's base64.

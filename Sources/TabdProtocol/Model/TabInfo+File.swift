@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 extension TabInfo {
     /// Reads a tab list file (see ``list(from:source:)``).

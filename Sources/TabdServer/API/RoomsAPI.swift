@@ -1,6 +1,8 @@
 import Auth
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Outbox
 import WebSockets
 

@@ -17,7 +17,7 @@ package enum AllowedOrigin {
         if lower == "null" {
             return .failure(Problem("'null' is the origin of sandboxed frames and data: or file: pages, which any site can make"))
         }
-        guard let separator = lower.range(of: "://") else { return .failure(Problem("it has no http:// or https://")) }
+        guard let separator = lower.firstRange(of: "://") else { return .failure(Problem("it has no http:// or https://")) }
         let scheme = lower[..<separator.lowerBound]
         guard scheme == "http" || scheme == "https" else {
             return .failure(Problem("only http and https pages have an origin tabd takes"))

@@ -1,5 +1,7 @@
 import Auth
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import WebSockets
 
 extension Authenticator {

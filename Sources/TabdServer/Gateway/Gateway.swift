@@ -2,7 +2,8 @@ import Auth
 import Cluster
 import Coordinator
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Locking
 import Synchronization
 import WebSockets

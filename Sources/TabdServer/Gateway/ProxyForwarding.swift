@@ -1,4 +1,5 @@
 import WebSockets
+import Portable
 
 /// The addresses `--trusted-proxy` names: single addresses or CIDR ranges, IPv4 or IPv6.
 package struct TrustedProxies: Sendable, Equatable {
@@ -76,7 +77,7 @@ enum IPAddress {
         guard text.contains(":"), text.count <= 45 else { return nil }
         var head: [UInt16] = [], tail: [UInt16] = []
         var sawGap = false
-        let halves = text.components(separatedBy: "::")
+        let halves = text.split(separator: "::", omittingEmptySubsequences: false).map(String.init)
         guard halves.count <= 2 else { return nil }
         func groups(_ s: String, allowV4: Bool) -> [UInt16]? {
             guard !s.isEmpty else { return [] }
@@ -183,11 +184,11 @@ package struct ProxyForwarding: Sendable, Equatable {
     /// the last value) as hops; nil when none is there.
     static func xForwarded(_ headers: ForwardingHeaders) -> [Hop]? {
         var hops: [Hop] = (headers.xForwardedFor ?? "").split(separator: ",").map { element in
-            let value = element.trimmingCharacters(in: [" ", "\t"])
+            let value = element.trimmingWhitespace
             return Hop(for: node(value))
         }
         func last(_ value: String?) -> String? {
-            value?.split(separator: ",").last.map { $0.trimmingCharacters(in: [" ", "\t"]) }.flatMap { $0.isEmpty ? nil : $0 }
+            value?.split(separator: ",").last.map { $0.trimmingWhitespace }.flatMap { $0.isEmpty ? nil : $0 }
         }
         let host = last(headers.xForwardedHost), proto = last(headers.xForwardedProto)?.lowercased()
         guard !hops.isEmpty || host != nil || proto != nil else { return nil }

@@ -1,6 +1,9 @@
-import Locking
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Locking
+import Portable
 
 /// One line per event to stderr, with a level and a UTC timestamp.
 public final class Log: Sendable {
@@ -31,7 +34,7 @@ public final class Log: Sendable {
         case .json: Self.escapingRaw(JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)),
                                                        ("message", .string(message()))]).compactString, json: true) + "\n"
         }
-        lock.withLock { _ in FileHandle.standardError.write(Data(line.utf8)) }
+        lock.withLock { _ in StandardStream.error(line) }
     }
 
     /// `text` on one line: every control character (C0, DEL, C1: a line break a peer put in

@@ -1,5 +1,7 @@
 import BuildInfo
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The lines of `/metrics` about the process itself and what it was built from, under the
 /// names Prometheus' own clients give them (`process_*`), and the TLS certificate's expiry:

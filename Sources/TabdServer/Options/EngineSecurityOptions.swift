@@ -1,7 +1,9 @@
 import ArgumentParsing
 import Auth
 import Cluster
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import JetStream
 
 extension Options {

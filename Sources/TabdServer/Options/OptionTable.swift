@@ -3,6 +3,7 @@ import Coordinator
 import JetStream
 import Outbox
 import WebSockets
+import Portable
 
 /// One of tabd's options, declared once: its name, the value it takes, what it sets (with
 /// the value's type and range), its default as `--help` shows it (read from ``Options``'
@@ -36,7 +37,7 @@ struct OptionSpec: Sendable {
 
     /// The option's environment variable: `TABD_` and its name in upper case, dashes as
     /// underscores (`--web-root`: `TABD_WEB_ROOT`).
-    var variable: String { "TABD_" + name.dropFirst(2).uppercased().replacingOccurrences(of: "-", with: "_") }
+    var variable: String { "TABD_" + name.dropFirst(2).uppercased().replacing("-", with: "_") }
 
     /// A whole number in `range`.
     static func int(_ name: String, _ path: Field<Int>, value: String = "N", _ range: ClosedRange<Int>,
@@ -148,7 +149,7 @@ extension Options {
              help: "unload a room from memory after SECS without clients; it stays in the state file; 0 = never"),
         OptionSpec(name: "--cluster", value: "URLS", help: "be a node of a cluster whose rooms live in NATS JetStream at these comma-separated nats:// or tls:// URLs, without credentials (excludes --state); see docs/CLUSTER.md",
                    defaultText: nil, excludes: ["--state", "--state-sync"]) { (o, text, given) throws(UsageError) in
-            let urls = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            let urls = text.split(separator: ",").map { $0.trimmingWhitespace }
             // A URL's user, password or token would be visible in ps, the environment and logs.
             if let url = urls.first(where: EngineURL.hasCredentials) {
                 throw UsageError("\(given) takes URLs without credentials, got '\(EngineURL.redacted(url).prefix(200))': give the engine's user with --cluster-user NAME and its password in a file with --cluster-password-file FILE, or a NATS credentials file with --cluster-creds FILE (TABD_CLUSTER_USER, TABD_CLUSTER_PASSWORD_FILE, TABD_CLUSTER_CREDS)")
@@ -254,7 +255,7 @@ extension Options {
         OptionSpec(name: "--webhook", value: "URL",
                    help: "post every event of the outbox (--webhook-events) to URL, http:// or https:// (repeatable): at least once, in order per room, retried with backoff while the receiver is down, slow or failing",
                    defaultText: nil, repeatable: true) { (o, text, given) throws(UsageError) in
-            do throws(WebhookTarget.Invalid) { o.webhooks.append(try WebhookTarget(text).url) } catch { throw UsageError(error.description.replacingOccurrences(of: "--webhook", with: given)) }
+            do throws(WebhookTarget.Invalid) { o.webhooks.append(try WebhookTarget(text).url) } catch { throw UsageError(error.description.replacing("--webhook", with: given)) }
         },
         OptionSpec(name: "--webhook-events", value: "LIST",
                    help: "the events the outbox keeps, for webhooks and GET /api/events: a comma-separated list of roomCreated, roomDeleted, clientJoined, clientLeft and batch (every batch of every room); given without --webhook, tabd keeps the outbox for GET /api/events alone",

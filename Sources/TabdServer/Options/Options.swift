@@ -2,8 +2,11 @@ import ArgumentParsing
 import Auth
 import BuildInfo
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Outbox
+import Portable
 import WebSockets
 
 /// tabd's command line (PROTOCOL.md "The daemon").
@@ -200,7 +203,7 @@ public struct Options: Sendable {
                 guard let option = Self.option(ofVariable: variable),
                       !([option] + Self.excluded(by: option)).contains(where: { onCommandLine[$0] != nil }) else { continue }
                 let values = Self.spec(option)?.repeatable == true
-                    ? text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+                    ? text.split(separator: ",").map { $0.trimmingWhitespace }.filter { !$0.isEmpty }
                     : [text]
                 for value in values {
                     guard try o.set(option, as: variable, value: { value }) else { break }
@@ -275,8 +278,8 @@ public struct Options: Sendable {
     func resolvedWebRoot() -> Result<String, UsageError> {
         let fm = FileManager.default
         func isDir(_ p: String) -> Bool {
-            var d: ObjCBool = false
-            return fm.fileExists(atPath: p, isDirectory: &d) && d.boolValue
+            var info = stat()
+            return stat(p, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
         }
         if let webRoot {
             return isDir(webRoot) ? .success(webRoot) : .failure(UsageError("web root '\(webRoot)' is not a directory"))

@@ -1,7 +1,9 @@
 import ArgumentParsing
 import Auth
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// `tabd token`: prints a signed token for scripts and operators.
 public enum TokenCommand {

@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Tells systemd how tabd is doing, as `sd_notify(3)` does, without linking libsystemd: one
 /// datagram to the socket named by `NOTIFY_SOCKET` (a path, or an abstract name after `@`).

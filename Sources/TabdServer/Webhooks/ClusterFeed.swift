@@ -1,8 +1,12 @@
 import Auth
 import Cluster
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Locking
 import Outbox
+import Portable
 
 /// One webhook's events on a node of a cluster. The engine's history is the outbox: each
 /// shard is delivered by one node, the one that holds the shard's ``WebhookLease`` for this
@@ -62,7 +66,7 @@ final class ClusterFeed: @unchecked Sendable {
 
     private static func uptime() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
-    private let condition = NSCondition()
+    private let condition = ThreadCondition()
     private var held: [Int: Held] = [:]
     private var generation = 0
     /// When each shard not held here was first seen free (for taking it when another
@@ -77,8 +81,7 @@ final class ClusterFeed: @unchecked Sendable {
 
     init(number: Int, target: WebhookTarget, node: ClusterNode, kinds: OutboxKinds, limit: Int, log: Log) {
         self.number = number
-        webhook = KeyedHash.sha256(key: Array("tabd webhook".utf8), message: Array(target.url.utf8)).prefix(8)
-            .map { String(format: "%02x", $0) }.joined()
+        webhook = Hex.encode(KeyedHash.sha256(key: Array("tabd webhook".utf8), message: Array(target.url.utf8)).prefix(8))
         self.node = node
         self.kinds = kinds
         self.log = log
@@ -104,7 +107,7 @@ final class ClusterFeed: @unchecked Sendable {
                 if Self.uptime() - h.confirmedAt <= validFor || stopping { return false }
                 held[shard]!.wanted = true
                 condition.broadcast()
-                _ = condition.wait(until: Date(timeIntervalSinceNow: 0.25))
+                _ = condition.wait(seconds: 0.25)
             }
         }
     }
@@ -112,12 +115,10 @@ final class ClusterFeed: @unchecked Sendable {
     func start() {
         locked { threads = 2 }
         for name in ["leases", "reading"] {
-            let thread = Thread { [self] in
+            Threads.start(name: "tabd-webhook-\(number)-\(name)") { [self] in
                 if name == "leases" { leases() } else { reading() }
                 locked { threads -= 1; condition.broadcast() }
             }
-            thread.name = "tabd-webhook-\(number)-\(name)"
-            thread.start()
         }
     }
 
@@ -177,7 +178,7 @@ final class ClusterFeed: @unchecked Sendable {
                 }
             }
             let stop = locked { () -> Bool in
-                if !stopping, !held.values.contains(where: \.wanted) { _ = condition.wait(until: Date(timeIntervalSinceNow: 0.5)) }
+                if !stopping, !held.values.contains(where: \.wanted) { _ = condition.wait(seconds: 0.5) }
                 return stopping
             }
             if stop { return }
@@ -187,7 +188,7 @@ final class ClusterFeed: @unchecked Sendable {
     /// Waits until `date`; true when stopping.
     private func waitWhileRunning(until date: Date) -> Bool {
         locked {
-            while !stopping, condition.wait(until: date) {}
+            while !stopping, date.timeIntervalSinceNow > 0, condition.wait(seconds: date.timeIntervalSinceNow) {}
             return stopping
         }
     }

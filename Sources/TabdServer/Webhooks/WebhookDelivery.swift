@@ -1,6 +1,8 @@
 import Auth
 import Coordinator
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Locking
 import Outbox
 import StateStore
@@ -46,7 +48,7 @@ final class WebhookDelivery: @unchecked Sendable {
     /// took over): passed as if delivered.
     private let isStale: (@Sendable (Outbox.Entry) -> Bool)?
 
-    private let condition = NSCondition()
+    private let condition = ThreadCondition()
     private var plan: DeliveryPlan
     private var stopping = false
     private var running = 0
@@ -77,9 +79,7 @@ final class WebhookDelivery: @unchecked Sendable {
         running = Self.threads
         condition.unlock()
         for n in 0..<Self.threads {
-            let thread = Thread { [self] in work() }
-            thread.name = "tabd-webhook-\(number)-\(n)"
-            thread.start()
+            Threads.start(name: "tabd-webhook-\(number)-\(n)") { [self] in work() }
         }
     }
 
@@ -117,7 +117,7 @@ final class WebhookDelivery: @unchecked Sendable {
                 // Down, slow or failing: again after a while (interrupted by a stop).
                 let delay = min(Self.maxBackoff, 0.25 * pow(2, Double(min(attempt - 1, 10)))) * Double.random(in: 0.5...1)
                 condition.lock()
-                if !stopping { _ = condition.wait(until: Date(timeIntervalSinceNow: delay)) }
+                if !stopping { _ = condition.wait(seconds: delay) }
                 let stop = stopping
                 condition.unlock()
                 if stop { return }
@@ -144,7 +144,7 @@ final class WebhookDelivery: @unchecked Sendable {
                 return job
             }
             // Nothing ready: wait for a room to be freed or for news (checked again each second).
-            _ = condition.wait(until: Date(timeIntervalSinceNow: 0.05))
+            _ = condition.wait(seconds: 0.05)
             condition.unlock()
             _ = outbox.waitForNews(after: outbox.lastPosition, timeout: 0.25)
         }

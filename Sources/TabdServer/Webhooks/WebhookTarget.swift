@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// Where a webhook posts (`--webhook URL`): `http` or `https`, a host, a port, a path with
 /// its query.

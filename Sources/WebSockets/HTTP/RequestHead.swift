@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// A refusal of a request, as the status and a short text the client is answered with
 /// (the connection is then closed: after a malformed head, where the next request starts

@@ -1,6 +1,9 @@
 import CWebContent
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Locking
+import Portable
 
 /// The files of a web root, answered to GET and HEAD: `/` and every path ending in `/` serve
 /// its `index.html`. Only regular files inside the root are served: paths with a segment
@@ -42,7 +45,7 @@ struct StaticFiles: Sendable {
             // directive named twice counts once, the first, so the strict one's stay).
             if let i = headers.firstIndex(where: { $0.0 == "content-security-policy" }) {
                 let have = Set(headers[i].1.split(separator: ";").compactMap { $0.split(separator: " ").first.map(String.init) })
-                let added = securityPolicy.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+                let added = securityPolicy.split(separator: ";").map { $0.trimmingWhitespace }
                     .filter { !$0.isEmpty && !have.contains(String($0.split(separator: " ")[0])) }
                 if !added.isEmpty { headers[i].1 += " " + added.joined(separator: "; ") + ";" }
             } else {
@@ -99,7 +102,7 @@ struct StaticFiles: Sendable {
         /// or `*` without `q=0`.
         static func acceptsGzip(_ elements: [String]) -> Bool {
             elements.contains { element in
-                let parts = element.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+                let parts = element.split(separator: ";").map { $0.trimmingWhitespace }
                 guard parts.first == "gzip" || parts.first == "x-gzip" || parts.first == "*" else { return false }
                 return !parts.dropFirst().contains { $0 == "q=0" || $0 == "q=0.0" || $0 == "q=0.00" || $0 == "q=0.000" }
             }
@@ -133,7 +136,7 @@ struct StaticFiles: Sendable {
     /// §13.1.2: `W/` is not looked at), or is `*`.
     static func matches(_ ifNoneMatch: String, _ etags: [String]) -> Bool {
         for candidate in ifNoneMatch.split(separator: ",") {
-            var tag = candidate.trimmingCharacters(in: .whitespaces)
+            var tag = candidate.trimmingWhitespace
             if tag == "*" { return true }
             if tag.hasPrefix("W/") { tag.removeFirst(2) }
             if etags.contains(tag) { return true }

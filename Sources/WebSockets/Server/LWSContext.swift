@@ -1,5 +1,8 @@
 import CWebSockets
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 
 /// One libwebsockets context with one vhost of raw sockets on one event loop, and the C
 /// memory lws points into.
@@ -64,7 +67,7 @@ final class LWSContext {
                 : "lws_create_context failed")
         }
         if let warning = loop.created(context) {
-            if let logSink { logSink(.warn, warning) } else { FileHandle.standardError.write(Data(("websockets: " + warning + "\n").utf8)) }
+            if let logSink { logSink(.warn, warning) } else { StandardStream.error(("websockets: " + warning + "\n")) }
         }
         var vhostInfo = lws_context_creation_info()
         vhostInfo.options = info.options

@@ -1,5 +1,7 @@
 import CWebSockets
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 
 /// The server's listening socket: bound by tabd itself (so a failure says why), non-blocking,
 /// handed to lws only to be watched. Accepting is tabd's, so it can stop before the process

@@ -1,5 +1,8 @@
 import CWebSockets
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
+import Portable
 
 /// HTTP/1.1 on a connection: its requests read one at a time, in order, each answered before
 /// the next is looked at (so any number of requests in one packet, with or without bodies,
@@ -227,7 +230,7 @@ extension ServiceLoop {
     private func refusePlainHTTP(_ connection: Connection, _ head: RequestHead) {
         let host = head.value("host") ?? ""
         let hostIsPlain = !host.isEmpty && host.utf8.count <= 255
-            && host.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || ".-:[]".unicodeScalars.contains($0)) }
+            && host.unicodeScalars.allSatisfy { $0.isASCII && ((($0.value >= 0x30 && $0.value <= 0x39) || ($0.value >= 0x41 && $0.value <= 0x5a) || ($0.value >= 0x61 && $0.value <= 0x7a)) || ".-:[]".unicodeScalars.contains($0)) }
         guard (head.method == "GET" || head.method == "HEAD"), hostIsPlain, head.target.hasPrefix("/") else {
             refuse(connection, HTTPError(400, "this port speaks HTTPS only"))
             return

@@ -1,5 +1,6 @@
 import CWebSockets
 import WebSocketEngine
+import Portable
 
 /// WebSocket on a connection: the opening handshake (RFC 6455 §4.2), frames in through
 /// `FrameDecoder`, frames out from the connection table, pings, and the closing handshake.
@@ -28,7 +29,7 @@ extension ServiceLoop {
         }
         guard framing == .none || framing == .length(0) else { return refuse(400, "a WebSocket upgrade has no body") }
         let offered = head.values("sec-websocket-protocol").flatMap { $0.split(separator: ",") }
-            .map { $0.trimmingCharacters(in: [" ", "\t"]) }.filter { !$0.isEmpty }
+            .map { $0.trimmingWhitespace }.filter { !$0.isEmpty }
         if !offered.isEmpty && !offered.contains(configuration.subprotocol) {
             return refuse(400, "unsupported subprotocol; use \(configuration.subprotocol)")
         }

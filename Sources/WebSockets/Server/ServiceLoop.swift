@@ -1,7 +1,10 @@
 import CTLS
 import CWebSockets
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Locking
+import Portable
 import Synchronization
 
 /// The engine behind `WebSocketServer`: the listening socket, the lws context on its event
@@ -108,9 +111,8 @@ final class ServiceLoop: @unchecked Sendable {
         }
         maxSockets = max(16, fdLimit - LWS.reservedFileDescriptors)
         if let webRoot = configuration.webRoot {
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: webRoot, isDirectory: &isDirectory), isDirectory.boolValue
-            else { throw .webRootMissing(path: webRoot) }
+            var info = stat()
+            guard stat(webRoot, &info) == 0, info.st_mode & S_IFMT == S_IFDIR else { throw .webRootMissing(path: webRoot) }
             files = StaticFiles(root: webRoot, strictSecurityHeaders: configuration.strictSecurityHeaders, moduleOrigins: configuration.moduleOrigins,
                                 securityPolicy: configuration.fileSecurityPolicy)
         } else {
@@ -155,7 +157,7 @@ final class ServiceLoop: @unchecked Sendable {
         if let sink = configuration.logSink {
             sink(level, text)
         } else {
-            FileHandle.standardError.write(Data(("websockets: " + text + "\n").utf8))
+            StandardStream.error(("websockets: " + text + "\n"))
         }
     }
 

@@ -1,5 +1,7 @@
 import CTLS
-import Foundation
+import FoundationEssentials
+import Glibc
+import Dispatch
 import Locking
 import WebSocketEngine
 
