@@ -102,6 +102,8 @@ async def test_the_package_installs_serves_without_swift_and_removes_and_purges_
     libs = re.findall(r"Shared library: \[(.+?)\]", needed)
     assert not [lib for lib in libs if "swift" in lib.lower() or "Foundation" in lib], libs
     assert ".symtab" not in subprocess.run(["readelf", "-S", tabd], capture_output=True, text=True, check=True).stdout
+    # No ICU: the modules link FoundationEssentials, never Foundation (61.8 MB stripped before).
+    assert os.path.getsize(tabd) <= 20 * 1024 * 1024, f"the installed tabd weighs {os.path.getsize(tabd)} bytes"
     print(f"package: {os.path.getsize(deb) / 1e6:.1f} MB; installed tabd {os.path.getsize(tabd) / 1e6:.1f} MB, "
           f"tabctl {os.path.getsize(os.path.join(root, 'usr/bin/tabctl')) / 1e6:.1f} MB")
 
