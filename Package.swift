@@ -67,7 +67,7 @@ let package = Package(
         // (compare-and-set appends) and their followers (ordered consumers).
         .target(name: "Cluster", dependencies: ["Auth", "Coordinator", "JetStream", "Locking", "Outbox", "Portable"], swiftSettings: strict),
         // Durable state: the event log and snapshots in an SQLite file, group commit.
-        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking", "Outbox", "Portable"], swiftSettings: strict),
+        .target(name: "StateStore", dependencies: ["Coordinator", "CSQLite", "Locking", "Outbox", "Portable", "Measuring"], swiftSettings: strict),
         // The events webhooks deliver, in order, bounded: what the state file's writer and
         // the daemon share.
         .target(name: "Outbox", dependencies: ["TabdProtocol", "Portable"], swiftSettings: strict),
@@ -79,6 +79,8 @@ let package = Package(
         // What the modules would otherwise take from Foundation (whose ICU data would weigh
         // tens of megabytes in the executables): trimming, hex, decimals, the standard streams.
         .target(name: "Portable", swiftSettings: strict),
+        // Histograms of durations for /metrics, shared by the state file's writer and the daemon.
+        .target(name: "Measuring", dependencies: ["Locking"], swiftSettings: strict),
         // The wire's values, shared by the server and the clients: commands, events, snapshots,
         // JSON, the fold. No actor, no networking.
         .target(name: "TabdProtocol", dependencies: ["Locking"], swiftSettings: strict),
@@ -95,7 +97,7 @@ let package = Package(
         .target(name: "Conformance", dependencies: ["Coordinator"], swiftSettings: strict),
         // The daemon as a library: the gateway (who may connect, the frame reader), rooms and
         // their registry, the HTTP API, options, metrics, logging; tests drive it in-process.
-        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "BuildInfo", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient", "Portable"], swiftSettings: strict),
+        .target(name: "TabdServer", dependencies: ["ArgumentParsing", "Auth", "BuildInfo", "Cluster", "Coordinator", "JetStream", "Locking", "Outbox", "StateStore", "WebSockets", "WebSocketsClient", "Portable", "Measuring"], swiftSettings: strict),
         // The daemon's executable: main, signals, exit codes.
         .executableTarget(name: "tabd", dependencies: ["TabdServer", "CSignals", "Locking", "Portable"], swiftSettings: strict),
         // The Swift client library: one room's state kept by the server's own fold, typed

@@ -2,6 +2,7 @@ import Coordinator
 import Dispatch
 import FoundationEssentials
 import Glibc
+import Measuring
 import Outbox
 import Portable
 import Synchronization
@@ -60,6 +61,8 @@ public final class StateStore: Sendable {
 
     public let options: Options
     let writer: Writer
+    /// The writer's transactions, for `/metrics` (`tabd_commit_seconds`).
+    public var commitTimes: Histogram { writer.commitTimes }
 
     /// Opens (or creates) the state file, upgrading a single-room file. No room is loaded.
     public init(options: Options) throws(StoreError) {

@@ -1,4 +1,5 @@
 import Locking
+import Measuring
 import Coordinator
 import Dispatch
 import FoundationEssentials
@@ -53,6 +54,10 @@ final class Writer: @unchecked Sendable {
     private let db: SQLiteConnection
     private let options: StateStore.Options
     private let queue = DispatchQueue(label: "tabd.state-writer")
+    /// Each transaction of batches, from its BEGIN to its COMMIT returning (synced, unless
+    /// `--state-sync off`).
+    let commitTimes = Histogram(name: "tabd_commit_seconds",
+                                help: "One transaction of the state file's writer: its batches written and committed (with --state-sync on, synced to disk).")
     private let state = Locked(State())
     /// Events committed per open room since its last snapshot (queue only).
     private var sinceSnapshot: [String: Int] = [:]
@@ -273,6 +278,7 @@ final class Writer: @unchecked Sendable {
         var events: [String: Int] = [:]
         var outbox: OutboxWrite?
         let kinds = outboxKinds
+        let started = ContinuousClock.now
         do {
             try db.execute("BEGIN IMMEDIATE")
             for item in items {
@@ -300,6 +306,7 @@ final class Writer: @unchecked Sendable {
                 snapshotted.append(room)
             }
             try db.execute("COMMIT")
+            commitTimes.observe(since: started)
             outboxCommitted(outbox)
             for (room, n) in events { sinceSnapshot[room, default: 0] += n }
             for room in snapshotted { sinceSnapshot[room] = 0 }

@@ -1,7 +1,7 @@
 """What operators take from contrib/: the Grafana dashboard and the Prometheus alert rules
-name only metrics tabd exports (a single tabd with TLS and a webhook, and a node of a
-cluster with one), and what `/metrics` adds for them: the build, the process, the
-certificate's expiry."""
+name only metrics tabd exports (a single tabd with a state file, TLS and a webhook, and a
+node of a cluster with one), and what `/metrics` adds for them: the build, the process, the
+certificate's expiry, and how long commands, welcomes and commits take."""
 import json
 import os
 import re
@@ -53,7 +53,8 @@ def exported(body):
 
 def test_every_metric_the_dashboard_and_the_alerts_read_is_one_tabd_exports(make_daemon, tmp_path):
     certs = Certificates(str(tmp_path / "tls"))
-    single = make_daemon("--tls-cert", certs.a, "--tls-key", certs.a_key, "--webhook", "http://127.0.0.1:9/hook",
+    single = make_daemon("--state", str(tmp_path / "state.sqlite"), "--tls-cert", certs.a, "--tls-key", certs.a_key,
+                         "--webhook", "http://127.0.0.1:9/hook",
                          ssl_context=ssl.create_default_context(cafile=certs.ca))
     status, body = single.get("/metrics")
     assert status == 200
@@ -86,3 +87,37 @@ def test_metrics_name_the_build_the_process_and_the_certificates_expiry(make_dae
     out = subprocess.run(["openssl", "x509", "-enddate", "-noout", "-in", certs.a], capture_output=True, text=True, check=True).stdout
     not_after = time.mktime(time.strptime(out.strip().split("=", 1)[1], "%b %d %H:%M:%S %Y %Z")) - time.timezone
     assert abs(value("tabd_tls_certificate_expiry_seconds") - not_after) < 5, (value("tabd_tls_certificate_expiry_seconds"), not_after)
+
+
+def histogram(body, name):
+    """(buckets [(le, cumulative)], sum, count) of a histogram in /metrics text."""
+    buckets = [(m.group(1), int(m.group(2))) for m in re.finditer(rf'^{name}_bucket{{le="([^"]+)"}} (\d+)$', body, re.M)]
+    total = float(re.search(rf"^{name}_sum (\S+)$", body, re.M).group(1))
+    count = int(re.search(rf"^{name}_count (\d+)$", body, re.M).group(1))
+    counts = [c for _, c in buckets]
+    assert counts == sorted(counts) and buckets[-1] == ("+Inf", count), buckets
+    return buckets, total, count
+
+
+async def test_commands_welcomes_and_commits_are_timed(make_daemon, tmp_path):
+    from conftest import Client
+    d = make_daemon("--state", str(tmp_path / "state.sqlite"))
+    _, body = d.get("/metrics")
+    _, _, commands0 = histogram(body, "tabd_command_seconds")
+    _, _, welcomes0 = histogram(body, "tabd_welcome_seconds")
+    _, _, commits0 = histogram(body, "tabd_commit_seconds")
+    clients = [await Client.connect(d.ws, room="timed") for _ in range(3)]
+    tab = clients[0].welcome["snapshot"]["tabs"][1]["id"]
+    for k in range(10):
+        _, reply = await clients[k % 3].command("scroll", tab=tab, offset=k)
+        assert reply["type"] == "ack"
+    _, reply = await clients[0].command("select", tab="nowhere")   # an error is an answer too
+    assert reply["type"] == "error"
+    _, body = d.get("/metrics")
+    _, total, commands = histogram(body, "tabd_command_seconds")
+    assert commands - commands0 == 11 and total > 0
+    assert histogram(body, "tabd_welcome_seconds")[2] - welcomes0 == 3
+    # Each ack waited for its commit: at least one transaction per command (joins are stored too).
+    assert histogram(body, "tabd_commit_seconds")[2] - commits0 >= 10
+    for c in clients:
+        await c.close()

@@ -36,6 +36,8 @@ final class Gateway: WebSocketServerHandler {
         let peer: String
         /// What the connection may do in its room (said in its welcome).
         let role: Role
+        /// When its upgrade was accepted (`tabd_welcome_seconds`).
+        var at = ContinuousClock.now
     }
 
     /// Frames kept for a connection before its welcome; more are answered `rate_limited`.
@@ -58,7 +60,13 @@ final class Gateway: WebSocketServerHandler {
         var early: [[UInt8]] = []
         /// Frames beyond ``maxEarlyFrames`` before the welcome.
         var refusedEarly = 0
+        /// When each command with a `ref` now on its way arrived (`tabd_command_seconds`), at
+        /// most ``maxTimedCommands``: a client's own refs name its commands.
+        var timed: [String: ContinuousClock.Instant] = [:]
     }
+
+    /// Commands of one connection timed at once; more are not timed.
+    static let maxTimedCommands = 256
 
     /// What one pass produced for one room.
     private struct RoomInputs {
@@ -240,6 +248,12 @@ final class Gateway: WebSocketServerHandler {
         switch FrameReader.read(message, role: role, allowed: allowed, stopping: stopping.load(ordering: .relaxed), limits: limits) {
         case let .command(envelope):
             metrics.command(envelope.command.type)
+            if let ref = envelope.ref {
+                let now = ContinuousClock.now
+                state.withLock { s in
+                    if let n = s.connections[id]?.timed.count, n < Self.maxTimedCommands { s.connections[id]?.timed[ref] = now }
+                }
+            }
             if case .sync = envelope.command {
                 let weight = room.stateBytes.value - message.count
                 if weight > 0 { state.withLock { $0.connections[id]?.limiter.charge(bytes: weight) } }
@@ -251,6 +265,13 @@ final class Gateway: WebSocketServerHandler {
         case let .refresh(ref, token):
             return refresh(id, client: client, room: room.id, role: role, ref: ref, token: token)
         }
+    }
+
+    /// The answer to command `ref` of connection `id` is on its way: how long it took, into
+    /// `tabd_command_seconds` (the command's arrival to its ack or error, its commit included).
+    func answered(_ id: ConnectionID, ref: String) {
+        guard let start = state.withLock({ $0.connections[id]?.timed.removeValue(forKey: ref) }) else { return }
+        metrics.commandTimes.observe(since: start)
     }
 
     /// A `refresh`: the connection takes `token` if it is valid and gives the connection's
@@ -393,6 +414,7 @@ final class Gateway: WebSocketServerHandler {
                                       queuedAnswerBytes: registry.server?.queuedAnswerBytes ?? 0,
                                       droppedAnswers: registry.server?.droppedAnswers ?? 0)
                 + (cluster?.metricsText ?? "") + (webhooks?.metricsText ?? "")
+                + (registry.store?.commitTimes.text ?? "")
                 + ProcessMetrics.text(certificateNotAfter: registry.server?.certificate?.notAfter)
             responder.respond(HTTPResponse(status: 200, contentType: "text/plain; version=0.0.4", body: Array(text.utf8)))
         default:

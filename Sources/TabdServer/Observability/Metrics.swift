@@ -1,5 +1,6 @@
-import Locking
 import Coordinator
+import Locking
+import Measuring
 
 /// The counters behind `/metrics`, in Prometheus text format.
 final class Metrics: Sendable {
@@ -18,6 +19,11 @@ final class Metrics: Sendable {
     }
 
     private let state = Locked(State())
+    /// A command's arrival on its connection to its ack or error going out (commands with a `ref`).
+    let commandTimes = Histogram(name: "tabd_command_seconds",
+                                 help: "From a command's arrival to its ack or error going out, its commit included (commands with a ref, over WebSocket).")
+    /// An upgrade accepted to its welcome going out.
+    let welcomeTimes = Histogram(name: "tabd_welcome_seconds", help: "From a WebSocket upgrade accepted to its welcome going out (the room loaded, the join stored).")
 
     /// `tabd_seq` and `tabd_scroll_to_top_count` are those of room `main`, the room of
     /// clients that know nothing of rooms; the other figures count every room. `seq` and
@@ -102,6 +108,6 @@ final class Metrics: Sendable {
         for (type, n) in s.commands.sorted(by: { $0.key < $1.key }) { out += "tabd_commands_total{type=\"\(type)\"} \(n)\n" }
         out += "# HELP tabd_errors_total Errors answered, by code.\n# TYPE tabd_errors_total counter\n"
         for (code, n) in s.errors.sorted(by: { $0.key < $1.key }) { out += "tabd_errors_total{code=\"\(code)\"} \(n)\n" }
-        return out
+        return out + commandTimes.text + welcomeTimes.text
     }
 }

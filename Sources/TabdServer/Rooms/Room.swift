@@ -502,6 +502,7 @@ actor Room: DirectoryRoom {
             var frames = [OutgoingFrame(ServerFrame.welcome(welcome, server: "tabd \(Options.version)").bytes)]
             frames += welcome.replay.map { OutgoingFrame($0.frameBytes) }
             server.activate(join.connection, on: channel, first: frames, afterSeq: welcome.seq)
+            registry.metrics.welcomeTimes.observe(since: join.at)
             log.info("connection #\(join.connection.rawValue) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)' in room '\(id)', "
                 + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"))
         }

@@ -42,6 +42,10 @@ struct RoomOutput: Sendable {
                 peerAnswers?.answer(n, answer.frame)
             case let .connection(connection):
                 let frame = OutgoingFrame(answer.frame.bytes)
+                switch answer.frame {
+                case let .ack(ref?, _), let .error(ref?, _): registry.gateway?.answered(connection, ref: ref)
+                default: break
+                }
                 if case .clients = answer.frame { registry.gateway?.charge(connection, bytes: frame.count) }
                 replies.append((connection, frame))
             }

@@ -85,6 +85,8 @@ final class RoomRegistry: Sendable {
     /// The same when the rooms write it themselves (`--state :memory:`: no state file's
     /// writer writes it in its transactions); nil otherwise.
     let memoryOutbox: Outbox?
+    /// The state file, if rooms are stored in one (its writer's `tabd_commit_seconds`).
+    let store: StateStore?
 
     /// `home`: where rooms live; by default memory (or `store`, the state file). `outbox`:
     /// the outbox (with rooms in memory, they write it).
@@ -93,6 +95,7 @@ final class RoomRegistry: Sendable {
         self.settings = settings
         self.clock = clock
         self.outbox = outbox
+        self.store = store
         if let home {
             self.home = home
             self.memoryOutbox = nil
