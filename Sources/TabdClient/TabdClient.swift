@@ -74,15 +74,35 @@ public actor TabdClient {
         /// as it is once there is room again; an `events()` consumer misses the events (the
         /// seqs jump). Memory stays bounded whatever the consumer does.
         public var bufferLimit: Int
+        /// Where the client says what it does (connects, loses its connection and why,
+        /// reconnects, refreshes its token, closes), for an app's logger; nil: nowhere.
+        public var log: (@Sendable (LogRecord) -> Void)?
 
         public init(reconnects: Bool = true, initialBackoff: Duration = .milliseconds(100), maxBackoff: Duration = .seconds(5),
                     connectTimeout: Duration = .seconds(10), transport: (any TabdTransport)? = nil, tls: TLSTrust = .system,
-                    tokenProvider: TokenProvider? = nil, commandTimeout: Duration? = nil, bufferLimit: Int = 1024) {
+                    tokenProvider: TokenProvider? = nil, commandTimeout: Duration? = nil, bufferLimit: Int = 1024,
+                    log: (@Sendable (LogRecord) -> Void)? = nil) {
             self.reconnects = reconnects; self.initialBackoff = initialBackoff; self.maxBackoff = maxBackoff
             self.connectTimeout = connectTimeout; self.transport = transport; self.tls = tls
             self.tokenProvider = tokenProvider; self.commandTimeout = commandTimeout
             self.bufferLimit = max(2, bufferLimit)
+            self.log = log
         }
+    }
+
+    /// One line of the client's log (``Options/log``), with the fields tabd's own log lines
+    /// carry: the room, and a close code when a connection ended.
+    public struct LogRecord: Sendable, Equatable {
+        public enum Level: String, Sendable, Equatable { case info, warn }
+        public let level: Level
+        public let message: String
+        public let room: RoomID
+        /// The close code of a connection that ended (nil: none came, or none is concerned).
+        public let code: Int?
+    }
+
+    private func log(_ level: LogRecord.Level, _ message: String, code: Int? = nil) {
+        options.log?(LogRecord(level: level, message: message, room: machine.session.room, code: code))
     }
 
     /// Why the client asks for a token, and for which room.
@@ -397,6 +417,8 @@ public actor TabdClient {
         for action in actions {
             switch action {
             case let .open(url, authorization, generation):
+                // Without its query: a token never goes into a log line.
+                log(.info, "connecting to \(url.prefix { $0 != "?" })")
                 let connection = transport.open(url, authorization: authorization)
                 current = connection
                 Task { [weak self] in
@@ -415,6 +437,7 @@ public actor TabdClient {
             case let .closeConnection(code):
                 current?.close(code: code, reason: "")
             case let .scheduleReconnect(generation, after):
+                log(.info, "reconnecting in \(after)")
                 Task { [weak self] in
                     try? await Task.sleep(for: after)
                     await self?.step { $0.reconnectDue(generation: generation) }
@@ -446,6 +469,7 @@ public actor TabdClient {
                 welcomeWaiter?.resume(returning: error.map { .failure($0) } ?? .success(()))
                 welcomeWaiter = nil
             case .finished:
+                log(.info, "closed")
                 current = nil
                 for s in subscribers.values { s.finish() }
                 subscribers = [:]
@@ -500,7 +524,9 @@ public actor TabdClient {
         switch event {
         case .opened: break // the welcome says more
         case let .message(bytes): step { $0.received(bytes, generation: generation, jitter: Self.jitter(), now: Self.now()) }
-        case let .closed(close): step { $0.closed(close, generation: generation, jitter: Self.jitter()) }
+        case let .closed(close):
+            log(close.code == 1000 ? .info : .warn, "connection ended: \(close)", code: close.code.map(Int.init))
+            step { $0.closed(close, generation: generation, jitter: Self.jitter()) }
         }
     }
 }

@@ -84,6 +84,8 @@ public final class Daemon: Sendable {
                 let node = try ClusterNode(urls: options.cluster, name: name, trust: trust, security: security, shards: options.clusterShards,
                                            placement: options.clusterRooms == "streams" ? .streams : .shards, log: { log.info("cluster: \($0)") })
                 cluster = node
+                // Every line of a node names it.
+                log.setNode(name)
                 stored = try node.roomIDs(waitingUpTo: 15)
                 log.info("node '\(name)' of a cluster on \(EngineURL.redacted(options.cluster))\(how.isEmpty ? "" : " \(how)"): \(node.replicas) cop\(node.replicas == 1 ? "y" : "ies") of every room, \(stored.count) room\(stored.count == 1 ? "" : "s") stored, \(node.layout.shards) shards, new rooms created in \(node.createsInShards ? "shards" : "streams of their own")")
             } catch {
@@ -260,7 +262,7 @@ public final class Daemon: Sendable {
             warnIfExpiring(certificate)
             return true
         } catch {
-            log.error("received SIGHUP: \(error); the certificate in use keeps serving")
+            log.error("received SIGHUP: \(error); the certificate in use keeps serving", LogFields(kind: "tls"))
             return false
         }
     }
@@ -280,7 +282,7 @@ public final class Daemon: Sendable {
             log.info("received SIGHUP: token keys read again; \(keys.keys.count) in use: \(ids.joined(separator: ", "))")
             return true
         } catch {
-            log.error("received SIGHUP: \(error.message); the token keys in use stay")
+            log.error("received SIGHUP: \(error.message); the token keys in use stay", LogFields(kind: "auth"))
             return false
         }
     }
@@ -290,7 +292,7 @@ public final class Daemon: Sendable {
     private func warnIfExpiring(_ certificate: TLSCertificateInfo) {
         let days = certificate.secondsLeft / 86_400
         if certificate.secondsLeft <= 0 {
-            log.warn("the TLS certificate \(options.tlsCertificate ?? "") has EXPIRED: clients refuse it; renew it and send SIGHUP")
+            log.warn("the TLS certificate \(options.tlsCertificate ?? "") has EXPIRED: clients refuse it; renew it and send SIGHUP", LogFields(kind: "tls"))
         } else if days < 14 {
             log.warn("the TLS certificate \(options.tlsCertificate ?? "") expires in \(days == 0 ? "less than a day" : "\(days) day\(days == 1 ? "" : "s")"); renew it and send SIGHUP")
         }

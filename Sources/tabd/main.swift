@@ -35,7 +35,7 @@ signal(SIGXFSZ, SIG_IGN)
 
 let daemon: Daemon
 do { daemon = try await Daemon.start(options, log: log) } catch {
-    log.error(error.description)
+    log.error(error.description, LogFields(kind: "start"))
     exit(1)
 }
 termination.onHangup { daemon.reload() }
@@ -43,7 +43,7 @@ termination.onHangup { daemon.reload() }
 // refused start does (status 1), so that its supervisor starts it again (with the
 // credentials of its files; on what the disk really holds).
 daemon.onFailure { reason in
-    log.error("\(reason); stopping")
+    log.error("\(reason); stopping", LogFields(kind: "engine"))
     termination.mailbox.deliver(TerminationSignals.failure)
 }
 // The first line on stdout, written unbuffered: scripts wait for it.

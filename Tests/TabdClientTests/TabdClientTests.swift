@@ -1,4 +1,5 @@
 import Conformance
+import Locking
 import Foundation
 import TabdClient
 import TabdLoad
@@ -104,8 +105,10 @@ struct TabdClientTests {
         let statePath = NSTemporaryDirectory() + "tabd-client-restart-\(getpid()).sqlite"
         let first = try TabdProcess([], statePath: statePath)
         let port = first.port
+        let logged = Locked<[TabdClient.LogRecord]>([])
         let client = try await TabdClient.connect(url: first.url, name: "survivor",
-                                                  options: .init(initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500)))
+                                                  options: .init(initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500),
+                                                                 log: { record in logged.withLock { $0.append(record) } }))
         let watcher = try await TabdClient.connect(url: first.url, name: "watcher",
                                                    options: .init(initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500)))
         let updates = await client.updates()
@@ -162,6 +165,13 @@ struct TabdClientTests {
         #expect(await client.state == fresh, "presence too: clientLeft of the old connections, clientJoined of the new")
         await client.close()
         await watcher.close()
+        // The app's logger heard each connection, the drops with their codes, the reconnects and the close.
+        let lines = logged.withLock { $0 }
+        #expect(lines.allSatisfy { $0.room == "main" })
+        #expect(lines.filter { $0.message.hasPrefix("connecting to ws") }.count >= 3)
+        #expect(lines.contains { $0.level == .warn && $0.code == 1001 }, "the SIGTERM's 1001")
+        #expect(lines.contains { $0.message.hasPrefix("reconnecting in") })
+        #expect(lines.last?.message == "closed")
     }
 
     @Test func aDeletedRoomClosesTheClientForGood() async throws {

@@ -56,3 +56,66 @@ def test_a_name_full_of_controls_and_separators_stays_on_its_log_line(make_daemo
         text = line.decode()
         for escape in ("\\x0A", "\\x0D", "\\x1B", "\\x7F", "\\x85", "\\x9B", "\\u2028", "\\u2029", "\\x0B", "\\x0C"):
             assert escape in text, f"{escape} not in {text!r}"
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+async def test_every_log_line_carries_the_fields_of_what_it_is_about(make_daemon, log_format):
+    """A session's whole log (joins, commands, an error, a leave, refusals, a room made and
+    deleted over the API): every JSON line parses and names its time, level and message; the
+    lines about a client name its room, client and connection, a leave its close code, a
+    refusal the peer and the status."""
+    import re
+    import urllib.request
+    from conftest import Client
+    d = make_daemon("--log-format", log_format)
+    c = await Client.connect(d.ws, room="fields", name="f1")
+    me = c.welcome["client"]
+    _, reply = await c.command("select", tab="nowhere")
+    assert reply["type"] == "error"
+    await c.close()
+    # Another site's upgrade, and a host tabd does not know: refused, logged with the peer.
+    status, _, _ = rawws.handshake(d.host, query="room=fields", headers=[("Origin", "https://evil.example")])
+    assert status.startswith("HTTP/1.1 403"), status
+    # (Refusals are logged at most one a second, whatever their kind: the host's on a tabd of its own.)
+    import http.client
+    other = make_daemon("--log-format", log_format)
+    host, port = other.host.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=WAIT)
+    conn.request("GET", "/api/rooms", headers={"Host": "elsewhere.example"})
+    assert conn.getresponse().status == 421
+    conn.close()
+    other.wait_for_log("elsewhere.example")
+    assert other.stop() == 0
+    urllib.request.urlopen(urllib.request.Request(d.http + "/api/rooms/made", method="PUT"), timeout=WAIT)
+    urllib.request.urlopen(urllib.request.Request(d.http + "/api/rooms/made", method="DELETE"), timeout=WAIT)
+    d.wait_for_log(f"client {me} left")
+    d.wait_for_log("room 'made' deleted")
+    assert d.stop() == 0
+    lines = [line for line in (d.stderr + other.stderr).splitlines() if line]
+
+    def fields(line):
+        if log_format == "json":
+            record = json.loads(line)   # every line parses
+            assert {"time", "level", "message"} <= set(record), record
+            return record
+        m = re.match(r"^\S+ (ERROR|WARN|INFO|DEBUG) (.*)$", line)
+        assert m, line
+        return {"message": m.group(2), **dict(re.findall(r' (room|client|connection|peer|code|node|kind)=(\S+)', m.group(2)))}
+
+    records = [fields(line) for line in lines]
+
+    def one(pred, what):
+        found = [r for r in records if pred(r["message"])]
+        assert found, f"no line {what}: {lines}"
+        return found[0]
+    welcome = one(lambda m: f"is client {me}" in m, "of the welcome")
+    assert welcome["room"] == "fields" and welcome["client"] == me and welcome["connection"].isdigit() and welcome["peer"]
+    error = one(lambda m: "unknown_tab" in m, "of the error answered")
+    assert (error["room"], error["client"], error["code"]) == ("fields", me, "unknown_tab")
+    left = one(lambda m: f"client {me} left" in m, "of the leave")
+    assert (left["room"], left["client"], left["code"]) == ("fields", me, "1000")
+    refused = one(lambda m: "origin 'https://evil.example'" in m, "of the refused origin")
+    assert refused["code"] == "403" and refused["peer"].startswith("127.0.0.1")
+    misdirected = one(lambda m: "elsewhere.example" in m, "of the unknown host")
+    assert misdirected["code"] == "421" and misdirected["peer"].startswith("127.0.0.1")
+    assert one(lambda m: "room 'made' deleted" in m, "of the deletion")["room"] == "made"

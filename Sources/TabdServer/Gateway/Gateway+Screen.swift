@@ -75,7 +75,8 @@ extension Gateway {
                 let hint = HostPolicy.problem(allowHost: name) == nil ? "--allow-host \(Log.printable(name, limit: 100))" : "--allow-host NAME"
                 log.warn("refused a request for host '\(host)' from \(f.client) with 421: while no credentials are configured, "
                     + "tabd answers only the hosts it knows (a defence against DNS rebinding); if it is reached by this name, "
-                    + "start it with \(hint)\(unsaid > 0 ? " (\(unsaid) more requests refused since the last line)" : "")")
+                    + "start it with \(hint)\(unsaid > 0 ? " (\(unsaid) more requests refused since the last line)" : "")",
+                    LogFields(peer: f.client, code: "421", kind: "fence"))
             }
             return HTTPResponse(status: 421, text: "421 Misdirected Request: tabd does not answer for this host\n")
         }
@@ -86,7 +87,7 @@ extension Gateway {
         if let unsaid = fence.shouldLog("origin \(origin)") {
             log.warn("refused \(request.isUpgrade ? "upgrade" : "API request") from \(f.client): origin '\(Log.printable(origin, limit: 100))' "
                 + "does not match host '\(Log.printable(f.host ?? "", limit: 100))' and is no --allow-origin (403)"
-                + (unsaid > 0 ? " (\(unsaid) more requests refused since the last line)" : ""))
+                + (unsaid > 0 ? " (\(unsaid) more requests refused since the last line)" : ""), LogFields(peer: f.client, code: "403", kind: "fence"))
         }
         if request.isUpgrade { return HTTPResponse(status: 403, text: "403 Forbidden: this origin may not connect\n") }
         return APIError(403, "forbidden", "a browser's request from origin '\(origin.prefix(100))' is refused: "

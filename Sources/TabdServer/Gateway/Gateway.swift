@@ -28,6 +28,8 @@ final class Gateway: WebSocketServerHandler {
         let connection: ConnectionID
         /// How it ended: the close code and reason, for the log.
         let how: String
+        /// The close code alone (a log line's `code` field).
+        var code: String?
     }
 
     struct Join: Sendable {
@@ -129,7 +131,7 @@ final class Gateway: WebSocketServerHandler {
                                              origin: request.origin, host: client.host, room: room, context: context,
                                              roomRefusal: { registry.admission(room) }) else { return .accept }
         if refusal.ofCredentials { metrics.authRefused(status: refusal.status) }
-        if let why = refusal.why { log.warn("refused upgrade from \(client.client): \(why) (\(refusal.status))") }
+        if let why = refusal.why { log.warn("refused upgrade from \(client.client): \(why) (\(refusal.status))", LogFields(room: room, peer: client.client, code: String(refusal.status), kind: "auth")) }
         return .reject(status: refusal.status)
     }
 
@@ -138,7 +140,7 @@ final class Gateway: WebSocketServerHandler {
     private func forwarding(of request: UpgradeRequest, logging: Bool) -> ProxyForwarding {
         let f = ProxyForwarding.resolve(peer: request.peer, host: request.host, scheme: options.tls == nil ? "http" : "https", headers: request.forwarding,
                                    trusted: options.trustedProxies)
-        if logging, let problem = f.problem { log.warn("upgrade from \(request.peer): \(problem)") }
+        if logging, let problem = f.problem { log.warn("upgrade from \(request.peer): \(problem)", LogFields(peer: request.peer, kind: "proxy")) }
         return f
     }
 
@@ -201,7 +203,7 @@ final class Gateway: WebSocketServerHandler {
             }
             guard open else { return }
             self.metrics.tokenExpired()
-            self.log.info("connection #\(id.rawValue): its token expired, closing with 4001")
+            self.log.info("connection #\(id.rawValue): its token expired, closing with 4001", LogFields(connection: Int(id.rawValue), code: "4001"))
             self.registry.close(id, code: .tokenExpired, reason: "token expired")
         }
         let kept = state.withLock { s -> Bool in
@@ -332,10 +334,10 @@ final class Gateway: WebSocketServerHandler {
             gone?.expiry?.cancel()
             guard let room = gone?.room else { return nil }
             // Gone before its join was handed over: it never joins, so it does not leave either.
-            return s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].presence.leave(Leave(connection: id, how: how)) ? nil : room
+            return s.pass[ObjectIdentifier(room), default: RoomInputs(room: room)].presence.leave(Leave(connection: id, how: how, code: code.map { String($0.rawValue) })) ? nil : room
         }
         if let room = neverJoined {
-            log.info("connection #\(id.rawValue) closed before its welcome, \(how)")
+            log.info("connection #\(id.rawValue) closed before its welcome, \(how)", LogFields(connection: Int(id.rawValue), code: code.map { String($0.rawValue) }))
             if registry.release(room, 1) { room.armIdleTimer(after: .seconds(registry.settings.idleSeconds)) }
         }
     }

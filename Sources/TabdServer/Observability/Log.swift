@@ -5,7 +5,67 @@ import Dispatch
 import Locking
 import Portable
 
-/// One line per event to stderr, with a level and a UTC timestamp.
+/// What a log line is about, as fields a log collector filters on: the same names in every
+/// line that has them, in JSON as members, in text as `name=value` after the message.
+public struct LogFields: Sendable, Equatable {
+    /// The room.
+    public var room: String?
+    /// The client's id in its room.
+    public var client: String?
+    /// The connection's number (`#N` in messages).
+    public var connection: Int?
+    /// The peer's address (the client's, behind a trusted proxy).
+    public var peer: String?
+    /// A close code, an HTTP status or an error code.
+    public var code: String?
+    /// The cluster node that writes the line.
+    public var node: String?
+    /// What kind of failure an error or warning is (`state`, `engine`, `tls`, `webhook`,
+    /// `auth`, `config`, …).
+    public var kind: String?
+
+    public init(room: String? = nil, client: String? = nil, connection: Int? = nil, peer: String? = nil, code: String? = nil,
+                node: String? = nil, kind: String? = nil) {
+        self.room = room; self.client = client; self.connection = connection; self.peer = peer; self.code = code
+        self.node = node; self.kind = kind
+    }
+
+    /// The fields set, in a fixed order.
+    public var pairs: [(name: String, value: String)] {
+        var out: [(String, String)] = []
+        if let room { out.append(("room", room)) }
+        if let client { out.append(("client", client)) }
+        if let connection { out.append(("connection", String(connection))) }
+        if let peer { out.append(("peer", peer)) }
+        if let code { out.append(("code", code)) }
+        if let node { out.append(("node", node)) }
+        if let kind { out.append(("kind", kind)) }
+        return out
+    }
+
+    /// These fields, with those of `defaults` that these do not set.
+    func over(_ defaults: LogFields) -> LogFields {
+        LogFields(room: room ?? defaults.room, client: client ?? defaults.client, connection: connection ?? defaults.connection,
+                  peer: peer ?? defaults.peer, code: code ?? defaults.code, node: node ?? defaults.node, kind: kind ?? defaults.kind)
+    }
+}
+
+/// One line of tabd's log, as a handler gets it.
+public struct LogRecord: Sendable {
+    public let time: Date
+    public let level: Log.Level
+    public let message: String
+    public let fields: LogFields
+}
+
+/// Where an app that embeds TabdServer sends tabd's log lines (its own logger) instead of
+/// stderr: `Log(level:handler:)`.
+public protocol LogHandler: Sendable {
+    func handle(_ record: LogRecord)
+}
+
+/// One line per event, with a level, a UTC timestamp and its fields: to stderr as text or
+/// JSON, or to an app's ``LogHandler``.
 public final class Log: Sendable {
     public enum Level: String, Comparable, Sendable, CaseIterable {
         case error, warn, info, debug
@@ -13,28 +73,54 @@ public final class Log: Sendable {
         public static func < (a: Level, b: Level) -> Bool { a.rank < b.rank }
     }
 
-    /// `text`: `TIME LEVEL message`; `json`: `{"time":…,"level":…,"message":…}` per line.
+    /// `text`: `TIME LEVEL message name=value…`; `json`: `{"time":…,"level":…,"message":…,
+    /// "room":…, …}` per line.
     public enum Format: String, Sendable, CaseIterable { case text, json }
 
     public let level: Level
     public let format: Format
+    private let handler: (any LogHandler)?
     private let lock = Locked(())
+    /// Fields every line carries (a cluster node's name), set once at start.
+    private let defaults = Locked(LogFields())
 
-    public init(level: Level, format: Format = .text) { self.level = level; self.format = format }
+    public init(level: Level, format: Format = .text) { self.level = level; self.format = format; handler = nil }
+
+    /// Lines go to `handler` (an app's logger), not to stderr.
+    public init(level: Level, handler: any LogHandler) { self.level = level; format = .text; self.handler = handler }
+
+    /// Every line from now on carries `node` (a node of a cluster).
+    public func setNode(_ node: String) { defaults.withLock { $0.node = node } }
 
     public func enabled(_ l: Level) -> Bool { l <= level }
 
-    public func log(_ l: Level, _ message: @autoclosure () -> String) {
+    public func log(_ l: Level, _ message: @autoclosure () -> String, _ fields: LogFields = LogFields()) {
         guard enabled(l) else { return }
-        let time = Date().formatted(.iso8601)
+        let fields = fields.over(defaults.withLock { $0 })
+        let now = Date()
+        if let handler {
+            handler.handle(LogRecord(time: now, level: l, message: message(), fields: fields))
+            return
+        }
+        let time = now.formatted(.iso8601)
         let line = switch format {
-        case .text: "\(time) \(l.rawValue.uppercased()) \(Self.oneLine(message()))\n"
+        case .text:
+            "\(time) \(l.rawValue.uppercased()) \(Self.oneLine(message()))"
+                + fields.pairs.map { " \($0.name)=\(Self.textValue($0.value))" }.joined() + "\n"
         // JSON escapes C0 itself; DEL, C1 and U+2028/2029 may stand raw in a JSON string, and
         // only there (everything else on the line is ASCII), so they are written out as \uXXXX.
-        case .json: Self.escapingRaw(JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)),
-                                                       ("message", .string(message()))]).compactString, json: true) + "\n"
+        case .json:
+            Self.escapingRaw(JSONValue.object([("time", .string(time)), ("level", .string(l.rawValue)), ("message", .string(message()))]
+                + fields.pairs.map { ($0.name, JSONValue.string($0.value)) }).compactString, json: true) + "\n"
         }
         lock.withLock { _ in StandardStream.error(line) }
+    }
+
+    /// A field's value in a text line: on one line, quoted when it holds a space, `=` or `"`.
+    static func textValue(_ value: String) -> String {
+        let safe = oneLine(value)
+        guard safe.isEmpty || safe.contains(where: { $0 == " " || $0 == "=" || $0 == "\"" }) else { return safe }
+        return "\"" + safe.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"") + "\""
     }
 
     /// `text` on one line: every control character (C0, DEL, C1: a line break a peer put in
@@ -71,10 +157,10 @@ public final class Log: Sendable {
             + (text.unicodeScalars.count > limit ? "…" : "")
     }
 
-    public func error(_ m: @autoclosure () -> String) { log(.error, m()) }
-    public func warn(_ m: @autoclosure () -> String) { log(.warn, m()) }
-    public func info(_ m: @autoclosure () -> String) { log(.info, m()) }
-    public func debug(_ m: @autoclosure () -> String) { log(.debug, m()) }
+    public func error(_ m: @autoclosure () -> String, _ fields: LogFields = LogFields()) { log(.error, m(), fields) }
+    public func warn(_ m: @autoclosure () -> String, _ fields: LogFields = LogFields()) { log(.warn, m(), fields) }
+    public func info(_ m: @autoclosure () -> String, _ fields: LogFields = LogFields()) { log(.info, m(), fields) }
+    public func debug(_ m: @autoclosure () -> String, _ fields: LogFields = LogFields()) { log(.debug, m(), fields) }
 }
 
 /// At most `perSecond` lines a second; says how many were left out when lines are let

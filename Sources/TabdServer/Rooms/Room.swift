@@ -169,7 +169,7 @@ actor Room: DirectoryRoom {
                 case let .presence(joins, leaves):
                     for join in joins { presence.join(join) }
                     for leave in leaves where !presence.leave(leave) {
-                        log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)")
+                        log.info("connection #\(leave.connection.rawValue) closed before its welcome, \(leave.how)", LogFields(connection: Int(leave.connection.rawValue), code: leave.code))
                         released(1)
                     }
                 case .command, .refused, .refreshed:
@@ -201,16 +201,16 @@ actor Room: DirectoryRoom {
                 case .presenceReport:
                     guard timers.fired(.presenceReport, now: clock.now) else { break }
                     do { try await coordinator.reportPresence(now: clock.now) } catch {
-                        log.error("room '\(id)': the client count could not be stored: \(error.message)")
+                        log.error("room '\(id)': the client count could not be stored: \(error.message)", LogFields(room: id, kind: "state"))
                     }
                     await armPresenceReport(coordinator)
                 case .sweep:
                     let (gone, deadNodes) = shared?.departed(includingOwn: false) ?? ([], [])
                     if !gone.isEmpty || !deadNodes.isEmpty {
-                        if !gone.isEmpty { log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave") }
-                        if !deadNodes.isEmpty { log.info("room '\(id)': the clients counted on nodes \(deadNodes.sorted().joined(separator: ", ")), which stopped answering, leave") }
+                        if !gone.isEmpty { log.info("room '\(id)': clients \(gone.sorted().joined(separator: ", ")) of nodes that stopped answering leave", LogFields(room: id)) }
+                        if !deadNodes.isEmpty { log.info("room '\(id)': the clients counted on nodes \(deadNodes.sorted().joined(separator: ", ")), which stopped answering, leave", LogFields(room: id)) }
                         do { _ = try await coordinator.presence(joining: [], leaving: Array(gone), forgettingNodes: deadNodes, now: clock.now) } catch {
-                            log.error("room '\(id)': could not record the departure of a dead node's clients: \(error.message)")
+                            log.error("room '\(id)': could not record the departure of a dead node's clients: \(error.message)", LogFields(room: id, kind: "state"))
                         }
                         await armPresenceReport(coordinator)
                     }
@@ -223,7 +223,7 @@ actor Room: DirectoryRoom {
                     case .moved?:
                         // Moved into its shard: the same life, epoch and seqs. Its clients
                         // reconnect and resume; the next of them loads it from there.
-                        log.info("room '\(id)' moved into its shard: its clients reconnect to it there")
+                        log.info("room '\(id)' moved into its shard: its clients reconnect to it there", LogFields(room: id))
                         await stop(coordinator, closing: presence.joins.map(\.connection), code: .goingAway, reason: "room moved",
                                    leftovers: Array(inputs[(n + 1)...]))
                         return
@@ -245,7 +245,7 @@ actor Room: DirectoryRoom {
                 await self.presence(coordinator, joins: presence.joins, leaves: presence.leaves)
             }
             if retire {
-                log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients")
+                log.info("room '\(id)' unloaded after \(registry.settings.idleSeconds) s without clients", LogFields(room: id))
                 await stop(coordinator, closing: [], code: .goingAway, reason: "room unloaded")
                 return
             }
@@ -253,7 +253,7 @@ actor Room: DirectoryRoom {
         // The daemon stops: a count that waits for its interval goes now (in a cluster,
         // the other nodes hear at once that this node's clients are gone).
         do { try await coordinator.reportPresence(immediately: true, now: clock.now) } catch {
-            log.error("room '\(id)': the last client count could not be stored: \(error.message)")
+            log.error("room '\(id)': the last client count could not be stored: \(error.message)", LogFields(room: id, kind: "state"))
         }
         _ = await coordinator.snapshot()
     }
@@ -275,13 +275,13 @@ actor Room: DirectoryRoom {
         configuration.executor = self
         let loaded: LoadedRoom
         do { loaded = try await registry.home.load(id, template: template, configuration: configuration) } catch {
-            log.error(error.description)
+            log.error(error.description, LogFields(room: id, kind: "state"))
             return nil
         }
         self.loaded = loaded
         let coordinator = loaded.coordinator
         publishedSeq.store(await coordinator.currentSeq, ordering: .relaxed)
-        if let summary = loaded.summary { log.info(summary) }
+        if let summary = loaded.summary { log.info(summary, LogFields(room: id)) }
         router = loaded.shared?.makeRouter(room: id, clock: clock)
         await attach(coordinator)
         if let shared = loaded.shared {
@@ -471,7 +471,8 @@ actor Room: DirectoryRoom {
         for leave in leaves {
             guard let client = clients.removeValue(forKey: leave.connection) else { continue }
             leaving.append(client)
-            log.info("room '\(id)': client \(client) left (connection #\(leave.connection.rawValue)), \(leave.how)")
+            log.info("room '\(id)': client \(client) left (connection #\(leave.connection.rawValue)), \(leave.how)",
+                     LogFields(room: id, client: client, connection: Int(leave.connection.rawValue), code: leave.code))
         }
         defer {
             clientCount.store(clients.count, ordering: .relaxed)
@@ -485,7 +486,7 @@ actor Room: DirectoryRoom {
         } catch {
             // Nothing was applied: the joins cannot be welcomed, the leaves are tried again.
             unrecordedLeaves = leaving
-            log.error("room '\(id)': presence could not be stored: \(error.message)")
+            log.error("room '\(id)': presence could not be stored: \(error.message)", LogFields(room: id, kind: "state"))
             for join in joins { server.close(join.connection, code: .internalError, reason: "state unavailable") }
             return
         }
@@ -504,7 +505,8 @@ actor Room: DirectoryRoom {
             server.activate(join.connection, on: channel, first: frames, afterSeq: welcome.seq)
             registry.metrics.welcomeTimes.observe(since: join.at)
             log.info("connection #\(join.connection.rawValue) from \(join.peer) is client \(welcome.client.id) '\(welcome.client.name)' in room '\(id)', "
-                + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"))
+                + (welcome.resumed ? "resumed with \(welcome.replay.count) missed batches" : "sent a snapshot at seq \(welcome.seq)"),
+                LogFields(room: id, client: welcome.client.id, connection: Int(join.connection.rawValue), peer: join.peer))
         }
     }
 

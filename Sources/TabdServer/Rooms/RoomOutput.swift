@@ -32,7 +32,7 @@ struct RoomOutput: Sendable {
         for answer in answers {
             if case let .error(_, e) = answer.frame {
                 metrics.error(e.code)
-                log.info("room '\(room)' client \(answer.client): \(e.code.rawValue): \(e.message)")
+                log.info("room '\(room)' client \(answer.client): \(e.code.rawValue): \(e.message)", LogFields(room: room, client: answer.client, code: e.code.rawValue))
             }
             switch AnswerAddress(rawValue: answer.to) {
             case let .apiCall(n):

@@ -225,12 +225,12 @@ final class RoomRegistry: Sendable {
         if let retiring { await retiring.finished.wait() }
         do { try await home.delete(id) } catch {
             // Its clients are gone, its state is not: it stays, and can be loaded again.
-            log.error("room '\(id)' could not be deleted: \(error)")
+            log.error("room '\(id)' could not be deleted: \(error)", LogFields(room: id, kind: "state"))
             state.withLock { $0.directory.endDeletion(id, deleted: false) }
             return .failed(error.description)
         }
         state.withLock { $0.directory.endDeletion(id, deleted: true) }
-        log.info("room '\(id)' deleted")
+        log.info("room '\(id)' deleted", LogFields(room: id))
         return .deleted
     }
 
@@ -246,7 +246,7 @@ final class RoomRegistry: Sendable {
             let done = OneShot<Void>()
             loaded.submit([.delete(done)])
             await done.wait()
-            log.info("room '\(id)' was deleted by another node")
+            log.info("room '\(id)' was deleted by another node", LogFields(room: id))
         }
     }
 

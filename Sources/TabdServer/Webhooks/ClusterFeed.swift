@@ -157,7 +157,7 @@ final class ClusterFeed: @unchecked Sendable {
                 break
             } catch {
                 failures += 1
-                if failures == 1 || failures % 60 == 0 { log.warn("webhook \(number): \(error); tried again") }
+                if failures == 1 || failures % 60 == 0 { log.warn("webhook \(number): \(error); tried again", LogFields(kind: "webhook")) }
                 if waitWhileRunning(until: Date(timeIntervalSinceNow: 1)) { return }
             }
         }
@@ -321,7 +321,7 @@ final class ClusterFeed: @unchecked Sendable {
             let got: (streamSeq: UInt64, events: [ShardEventReader.Event])?
             do { got = try reader.readNext() } catch {
                 let failures = locked { readFailures += 1; return readFailures }
-                if failures == 1 || failures % 100 == 0 { log.warn("webhook \(number): \(error) (\(failures) failed reads so far); read again") }
+                if failures == 1 || failures % 100 == 0 { log.warn("webhook \(number): \(error) (\(failures) failed reads so far); read again", LogFields(kind: "webhook")) }
                 return any
             }
             guard let got else {

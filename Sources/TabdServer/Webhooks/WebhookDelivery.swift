@@ -210,7 +210,7 @@ final class WebhookDelivery: @unchecked Sendable {
         }
         guard due else { return }
         do { try await store.saveWebhookCursor(target.url, position: cursor) } catch {
-            log.error("webhook \(number): its position could not be stored: \(error.message)")
+            log.error("webhook \(number): its position could not be stored: \(error.message)", LogFields(kind: "webhook"))
         }
     }
 
