@@ -26,6 +26,34 @@ import Testing
         return try await Daemon.start(o, log: Log(level: o.logLevel))
     }
 
+    /// An app's logger, as a `LogHandler`: the records tabd would write, fields and all.
+    final class Collector: LogHandler, @unchecked Sendable {
+        private let lock = NSLock()
+        private var kept: [LogRecord] = []
+        func handle(_ record: LogRecord) { lock.withLock { kept.append(record) } }
+        var records: [LogRecord] { lock.withLock { kept } }
+    }
+
+    @Test func anAppsLoggerGetsTabdsLinesWithTheirFields() async throws {
+        let collector = Collector()
+        let o = Self.options { $0.logLevel = .info }
+        let daemon = try await Daemon.start(o, log: Log(level: .info, handler: collector))
+        let client = try await TabdClient.connect(url: daemon.url, room: "logged", name: "app")
+        let id = (await client.session).client
+        await client.close()
+        // Waits for the leave's line (written once the close is read), at most 10 s.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !collector.records.contains(where: { $0.message.contains("client \(id) left") }), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        await daemon.stop()
+        let welcome = try #require(collector.records.first { $0.message.contains("is client \(id)") })
+        #expect(welcome.level == .info && welcome.fields.room == "logged" && welcome.fields.client == id)
+        #expect(welcome.fields.connection != nil && welcome.fields.peer?.hasPrefix("127.0.0.1") == true)
+        let left = try #require(collector.records.first { $0.message.contains("client \(id) left") })
+        #expect(left.fields.room == "logged" && left.fields.client == id && left.fields.code == "1000")
+    }
+
     @Test func servesClientsAndTheAPIInProcessThenStops() async throws {
         let daemon = try await Self.start()
         #expect(daemon.port > 0)
