@@ -185,6 +185,30 @@ def daemon():
     d.stop()
 
 
+# A line of tabd's log: `TIME LEVEL message name=value…` (text), or one JSON object with
+# its time, level and message (`--log-format json`).
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (ERROR|WARN|INFO|DEBUG) \S")
+
+
+def malformed_log_lines(d):
+    """The lines of a stopped tabd's stderr that are not log lines (a JSON one parses and names
+    its time, level and message): every daemon a test starts is held to it, so a whole e2e
+    run's logs are read."""
+    bad = []
+    for line in (d.stderr or "").splitlines():
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                if not {"time", "level", "message"} <= set(json.loads(line)):
+                    bad.append(line)
+            except ValueError:
+                bad.append(line)
+        elif not LOG_LINE.match(line):
+            bad.append(line)
+    return bad
+
+
 @pytest.fixture
 def make_daemon():
     started = []
@@ -194,8 +218,12 @@ def make_daemon():
         started.append(d)
         return d
     yield make
+    bad = []
     for d in started:
         d.stop()
+        if not d.prefix:
+            bad += malformed_log_lines(d)
+    assert not bad, f"tabd wrote lines that are not log lines: {bad[:5]}"
 
 
 class Client:
