@@ -21,7 +21,7 @@ public struct LogFields: Sendable, Equatable {
     /// The cluster node that writes the line.
     public var node: String?
     /// What kind of failure an error or warning is (`state`, `engine`, `tls`, `webhook`,
-    /// `auth`, `config`, …).
+    /// `auth`, `fence`, `proxy`, `start`).
     public var kind: String?
 
     public init(room: String? = nil, client: String? = nil, connection: Int? = nil, peer: String? = nil, code: String? = nil,
