@@ -163,13 +163,7 @@ public struct ClusterSecret: Sendable {
         return Crypto.hmacSHA256(key: key.purposes[purpose]!, message: message)
     }
 
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes { out.append(digits[Int(b >> 4)]); out.append(digits[Int(b & 15)]) }
-        return String(decoding: out, as: UTF8.self)
-    }
+    static func hex(_ bytes: [UInt8]) -> String { Hex.encode(bytes) }
 
     static func bytes<S: StringProtocol>(hex: S) -> [UInt8]? {
         let utf8 = Array(hex.utf8)
